@@ -1,0 +1,38 @@
+# bigearthnet-hpc: the commands a user and CI run. `make help` lists them.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-stamp
+DEMO_DIR ?= demo
+SHARED ?= ../shared
+
+.PHONY: help setup demo test test-all lint bench clean-demo
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+setup: $(STAMP)  ## build .venv (TensorFlow 2.15 + Horovod 0.28.1); does nothing when up to date
+
+# Re-run only when what the environment is built from changed.
+$(STAMP): setup.cfg pyproject.toml scripts/setup_env.sh
+	VENV=$(VENV) bash scripts/setup_env.sh
+	touch $@
+
+demo: $(STAMP)  ## synthetic archive -> preprocess -> 2-rank training -> evaluation -> report
+	VENV=$(VENV) DEMO_DIR=$(DEMO_DIR) bash scripts/demo.sh
+
+test: $(STAMP)  ## the test suite without the tests marked slow
+	SHARED_DIR=$(SHARED) $(PY) -m pytest
+
+test-all: $(STAMP)  ## every test, the slow multi-process and Slurm ones included
+	SHARED_DIR=$(SHARED) $(PY) -m pytest -m "slow or not slow"
+
+lint: $(STAMP)  ## ruff over the project
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+bench: $(STAMP)  ## benchmarks side by side; writes benchmarks/results.json
+	$(PY) benchmarks/run_all.py
+
+clean-demo:  ## remove the demo outputs
+	rm -rf $(DEMO_DIR)

@@ -1,0 +1,188 @@
+"""BigEarthNet domain constants: the one home for bands, sizes, classes and the 43->19 map.
+
+Every other module (and every test) reads these values from here. They follow
+``shared/docs/bigearthnet-facts.md`` and the dataset's official tools:
+
+* Sentinel-2 L2A bands, uint16 reflectance x 10^4, one band per GeoTIFF:
+  10 m (120x120 px): B02 B03 B04 B08; 20 m (60x60 px): B05 B06 B07 B8A B11 B12;
+  60 m (20x20 px): B01 B09. B10 does not exist in L2A products.
+* Canonical band order (channels last): B01 B02 B03 B04 B05 B06 B07 B08 B8A B09 B11 B12.
+* 43 CORINE level-3 classes (v1 labels) and the 19-class nomenclature of Sumbul et al.
+  2020 (v1 19-class era and v2), both in official index order, never sorted.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+PATCH_SIZE = 120
+"""Side length in pixels of a patch at 10 m, the size every band is upsampled to."""
+
+PATCH_METRES = 1200
+"""Ground side length of one patch in metres."""
+
+BANDS: tuple[str, ...] = (
+    "B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "B11", "B12",
+)  # fmt: skip
+"""Canonical channel order of every image array the project writes or reads."""
+
+BAND_RESOLUTION_M: dict[str, int] = {
+    "B01": 60, "B02": 10, "B03": 10, "B04": 10, "B05": 20, "B06": 20,
+    "B07": 20, "B08": 10, "B8A": 20, "B09": 60, "B11": 20, "B12": 20,
+}  # fmt: skip
+"""Ground sampling distance of each band in metres."""
+
+BAND_NATIVE_SIZE: dict[str, int] = {
+    band: PATCH_METRES // res for band, res in BAND_RESOLUTION_M.items()
+}
+"""Native side length in pixels of each band's GeoTIFF: 120, 60 or 20."""
+
+BANDS_10M = tuple(b for b in BANDS if BAND_RESOLUTION_M[b] == 10)
+BANDS_20M = tuple(b for b in BANDS if BAND_RESOLUTION_M[b] == 20)
+BANDS_60M = tuple(b for b in BANDS if BAND_RESOLUTION_M[b] == 60)
+
+CLASSES_43: tuple[str, ...] = (
+    "Continuous urban fabric",
+    "Discontinuous urban fabric",
+    "Industrial or commercial units",
+    "Road and rail networks and associated land",
+    "Port areas",
+    "Airports",
+    "Mineral extraction sites",
+    "Dump sites",
+    "Construction sites",
+    "Green urban areas",
+    "Sport and leisure facilities",
+    "Non-irrigated arable land",
+    "Permanently irrigated land",
+    "Rice fields",
+    "Vineyards",
+    "Fruit trees and berry plantations",
+    "Olive groves",
+    "Pastures",
+    "Annual crops associated with permanent crops",
+    "Complex cultivation patterns",
+    "Land principally occupied by agriculture, with significant areas of natural vegetation",
+    "Agro-forestry areas",
+    "Broad-leaved forest",
+    "Coniferous forest",
+    "Mixed forest",
+    "Natural grassland",
+    "Moors and heathland",
+    "Sclerophyllous vegetation",
+    "Transitional woodland/shrub",
+    "Beaches, dunes, sands",
+    "Bare rock",
+    "Sparsely vegetated areas",
+    "Burnt areas",
+    "Inland marshes",
+    "Peatbogs",
+    "Salt marshes",
+    "Salines",
+    "Intertidal flats",
+    "Water courses",
+    "Water bodies",
+    "Coastal lagoons",
+    "Estuaries",
+    "Sea and ocean",
+)
+"""The 43 CORINE level-3 classes of BigEarthNet v1, official index order 0..42."""
+
+CLASSES_19: tuple[str, ...] = (
+    "Urban fabric",
+    "Industrial or commercial units",
+    "Arable land",
+    "Permanent crops",
+    "Pastures",
+    "Complex cultivation patterns",
+    "Land principally occupied by agriculture, with significant areas of natural vegetation",
+    "Agro-forestry areas",
+    "Broad-leaved forest",
+    "Coniferous forest",
+    "Mixed forest",
+    "Natural grassland and sparsely vegetated areas",
+    "Moors, heathland and sclerophyllous vegetation",
+    "Transitional woodland, shrub",
+    "Beaches, dunes, sands",
+    "Inland wetlands",
+    "Coastal wetlands",
+    "Inland waters",
+    "Marine waters",
+)
+"""The 19-class nomenclature (Sumbul et al. 2020), official index order 0..18."""
+
+_SOURCES_OF_19: tuple[tuple[int, ...], ...] = (
+    (0, 1),
+    (2,),
+    (11, 12, 13),
+    (14, 15, 16, 18),
+    (17,),
+    (19,),
+    (20,),
+    (21,),
+    (22,),
+    (23,),
+    (24,),
+    (25, 31),
+    (26, 27),
+    (28,),
+    (29,),
+    (33, 34),
+    (35, 36),
+    (38, 39),
+    (40, 41, 42),
+)
+
+MAP_43_TO_19: dict[int, int] = {
+    idx43: idx19 for idx19, sources in enumerate(_SOURCES_OF_19) for idx43 in sources
+}
+"""43-class index -> 19-class index. Classes 3-10, 30, 32 and 37 have no 19-class image."""
+
+DROPPED_IN_19: tuple[int, ...] = tuple(i for i in range(43) if i not in MAP_43_TO_19)
+
+CLASS_SETS: dict[int, tuple[str, ...]] = {19: CLASSES_19, 43: CLASSES_43}
+
+# v1 statistics at native resolution (RSiM); only a fallback, the project computes its own
+# on the upsampled train split and stores them in manifest.json.
+FALLBACK_BAND_MEAN: dict[str, float] = {
+    "B01": 340.77, "B02": 429.94, "B03": 614.22, "B04": 590.24, "B05": 950.68,
+    "B06": 1792.46, "B07": 2075.47, "B08": 2218.95, "B8A": 2266.46, "B09": 2246.06,
+    "B11": 1594.43, "B12": 1009.33,
+}  # fmt: skip
+FALLBACK_BAND_STD: dict[str, float] = {
+    "B01": 554.81, "B02": 572.42, "B03": 582.88, "B04": 675.89, "B05": 729.90,
+    "B06": 1096.01, "B07": 1273.45, "B08": 1365.46, "B8A": 1356.14, "B09": 1302.33,
+    "B11": 1079.19, "B12": 818.87,
+}  # fmt: skip
+
+SPLITS: tuple[str, ...] = ("train", "val", "test")
+
+
+def labels43_to_19(labels43: np.ndarray) -> np.ndarray:
+    """Map a (N, 43) multi-hot matrix to (N, 19): a 19-class label is on if any source is on."""
+    labels43 = np.asarray(labels43)
+    out = np.zeros(labels43.shape[:-1] + (19,), dtype=np.uint8)
+    for idx19, sources in enumerate(_SOURCES_OF_19):
+        out[..., idx19] = labels43[..., list(sources)].any(axis=-1)
+    return out
+
+
+def multi_hot(names: list[str] | tuple[str, ...], classes: tuple[str, ...]) -> np.ndarray:
+    """Multi-hot uint8 vector over ``classes`` for the given class names.
+
+    Raises KeyError naming the first unknown class.
+    """
+    index = _class_index(classes)
+    vec = np.zeros(len(classes), dtype=np.uint8)
+    for name in names:
+        if name not in index:
+            raise KeyError(f"unknown class name {name!r}")
+        vec[index[name]] = 1
+    return vec
+
+
+@functools.cache
+def _class_index(classes: tuple[str, ...]) -> dict[str, int]:
+    return {name: i for i, name in enumerate(classes)}

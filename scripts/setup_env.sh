@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Build the project's virtual environment at $VENV (default .venv): TensorFlow 2.15 (Keras 2),
+# the project in editable mode with its dev tools, then Horovod 0.28.1 compiled against that
+# TensorFlow with Gloo (and MPI when an MPI compiler wrapper is on PATH).
+# Called by `make setup`, which only re-runs it when setup.cfg or this script changed.
+set -euo pipefail
+
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+HOROVOD_VERSION=0.28.1
+# GPU clusters: TF_PACKAGE='tensorflow[and-cuda]==2.15.1' make setup
+TF_PACKAGE=${TF_PACKAGE:-tensorflow-cpu==2.15.1}
+
+log() { echo "[setup] $*"; }
+
+if [ ! -x "$VENV/bin/python" ]; then
+  log "creating $VENV with $($PYTHON --version)"
+  "$PYTHON" -m venv "$VENV"
+fi
+pip() { "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
+
+# cmake<4: Horovod 0.28.1's CMakeLists predate the policies CMake 4 removed.
+pip install -q --upgrade "pip>=23" "setuptools>=61" wheel "cmake<4"
+pip install -q "$TF_PACKAGE" "numpy<2"
+pip install -q -e ".[dev]"
+
+tf_version=$("$VENV/bin/python" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)
+with_mpi=0
+if command -v mpicxx >/dev/null 2>&1; then with_mpi=1; fi
+
+# Is a Horovod already built against this TensorFlow with the wanted controllers?
+horovod_ok() {
+  "$VENV/bin/python" - "$with_mpi" <<'PY' 2>/dev/null
+import sys
+import horovod.tensorflow as hvd
+want_mpi = sys.argv[1] == "1"
+ok = hvd.gloo_built() and (hvd.mpi_built() or not want_mpi)
+sys.exit(0 if ok else 1)
+PY
+}
+
+if horovod_ok; then
+  log "horovod $HOROVOD_VERSION already built for TF $tf_version (mpi=$with_mpi)"
+else
+  # Wheels are cached per TF version and controller set, so a fresh clone on the same
+  # machine skips the ~3 minute compile, and an MPI install later triggers a rebuild.
+  wheel_dir=${HOROVOD_WHEEL_CACHE:-$HOME/.cache/bigearthnet-hpc}/horovod-$HOROVOD_VERSION-tf$tf_version-mpi$with_mpi
+  if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
+    log "compiling horovod $HOROVOD_VERSION against TF $tf_version (gloo, mpi=$with_mpi); takes a few minutes"
+    mkdir -p "$wheel_dir"
+    export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1
+    export HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
+    export CMAKE_POLICY_VERSION_MINIMUM=3.5
+    export MAKEFLAGS="-j$(nproc)"
+    if [ "$with_mpi" = 1 ]; then export HOROVOD_WITH_MPI=1; else export HOROVOD_WITHOUT_MPI=1; fi
+    PATH="$PWD/$VENV/bin:$PATH" pip wheel -q --no-build-isolation --no-deps --no-cache-dir \
+      -w "$wheel_dir" "horovod==$HOROVOD_VERSION"
+  fi
+  pip install -q --no-deps --force-reinstall "$wheel_dir"/horovod-*.whl
+  # Horovod's runtime dependencies (cloudpickle, psutil, pyyaml, packaging, cffi).
+  pip install -q "horovod==$HOROVOD_VERSION" --no-build-isolation
+fi
+
+"$VENV/bin/horovodrun" --check-build
