@@ -1,0 +1,196 @@
+"""Typed run configuration: defaults in code, an optional YAML file, then CLI overrides.
+
+Each field of :class:`TrainConfig` carries its own help text; the argparse parser is
+generated from the fields, so ``--help`` documents every option and a new option needs
+one line here. The resolved configuration is saved as ``RUN/config.yaml`` beside every
+run and is what ``evaluate.py`` reads back to rebuild the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """An invalid option value; the CLI prints it as one line and exits 2."""
+
+
+def _opt(default, help: str, choices=None, flag: str | None = None):
+    return field(default=default, metadata={"help": help, "choices": choices, "flag": flag})
+
+
+@dataclass
+class TrainConfig:
+    # --- data and run
+    data: str = _opt("", "folder with the preprocessed shards and manifest.json (required)")
+    run_dir: str = _opt("", "run folder: checkpoints, history, logs; an existing one resumes")
+    labels: int = _opt(19, "label set: 19 (BigEarthNet-19) or 43 (v1 CORINE classes)", (19, 43))
+    cache: str = _opt(
+        "memory",
+        "memory: keep this rank's part of the data in RAM as uint16; none: read the shards "
+        "every epoch",
+        ("memory", "none"),
+    )
+    verify_data: bool = _opt(True, "check the sha256 of this rank's shards against the manifest")
+    # --- model and optimisation
+    model: str = _opt("resnet50", "model name from the registry (models/)")
+    epochs: int = _opt(50, "total number of epochs (a resumed run stops at the same count)")
+    batch_size: int = _opt(64, "batch size PER RANK; the global batch is this times the ranks")
+    lr: float = _opt(0.025, "base learning rate for ONE worker; scaled by the number of ranks")
+    warmup_epochs: float = _opt(
+        5.0, "linear warm-up from the base LR to base LR x ranks (Goyal et al.)"
+    )
+    schedule: str = _opt("cosine", "LR schedule after warm-up", ("cosine", "step", "constant"))
+    min_lr: float = _opt(0.0, "final LR of the cosine schedule")
+    step_epochs: list = _opt(None, "epochs at which the step schedule multiplies the LR by gamma")
+    gamma: float = _opt(0.1, "factor of each step of the step schedule")
+    optimizer: str = _opt("sgd", "SGD with momentum (seed study) or Adam", ("sgd", "adam"))
+    momentum: float = _opt(0.9, "SGD momentum")
+    weight_decay: float = _opt(0.0, "L2 weight decay on convolution and dense kernels")
+    mixup_alpha: float = _opt(0.0, "mix-up Beta(alpha, alpha) parameter; 0 turns mix-up off")
+    augment: bool = _opt(True, "random flips and 90-degree rotations of training batches")
+    seed: int = _opt(42, "seed of weights, shuffling and augmentation")
+    threshold: float = _opt(0.5, "score threshold for validation F1")
+    # --- performance
+    amp: bool = _opt(False, "mixed precision (float16 compute, float32 logits and loss)")
+    xla: bool = _opt(False, "compile the training step with XLA")
+    fp16_allreduce: bool = _opt(False, "compress gradients to float16 for the allreduce")
+    backward_passes_per_step: int = _opt(
+        1, "accumulate gradients over this many batches before each allreduce"
+    )
+    fusion_threshold_mb: float = _opt(
+        None, "Horovod tensor fusion buffer in MB (HOROVOD_FUSION_THRESHOLD)"
+    )
+    cycle_time_ms: float = _opt(None, "Horovod cycle time in ms (HOROVOD_CYCLE_TIME)")
+    threads: int = _opt(
+        None, "TensorFlow intra-op threads per rank; default SLURM_CPUS_PER_TASK or all cores"
+    )
+    timeline: str = _opt(None, "write a Horovod timeline (chrome://tracing JSON) to this path")
+    # --- control
+    resume: bool = _opt(True, "resume from RUN/checkpoints when present")
+    max_steps_per_epoch: int = _opt(None, "cap on steps per epoch (smoke tests)")
+    eval_test: bool = _opt(True, "evaluate the best checkpoint on the test split at the end")
+    progress: bool = _opt(True, "progress bar on rank 0")
+
+    def validate(self) -> None:
+        """Raise ConfigError for values no run can use."""
+        if not self.data:
+            raise ConfigError("--data is required")
+        if not self.run_dir:
+            raise ConfigError("--run-dir is required")
+        for name in ("epochs", "batch_size", "backward_passes_per_step"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer")
+        if self.lr <= 0:
+            raise ConfigError("--lr must be positive")
+        if self.warmup_epochs < 0 or self.warmup_epochs > self.epochs:
+            raise ConfigError("--warmup-epochs must be between 0 and --epochs")
+        if not 0.0 < self.threshold < 1.0:
+            raise ConfigError("--threshold must be inside (0, 1)")
+        if self.mixup_alpha < 0:
+            raise ConfigError("--mixup-alpha must be >= 0")
+        for f in fields(self):
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise ConfigError(f"--{_flag(f)} must be one of {', '.join(map(str, choices))}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or f.name.replace("_", "-")
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, cls=TrainConfig) -> None:
+    """One option per field. Defaults are SUPPRESSed so only flags given override YAML."""
+    parser.add_argument(
+        "--config",
+        help="YAML file of options (keys as in RUN/config.yaml); command-line flags override it",
+    )
+    defaults = cls()
+    for f in fields(cls):
+        default = getattr(defaults, f.name)
+        help_text = f"{f.metadata['help']} (default: {default})"
+        flag = f"--{_flag(f)}"
+        if isinstance(default, bool):
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
+        elif f.name == "step_epochs":
+            parser.add_argument(
+                flag, dest=f.name, type=float, nargs="+", default=argparse.SUPPRESS, help=help_text
+            )
+        else:
+            kind = _field_type(f, default)
+            parser.add_argument(
+                flag,
+                dest=f.name,
+                type=kind,
+                default=argparse.SUPPRESS,
+                choices=f.metadata.get("choices"),
+                help=help_text,
+            )
+
+
+def _field_type(f: dataclasses.Field, default):
+    if default is not None:
+        return type(default)
+    return {
+        "fusion_threshold_mb": float,
+        "cycle_time_ms": float,
+        "threads": int,
+        "max_steps_per_epoch": int,
+    }.get(f.name, str)
+
+
+def resolve(args: argparse.Namespace, cls=TrainConfig):
+    """Defaults <- YAML (--config) <- flags given on the command line."""
+    values: dict[str, Any] = {}
+    config_path = getattr(args, "config", None)
+    if config_path:
+        values.update(load_yaml(Path(config_path), cls))
+    values.update({k: v for k, v in vars(args).items() if k != "config"})
+    cfg = cls(**values)
+    cfg.validate()
+    return cfg
+
+
+def load_yaml(path: Path, cls=TrainConfig) -> dict[str, Any]:
+    """Options from a YAML mapping; unknown keys are an error (a typo must not pass silently)."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of option: value")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"{path}: unknown option(s) {', '.join(unknown)}")
+    return raw
+
+
+def save_yaml(cfg, path: Path) -> None:
+    from bigearthnet.util import atomic_write_text
+
+    atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def default_threads() -> int | None:
+    """Threads per rank from Slurm's allocation, so ranks on one node do not oversubscribe."""
+    value = os.environ.get("SLURM_CPUS_PER_TASK")
+    return int(value) if value and value.isdigit() else None

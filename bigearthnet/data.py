@@ -1,0 +1,242 @@
+"""Input pipelines over the HDF5 shards: each rank reads its own disjoint part of a split.
+
+Partition. The shards of a split, in manifest order, form one index space ``0..N-1``;
+rank ``r`` of ``n`` owns the contiguous range ``[r*N//n, (r+1)*N//n)``. When there are
+more shards than ranks that is (mostly) whole shard files per rank; when there are fewer,
+index ranges inside files. The parts differ by at most one sample and never overlap, so
+across ranks every sample is seen exactly once per epoch.
+
+Steps. Synchronous data-parallel training needs the same number of steps on every rank
+(each step is an allreduce), so every rank splits its part into ``steps_per_epoch(N)``
+batches of nearly equal size (``--batch-size`` or one less), instead of letting the rank
+with the extra sample take an extra step.
+
+Shuffling. A new permutation of the rank's part each epoch, from ``(seed, epoch, rank)``.
+With ``cache="memory"`` the part is read once and kept as uint16 (reading the data again
+every epoch is what starved the seed study's GPUs). With ``cache="none"`` the part is
+streamed: blocks of ``CHUNK_ROWS`` contiguous rows in random order, shuffled within
+windows of ``WINDOW_BLOCKS`` blocks, so reads stay sequential and memory stays small.
+
+The pipeline yields uint16 images and uint8 labels; conversion to float, normalisation and
+augmentation happen in the training step on the device, so the host only moves uint16.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+import tensorflow as tf
+
+from bigearthnet import constants as C
+from bigearthnet.shards import CHUNK_ROWS, IMAGE_SHAPE, ShardError, split_shards, verify_shard
+
+WINDOW_BLOCKS = 8  # streaming: 8 x 16 patches (44 MB) shuffled together
+
+
+def rank_range(total: int, rank: int, size: int) -> tuple[int, int]:
+    """[start, stop) of rank's contiguous part of ``total`` samples."""
+    return rank * total // size, (rank + 1) * total // size
+
+
+def steps_per_epoch(total: int, size: int, batch_size: int) -> int:
+    """Steps every rank takes per epoch: enough batches for the largest part."""
+    largest = math.ceil(total / size)
+    return max(1, math.ceil(largest / batch_size))
+
+
+def epoch_order(part_len: int, seed: int, epoch: int, rank: int, shuffle: bool) -> np.ndarray:
+    """Positions 0..part_len-1 in this epoch's order (a permutation when shuffling)."""
+    if not shuffle:
+        return np.arange(part_len)
+    return np.random.default_rng([seed, epoch, rank]).permutation(part_len)
+
+
+def split_batches(order: np.ndarray, steps: int) -> list[np.ndarray]:
+    """``steps`` consecutive, non-empty slices of ``order`` whose sizes differ by <= 1."""
+    if len(order) < steps:
+        raise ValueError(
+            f"this rank holds {len(order)} samples, fewer than the {steps} steps of an epoch; "
+            "use a larger batch size or fewer ranks"
+        )
+    return np.array_split(order, steps)
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    path: Path
+    start: int  # global index of the file's first row
+    count: int
+
+
+class RankData:
+    """One rank's part of one split: its rows, labels and names, read once or streamed."""
+
+    def __init__(
+        self,
+        data_dir: str | Path,
+        manifest: dict,
+        split: str,
+        labels: int,
+        rank: int = 0,
+        size: int = 1,
+        cache: str = "memory",
+        verify: bool = True,
+    ):
+        self.data_dir = Path(data_dir)
+        self.split = split
+        self.label_key = f"labels{labels}"
+        if labels == 43 and 43 not in manifest.get("label_sets", [19]):
+            raise ShardError(
+                f"{self.data_dir}: --labels 43 but these shards hold 19-class labels only"
+            )
+        self.files = _shard_files(self.data_dir, manifest, split)
+        self.total = sum(f.count for f in self.files)
+        self.start, self.stop = rank_range(self.total, rank, size)
+        self.rank = rank
+        self.cache = cache
+        if verify:
+            for entry in self._my_entries(manifest):
+                verify_shard(self.data_dir, entry)
+        self._images: np.ndarray | None = None
+        self._labels = self._read_rows(self.label_key, self.start, self.stop)
+        if cache == "memory":
+            self._images = self._read_rows("images", self.start, self.stop)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self._labels
+
+    def names(self) -> list[str]:
+        raw = self._read_rows("names", self.start, self.stop)
+        return [n.decode() if isinstance(n, bytes) else str(n) for n in raw]
+
+    def _my_entries(self, manifest: dict) -> list[dict]:
+        mine = []
+        for entry, file in zip(split_shards(manifest, self.split), self.files):
+            if file.start < self.stop and file.start + file.count > self.start:
+                mine.append(entry)
+        return mine
+
+    def _read_rows(self, key: str, start: int, stop: int) -> np.ndarray:
+        """Rows [start, stop) of one dataset, across file boundaries, contiguous reads only."""
+        parts = []
+        for file in self.files:
+            lo, hi = max(start, file.start), min(stop, file.start + file.count)
+            if lo < hi:
+                with h5py.File(file.path, "r") as f:
+                    parts.append(f[key][lo - file.start : hi - file.start])
+        if not parts:
+            shape = IMAGE_SHAPE if key == "images" else ()
+            return np.zeros((0, *shape), dtype=np.uint16 if key == "images" else np.uint8)
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+
+    # ------------------------------------------------------------------ batches
+
+    def batches(self, steps: int, epoch: int, seed: int, shuffle: bool) -> Iterator:
+        """Yield ``steps`` (images uint16, labels uint8) batches covering the part once."""
+        if self._images is not None:
+            order = epoch_order(len(self), seed, epoch, self.rank, shuffle)
+            for idx in split_batches(order, steps):
+                idx = np.sort(
+                    idx
+                )  # sorted gathers are cache-friendlier; order within a batch is free
+                yield self._images[idx], self._labels[idx]
+        else:
+            yield from self._stream(steps, epoch, seed, shuffle)
+
+    def _stream(self, steps: int, epoch: int, seed: int, shuffle: bool) -> Iterator:
+        order = self._stream_order(epoch, seed, shuffle)
+        window_rows = WINDOW_BLOCKS * CHUNK_ROWS
+        cache: dict[int, np.ndarray] = {}
+        for idx in split_batches(order, steps):
+            windows = sorted({int(p) // window_rows for p in _positions(order, idx)})
+            for w in list(cache):
+                if w < windows[0]:
+                    del cache[w]
+            for w in windows:
+                if w not in cache:
+                    cache[w] = self._load_window(order[w * window_rows : (w + 1) * window_rows])
+            yield self._gather_from(cache, order, idx, window_rows), self._labels[idx]
+
+    def _stream_order(self, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
+        positions = np.arange(len(self))
+        if not shuffle:
+            return positions
+        rng = np.random.default_rng([seed, epoch, self.rank])
+        blocks = [positions[i : i + CHUNK_ROWS] for i in range(0, len(positions), CHUNK_ROWS)]
+        blocks = [blocks[i] for i in rng.permutation(len(blocks))]
+        windows = []
+        for w in range(0, len(blocks), WINDOW_BLOCKS):
+            window = np.concatenate(blocks[w : w + WINDOW_BLOCKS])
+            windows.append(window[rng.permutation(len(window))])
+        return np.concatenate(windows) if windows else positions
+
+    def _load_window(self, positions: np.ndarray) -> dict:
+        rows = {}
+        for run in _contiguous_runs(np.sort(positions)):
+            data = self._read_rows("images", self.start + run[0], self.start + run[-1] + 1)
+            rows.update(zip(run.tolist(), data))
+        return rows
+
+    @staticmethod
+    def _gather_from(cache, order, idx, window_rows) -> np.ndarray:
+        out = np.empty((len(idx), *IMAGE_SHAPE), dtype=np.uint16)
+        lookup = {}
+        for rows in cache.values():
+            lookup.update(rows)
+        for i, p in enumerate(idx):
+            out[i] = lookup[int(p)]
+        return out
+
+    def dataset(self, steps: int, epoch: int, seed: int, shuffle: bool) -> tf.data.Dataset:
+        """The batches as a prefetching tf.data pipeline (reading overlaps the step)."""
+        num_classes = self._labels.shape[1]
+        spec = (
+            tf.TensorSpec((None, *IMAGE_SHAPE), tf.uint16),
+            tf.TensorSpec((None, num_classes), tf.uint8),
+        )
+        ds = tf.data.Dataset.from_generator(
+            lambda: self.batches(steps, epoch, seed, shuffle), output_signature=spec
+        )
+        return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _positions(order: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    # In streaming mode batches are slices of ``order`` and idx are its values; windows are
+    # defined over the slice positions, found through the inverse permutation.
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+    return inverse[idx]
+
+
+def _contiguous_runs(sorted_positions: np.ndarray) -> list[np.ndarray]:
+    breaks = np.nonzero(np.diff(sorted_positions) != 1)[0] + 1
+    return np.split(sorted_positions, breaks)
+
+
+def _shard_files(data_dir: Path, manifest: dict, split: str) -> list[ShardFile]:
+    files, start = [], 0
+    for entry in split_shards(manifest, split):
+        files.append(ShardFile(data_dir / entry["file"], start, int(entry["count"])))
+        start += int(entry["count"])
+    if start == 0:
+        raise ShardError(f"{data_dir}: the {split} split is empty")
+    return files
+
+
+def band_stats(manifest: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per-band mean and std from the manifest (train split), else the v1 fallback."""
+    mean, std = manifest.get("band_mean"), manifest.get("band_std")
+    if mean is None or std is None:
+        mean = [C.FALLBACK_BAND_MEAN[b] for b in C.BANDS]
+        std = [C.FALLBACK_BAND_STD[b] for b in C.BANDS]
+    std = np.maximum(np.asarray(std, dtype=np.float32), 1.0)  # constant bands: no division by 0
+    return np.asarray(mean, dtype=np.float32), std

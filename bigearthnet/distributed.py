@@ -1,0 +1,202 @@
+"""Every Horovod call of the project, in one place.
+
+Training is data-parallel: each rank holds a full model replica, reads its own part of
+the data, and gradients are averaged with an allreduce before every optimizer step, so
+all replicas stay identical. The rest of the code asks this module for the rank, the
+world size and the few collectives it needs (sum counts, gather scores, broadcast state)
+and never imports Horovod itself.
+
+Launchers: ``horovodrun -np N [--gloo]``, ``mpirun``, or Slurm's ``srun --mpi=pmix`` with
+an MPI-built Horovod. A Gloo-only build started by plain ``srun`` runs every task as an
+independent world of size 1 - silently training N separate models. :func:`init`
+compares ``hvd.size()`` with the task count the launcher announced and stops loudly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import horovod.tensorflow as hvd
+import numpy as np
+import tensorflow as tf
+
+log = logging.getLogger("bigearthnet")
+
+
+class DistributedError(RuntimeError):
+    """The processes do not form the world the launcher asked for."""
+
+
+def init(
+    threads: int | None = None,
+    fusion_threshold_mb: float | None = None,
+    cycle_time_ms: float | None = None,
+    timeline: str | None = None,
+    elastic: bool = False,
+) -> None:
+    """Start Horovod, check the world size, pin this rank's GPU, set CPU threads, logging."""
+    # Horovod: tuning knobs are read from the environment by hvd.init(), so set them first.
+    if fusion_threshold_mb is not None:
+        os.environ["HOROVOD_FUSION_THRESHOLD"] = str(int(fusion_threshold_mb * 1024 * 1024))
+    if cycle_time_ms is not None:
+        os.environ["HOROVOD_CYCLE_TIME"] = str(cycle_time_ms)
+    if timeline:
+        os.environ["HOROVOD_TIMELINE"] = str(timeline)  # Horovod: written by rank 0
+    # TensorFlow: thread pools must be sized before the runtime starts.
+    if threads:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(min(2, threads))
+    # Horovod: join the other processes (MPI or Gloo, whichever launched us).
+    hvd.init()
+    setup_logging()
+    if not elastic:
+        check_world_size()
+    pin_gpu()
+
+
+def check_world_size(environ=os.environ) -> None:
+    """Raise DistributedError when the launcher started more tasks than Horovod sees."""
+    expected, source = launcher_size(environ)
+    if expected is not None and expected != hvd.size():
+        raise DistributedError(
+            f"{source}={expected} but Horovod sees {hvd.size()} process(es): this Horovod "
+            f"build ({controllers()}) was not wired to the launcher; use an MPI build with "
+            "`srun --mpi=pmix`, or `horovodrun --gloo`"
+        )
+
+
+def launcher_size(environ=os.environ) -> tuple[int | None, str]:
+    """The number of tasks the launcher says it started, and the variable that says so."""
+    for var in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"):
+        value = environ.get(var)
+        if value and value.isdigit():
+            if var == "SLURM_STEP_NUM_TASKS" and "SLURM_STEP_ID" not in environ:
+                continue  # a batch script, not an srun step
+            return int(value), var
+    return None, ""
+
+
+def controllers() -> str:
+    built = [name for name, ok in (("MPI", hvd.mpi_built()), ("Gloo", hvd.gloo_built())) if ok]
+    return "+".join(built) or "no controller"
+
+
+def pin_gpu() -> None:
+    # Horovod: one GPU per process, chosen by local rank; memory growth so that TF does not
+    # grab the whole card at start-up (and so several test ranks can share one).
+    gpus = tf.config.list_physical_devices("GPU")
+    for gpu in gpus:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    if gpus:
+        tf.config.set_visible_devices(gpus[hvd.local_rank() % len(gpus)], "GPU")
+
+
+def rank() -> int:
+    return hvd.rank()
+
+
+def size() -> int:
+    return hvd.size()
+
+
+def local_rank() -> int:
+    return hvd.local_rank()
+
+
+def is_root() -> bool:
+    return hvd.rank() == 0
+
+
+def scaled_lr(base_lr: float) -> float:
+    # Horovod: the global batch grows with the ranks, so does the LR (Goyal et al. 2017).
+    return base_lr * hvd.size()
+
+
+def compression(fp16: bool):
+    # Horovod: halve the bytes on the wire; gradients are cast back after the exchange.
+    return hvd.Compression.fp16 if fp16 else hvd.Compression.none
+
+
+def allreduce_gradients(grads: list, fp16: bool = False) -> list:
+    """Average gradients over ranks (inside a tf.function). Same math as
+    hvd.DistributedOptimizer: one grouped allreduce, fused into few messages."""
+    # Horovod: grouped allreduce negotiates all gradient tensors together, so they are
+    # fused into buffers of HOROVOD_FUSION_THRESHOLD bytes instead of one message each.
+    return hvd.grouped_allreduce(grads, op=hvd.Average, compression=compression(fp16))
+
+
+def allreduce_mean(value: tf.Tensor, name: str) -> tf.Tensor:
+    # Horovod: average a logged value (loss) so every rank sees, and acts on, the same number.
+    return hvd.allreduce(value, op=hvd.Average, name=name)
+
+
+def broadcast_variables(variables) -> None:
+    # Horovod: start every replica from rank 0's weights and optimizer state (random init
+    # or a restored checkpoint), otherwise the replicas drift apart from step one.
+    hvd.broadcast_variables(variables, root_rank=0)
+
+
+def broadcast_object(obj, name: str):
+    # Horovod: rank 0 decides (resume epoch, run metadata); the others follow.
+    return hvd.broadcast_object(obj, root_rank=0, name=name)
+
+
+def allreduce_sum(array: np.ndarray, name: str) -> np.ndarray:
+    """Element-wise sum over ranks of a numpy array (counts: TP/FP/FN, loss sums)."""
+    # Horovod: metrics over all ranks come from summed counts, never averaged ratios.
+    tensor = tf.convert_to_tensor(np.asarray(array, dtype=np.float64))
+    return hvd.allreduce(tensor, op=hvd.Sum, name=name).numpy()
+
+
+def allgather(array: np.ndarray, name: str) -> np.ndarray:
+    """Concatenate every rank's rows in rank order (rows may differ between ranks)."""
+    # Horovod: evaluation gathers scores to compute threshold-free metrics (mAP).
+    return hvd.allgather(tf.convert_to_tensor(array), name=name).numpy()
+
+
+def barrier() -> None:
+    # Horovod: a tiny allreduce makes every rank wait for the slowest (e.g. before timing).
+    hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name="barrier")
+
+
+def shutdown() -> None:
+    hvd.shutdown()
+
+
+class _RankFilter(logging.Filter):
+    """Adds the ``[rank r/n]`` prefix; read at emit time so it follows elastic resizes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            record.rank_prefix = f"[rank {hvd.rank()}/{hvd.size()}]"
+        except ValueError:  # Horovod not initialised (yet, or any more)
+            record.rank_prefix = "[rank -/-]"
+        return True
+
+
+def setup_logging(level: int = logging.INFO) -> None:
+    """Log lines '<time> [rank r/n] message' on stderr, once per process."""
+    if any(isinstance(f, _RankFilter) for h in log.handlers for f in h.filters):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_RankFilter())
+    handler.setFormatter(logging.Formatter("%(asctime)s %(rank_prefix)s %(message)s", "%H:%M:%S"))
+    log.addHandler(handler)
+    log.setLevel(level)
+    log.propagate = False
+
+
+def raise_if_any_failed(error: Exception | None, what: str) -> None:
+    """Collective: every rank raises if any rank hit ``error`` while doing ``what``.
+
+    Set-up failures are often local (one rank's shard is corrupt); without agreeing,
+    the healthy ranks would wait forever in the next collective.
+    """
+    # Horovod: a one-number allreduce tells every rank whether some rank failed.
+    failed = allreduce_sum(np.array([0.0 if error is None else 1.0]), name=f"failed_{what}")[0]
+    if error is not None:
+        raise error
+    if failed:
+        raise DistributedError(f"{int(failed)} other rank(s) failed while {what}; see their log")

@@ -1,0 +1,463 @@
+"""The data-parallel training loop: one replica per rank, gradients averaged every step.
+
+Per step: the batch (uint16 from the rank's pipeline) is converted, normalised and
+augmented on the device, the replica computes its gradients, one grouped allreduce
+averages them over all ranks, and every replica applies the same update. The loss is
+averaged the same way, so all ranks take the same decisions (a non-finite loss stops
+every rank at the same step; no rank is left waiting in a collective).
+
+Per epoch: validation over all ranks from summed TP/FP/FN counts, then rank 0 writes
+the latest checkpoint (and the best by validation micro-F1), ``history.csv``,
+TensorBoard scalars and ``efficiency.json``. A run directory with checkpoints resumes:
+model, optimizer (so the LR schedule position), epoch and history all continue.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+import models
+from bigearthnet import checkpoints, distributed
+from bigearthnet import metrics as M
+from bigearthnet.augment import mixup, random_dihedral
+from bigearthnet.config import ConfigError, TrainConfig, save_yaml
+from bigearthnet.data import RankData, band_stats, steps_per_epoch
+from bigearthnet.schedules import LRSchedule, WarmupSchedule
+from bigearthnet.shards import IMAGE_SHAPE, ShardError, read_manifest
+from bigearthnet.util import atomic_write_json, atomic_write_text
+
+log = distributed.log
+HISTORY_FIELDS = (
+    "epoch", "lr", "loss", "val_loss", "val_micro_f1", "val_macro_f1",
+    "samples_per_s", "data_wait_fraction", "seconds", "world_size",
+)  # fmt: skip
+COMPATIBLE_KEYS = ("model", "labels")  # a run dir cannot switch these and resume
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (non-finite loss); the last good checkpoint is kept."""
+
+
+@dataclass
+class EpochTimes:
+    """Wall-clock split of one epoch on this rank (seconds)."""
+
+    wait: float = 0.0  # waiting for the next batch from the input pipeline
+    step: float = 0.0  # forward, backward, allreduce and update
+    samples: int = 0
+
+
+class Trainer:
+    """Builds the replica, its data and optimizer; runs epochs; saves on rank 0."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        self.run_dir = Path(cfg.run_dir)
+        self.manifest = read_manifest(cfg.data)
+        rank, size = distributed.rank(), distributed.size()
+        error = None
+        try:
+            self.train_data, self.val_data = (
+                RankData(
+                    cfg.data,
+                    self.manifest,
+                    split,
+                    cfg.labels,
+                    rank,
+                    size,
+                    cfg.cache,
+                    cfg.verify_data,
+                )
+                for split in ("train", "val")
+            )
+        except (ShardError, OSError) as err:
+            error = err
+        distributed.raise_if_any_failed(error, "loading data")
+        self.steps = steps_per_epoch(self.train_data.total, size, cfg.batch_size)
+        if cfg.max_steps_per_epoch:
+            self.steps = min(self.steps, cfg.max_steps_per_epoch)
+        if len(self.train_data) < self.steps:
+            raise ConfigError(
+                f"rank {rank} holds {len(self.train_data)} training samples but an epoch has "
+                f"{self.steps} steps; use a larger --batch-size or fewer ranks"
+            )
+        self.num_classes = cfg.labels
+        self.mean, self.std = (tf.constant(v) for v in band_stats(self.manifest))
+        self._build()
+
+    # ------------------------------------------------------------------ set-up
+
+    def _build(self) -> None:
+        cfg = self.cfg
+        if cfg.amp:
+            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        tf.keras.utils.set_random_seed(cfg.seed)
+        self.model = models.get_model(
+            cfg.model, IMAGE_SHAPE, self.num_classes, weight_decay=cfg.weight_decay
+        )
+        self.schedule = LRSchedule(
+            base_lr=cfg.lr,
+            world_size=distributed.size(),
+            steps_per_epoch=math.ceil(self.steps / cfg.backward_passes_per_step),
+            total_epochs=cfg.epochs,
+            warmup_epochs=cfg.warmup_epochs,
+            kind=cfg.schedule,
+            min_lr=cfg.min_lr,
+            step_epochs=tuple(cfg.step_epochs) if cfg.step_epochs else None,
+            gamma=cfg.gamma,
+        )
+        self.optimizer = _make_optimizer(cfg, WarmupSchedule(self.schedule))
+        self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.accum = (
+            [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.model.trainable_variables]
+            if cfg.backward_passes_per_step > 1
+            else []
+        )
+        self._create_optimizer_state()
+        self._compile_steps()
+        log.info(
+            "model %s: %s parameters; %d classes; optimizer %s; peak LR %.4g",
+            cfg.model,
+            f"{models.count_parameters(self.model):,}",
+            self.num_classes,
+            cfg.optimizer,
+            self.schedule.peak_lr,
+        )
+
+    def _create_optimizer_state(self) -> None:
+        """Create the optimizer's slots now (a zero update), so they can be restored and
+        broadcast before the first real step; then reset the step counter."""
+        variables = self.model.trainable_variables
+        self.optimizer.apply_gradients(zip([tf.zeros_like(v) for v in variables], variables))
+        self.optimizer.iterations.assign(0)
+
+    def _compile_steps(self) -> None:
+        cfg = self.cfg
+        grad_fn = tf.function(self._gradients, jit_compile=cfg.xla or None, reduce_retracing=True)
+        self._grad_fn = grad_fn
+        self.train_step = tf.function(self._train_step, reduce_retracing=True)
+        self.accumulate_step = tf.function(self._accumulate_step, reduce_retracing=True)
+        self.eval_step = tf.function(self._eval_step, reduce_retracing=True)
+
+    # ------------------------------------------------------------------ steps
+
+    def prepare(self, images, labels, seed, training: bool):
+        """uint16 batch -> normalised float32 (augmented when training), float labels."""
+        x = tf.cast(images, tf.float32)
+        y = tf.cast(labels, tf.float32)
+        if training and self.cfg.augment:
+            x = random_dihedral(x, seed)
+        x = (x - self.mean) / self.std
+        if training and self.cfg.mixup_alpha > 0:
+            x, y = mixup(x, y, self.cfg.mixup_alpha, seed + 1)
+        return x, y
+
+    def _gradients(self, images, labels, seed):
+        x, y = self.prepare(images, labels, seed, training=True)
+        with tf.GradientTape() as tape:
+            logits = self.model(x, training=True)
+            loss = _bce(y, logits)
+            total = loss + tf.add_n(self.model.losses) if self.model.losses else loss
+            if self.cfg.amp:
+                total = self.optimizer.get_scaled_loss(total)
+        grads = tape.gradient(total, self.model.trainable_variables)
+        if self.cfg.amp:
+            grads = self.optimizer.get_unscaled_gradients(grads)
+        return loss, grads
+
+    def _train_step(self, images, labels, seed):
+        loss, grads = self._grad_fn(images, labels, seed)
+        k = self.cfg.backward_passes_per_step
+        if k > 1:  # local aggregation: this batch plus the k-1 accumulated ones
+            grads = [(g + a) / k for g, a in zip(grads, self.accum)]
+        grads = distributed.allreduce_gradients(grads, self.cfg.fp16_allreduce)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        for a in self.accum:
+            a.assign(tf.zeros_like(a))
+        return distributed.allreduce_mean(loss, name="train_loss")
+
+    def _accumulate_step(self, images, labels, seed):
+        loss, grads = self._grad_fn(images, labels, seed)
+        for a, g in zip(self.accum, grads):
+            a.assign_add(g)
+        return distributed.allreduce_mean(loss, name="train_loss")
+
+    def _eval_step(self, images, labels, threshold):
+        x, y = self.prepare(images, labels, None, training=False)
+        logits = self.model(x, training=False)
+        loss_sum = tf.reduce_sum(
+            tf.reduce_mean(
+                tf.nn.sigmoid_cross_entropy_with_logits(y, tf.cast(logits, tf.float32)), axis=-1
+            )
+        )
+        return loss_sum, M.tf_class_counts(y, logits, threshold)
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self) -> dict:
+        """Train to ``cfg.epochs`` (resuming if possible); returns the last history row."""
+        start_epoch = self._resume_or_start()
+        history = self._load_history(start_epoch)
+        best = max((float(r["val_micro_f1"]) for r in history), default=-1.0)
+        row: dict = history[-1] if history else {}
+        for epoch in range(start_epoch, self.cfg.epochs):
+            started = time.perf_counter()
+            loss, times = self._train_epoch(epoch)
+            val = self.validate()
+            row = self._history_row(epoch, loss, val, times, time.perf_counter() - started)
+            history.append(row)
+            self.epoch_var.assign(epoch + 1)
+            if distributed.is_root():
+                best = self._save_epoch(epoch, row, history, best)
+            self._log_efficiency(epoch, times, time.perf_counter() - started)
+        return row
+
+    def _train_epoch(self, epoch: int) -> tuple[float, EpochTimes]:
+        cfg, k = self.cfg, self.cfg.backward_passes_per_step
+        dataset = self.train_data.dataset(self.steps, epoch, cfg.seed, shuffle=True)
+        batches = iter(dataset)
+        times, losses = EpochTimes(), []
+        bar = self._progress(epoch)
+        for step in range(self.steps):
+            t0 = time.perf_counter()
+            images, labels = next(batches)
+            t1 = time.perf_counter()
+            seed = tf.constant(
+                [cfg.seed * 1000 + distributed.rank(), epoch * self.steps + step], dtype=tf.int64
+            )
+            apply = (step + 1) % k == 0 or step == self.steps - 1
+            fn = self.train_step if apply or not self.accum else self.accumulate_step
+            loss = float(fn(images, labels, seed))  # float(): waits for the step to finish
+            times.wait += t1 - t0
+            times.step += time.perf_counter() - t1
+            times.samples += int(images.shape[0])
+            if not math.isfinite(loss):
+                raise TrainingError(
+                    f"non-finite loss {loss} at epoch {epoch + 1} step {step + 1}; "
+                    "stopping, the last good checkpoint is kept (lower --lr?)"
+                )
+            losses.append(loss)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        if bar is not None:
+            bar.close()
+        return float(np.mean(losses)), times
+
+    def validate(self, threshold: float | None = None) -> dict:
+        """Loss and micro/macro F1 on the validation split over all ranks (summed counts)."""
+        threshold = self.cfg.threshold if threshold is None else threshold
+        loss_sum, counts = 0.0, np.zeros((3, self.num_classes))
+        steps = math.ceil(len(self.val_data) / self.cfg.batch_size)
+        batches = self.val_data.batches(steps, 0, 0, shuffle=False) if steps else []
+        for images, labels in batches:
+            batch_loss, batch_counts = self.eval_step(images, labels, threshold)
+            loss_sum += float(batch_loss)
+            counts += batch_counts.numpy()
+        packed = np.concatenate([[loss_sum, len(self.val_data)], counts.ravel()])
+        total = distributed.allreduce_sum(packed, name="val_counts")
+        scores = M.f1_from_counts(total[2:].reshape(3, self.num_classes))
+        return {"loss": total[0] / max(total[1], 1), **scores}
+
+    # ------------------------------------------------------------------ state
+
+    def _resume_or_start(self) -> int:
+        """Rank 0 picks the checkpoint (if any); every rank ends with rank 0's state."""
+        record = None
+        if distributed.is_root():
+            record = self._prepare_run_dir()
+        record = distributed.broadcast_object(record, name="resume_record")
+        trackables = self.trackables()
+        if record is not None and distributed.is_root():
+            checkpoints.restore(self.run_dir, "latest", trackables)
+        distributed.broadcast_variables(
+            self.model.variables + _optimizer_variables(self.optimizer) + [self.epoch_var]
+        )
+        start = int(self.epoch_var.numpy())
+        if record is not None:
+            log.info("resumed from %s at epoch %d of %d", record["folder"], start, self.cfg.epochs)
+        return start
+
+    def _prepare_run_dir(self) -> dict | None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not self.cfg.resume:
+            checkpoints.clear(self.run_dir)
+            for name in ("history.csv", "efficiency.json"):
+                (self.run_dir / name).unlink(missing_ok=True)
+        record = checkpoints.read_pointer(self.run_dir, "latest") if self.cfg.resume else None
+        if record is not None:
+            _check_compatible(record, self.cfg, self.run_dir)
+        save_yaml(self.cfg, self.run_dir / "config.yaml")
+        return record
+
+    def trackables(self) -> dict:
+        return {"model": self.model, "optimizer": self.optimizer, "epoch": self.epoch_var}
+
+    def _save_epoch(self, epoch: int, row: dict, history: list[dict], best: float) -> float:
+        meta = {
+            "epoch": epoch + 1,
+            "model": self.cfg.model,
+            "num_classes": self.num_classes,
+            "input_shape": list(IMAGE_SHAPE),
+            "val_micro_f1": row["val_micro_f1"],
+            "val_macro_f1": row["val_macro_f1"],
+        }
+        checkpoints.save(self.run_dir, "latest", self.trackables(), meta)
+        if row["val_micro_f1"] > best:
+            best = row["val_micro_f1"]
+            checkpoints.save(self.run_dir, "best", self.trackables(), meta)
+        _write_history(self.run_dir / "history.csv", history)
+        self._tensorboard(epoch, row)
+        log.info(
+            "epoch %d/%d: loss %.4f val_loss %.4f val micro-F1 %.4f macro-F1 %.4f, "
+            "%.0f samples/s, data wait %.1f%%, %.1f s",
+            epoch + 1,
+            self.cfg.epochs,
+            row["loss"],
+            row["val_loss"],
+            row["val_micro_f1"],
+            row["val_macro_f1"],
+            row["samples_per_s"],
+            100 * row["data_wait_fraction"],
+            row["seconds"],
+        )
+        return best
+
+    def _load_history(self, start_epoch: int) -> list[dict]:
+        path = self.run_dir / "history.csv"
+        if start_epoch == 0 or not path.is_file():
+            return []
+        rows = list(csv.DictReader(path.open(encoding="utf-8")))
+        return [r for r in rows if int(r["epoch"]) <= start_epoch]
+
+    def _history_row(self, epoch, loss, val, times: EpochTimes, seconds: float) -> dict:
+        total_samples = distributed.allreduce_sum(np.array([times.samples]), "samples")[0]
+        return {
+            "epoch": epoch + 1,
+            "lr": self.schedule.lr_at_epoch(epoch + 1),
+            "loss": loss,
+            "val_loss": val["loss"],
+            "val_micro_f1": val["micro_f1"],
+            "val_macro_f1": val["macro_f1"],
+            "samples_per_s": total_samples / max(times.wait + times.step, 1e-9),
+            "data_wait_fraction": times.wait / max(times.wait + times.step, 1e-9),
+            "seconds": seconds,
+            "world_size": distributed.size(),
+        }
+
+    def _tensorboard(self, epoch: int, row: dict) -> None:
+        if not hasattr(self, "_writer"):
+            self._writer = tf.summary.create_file_writer(str(self.run_dir / "tensorboard"))
+        with self._writer.as_default():
+            for key in HISTORY_FIELDS[1:-1]:
+                tf.summary.scalar(key, float(row[key]), step=epoch + 1)
+        self._writer.flush()
+
+    def _log_efficiency(self, epoch: int, times: EpochTimes, seconds: float) -> None:
+        """Per-rank time split gathered to rank 0 -> RUN/efficiency.json (POP metrics)."""
+        mine = np.array([[times.step, times.wait, times.samples, seconds]])
+        table = distributed.allgather(mine, name="efficiency")
+        if distributed.is_root():
+            report = efficiency_report(table, epoch + 1)
+            atomic_write_json(self.run_dir / "efficiency.json", report)
+
+    def _progress(self, epoch: int):
+        if not (self.cfg.progress and distributed.is_root()):
+            return None
+        from tqdm import tqdm
+
+        return tqdm(
+            total=self.steps,
+            desc=f"epoch {epoch + 1}/{self.cfg.epochs}",
+            unit="step",
+            dynamic_ncols=True,
+            leave=False,
+        )
+
+
+def efficiency_report(table: np.ndarray, epoch: int) -> dict:
+    """POP-style efficiencies from per-rank (step_s, wait_s, samples, epoch_s) rows.
+
+    Useful time is the time in training steps; load balance = mean/max useful time;
+    the data-wait efficiency = useful / (useful + wait) of the slowest rank.
+    """
+    step, wait, samples, wall = table[:, 0], table[:, 1], table[:, 2], table[:, 3]
+    load_balance = float(step.mean() / step.max()) if step.max() > 0 else 1.0
+    busy = step + wait
+    input_efficiency = float(step.max() / busy.max()) if busy.max() > 0 else 1.0
+    return {
+        "epoch": epoch,
+        "world_size": int(len(table)),
+        "per_rank": [
+            {
+                "rank": r,
+                "step_s": float(step[r]),
+                "data_wait_s": float(wait[r]),
+                "samples": int(samples[r]),
+                "samples_per_s": float(samples[r] / busy[r]) if busy[r] > 0 else 0.0,
+            }
+            for r in range(len(table))
+        ],
+        "load_balance": load_balance,
+        "input_efficiency": input_efficiency,
+        "parallel_efficiency": load_balance * input_efficiency,
+        "data_wait_fraction": float(wait.sum() / busy.sum()) if busy.sum() > 0 else 0.0,
+        "samples_per_s_total": float(samples.sum() / busy.max()) if busy.max() > 0 else 0.0,
+        "epoch_seconds_max": float(wall.max()),
+    }
+
+
+def _bce(labels, logits):
+    # Multi-label: an independent sigmoid per class, computed in float32 even under AMP.
+    return tf.reduce_mean(
+        tf.nn.sigmoid_cross_entropy_with_logits(labels, tf.cast(logits, tf.float32))
+    )
+
+
+def _make_optimizer(cfg: TrainConfig, lr):
+    # Legacy Keras optimizers: Horovod 0.28's Keras integration and its examples target them.
+    if cfg.optimizer == "sgd":
+        opt = tf.keras.optimizers.legacy.SGD(learning_rate=lr, momentum=cfg.momentum)
+    else:
+        opt = tf.keras.optimizers.legacy.Adam(learning_rate=lr)
+    if cfg.amp:
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
+    return opt
+
+
+def _optimizer_variables(optimizer) -> list:
+    variables = optimizer.variables
+    return list(variables() if callable(variables) else variables)
+
+
+def _check_compatible(record: dict, cfg: TrainConfig, run_dir: Path) -> None:
+    saved = {"model": record.get("model"), "labels": record.get("num_classes")}
+    wanted = {"model": cfg.model, "labels": cfg.labels}
+    for key in COMPATIBLE_KEYS:
+        if saved[key] != wanted[key]:
+            raise ConfigError(
+                f"{run_dir}: holds a run with {key}={saved[key]}, not {wanted[key]}; "
+                "use another --run-dir, or --no-resume to start this one over"
+            )
+
+
+def _write_history(path: Path, rows: list[dict]) -> None:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=HISTORY_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: row[k] for k in HISTORY_FIELDS})
+    atomic_write_text(path, buf.getvalue())
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Train per ``cfg``; returns the final history row (on every rank)."""
+    return Trainer(cfg).run()
