@@ -9,7 +9,8 @@ One process per GPU (or per CPU socket), started by any Horovod launcher::
 Options: defaults in code (bigearthnet/config.py), then ``--config FILE.yaml``, then flags.
 The resolved options are saved as RUN/config.yaml; rerunning with the same --run-dir
 resumes from RUN/checkpoints. Exit codes: 0 done, 1 training failed (e.g. non-finite
-loss), 2 bad input or options (nothing trained).
+loss), 2 bad input or options (nothing trained), 3 stopped by SIGUSR1/SIGTERM after
+checkpointing mid-epoch (a batch script requeues; the rerun continues at that step).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from bigearthnet.config import (
     default_threads,
     resolve,
 )
+
+EXIT_REQUEUE = 3  # stopped by SIGUSR1/SIGTERM after checkpointing: resubmit to continue
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     except training.TrainingError as err:
         distributed.log.error("training stopped: %s", err)
         return 1
+    except training.RequeueRequested as err:
+        distributed.log.warning("%s (exit %d: requeue me)", err, EXIT_REQUEUE)
+        return EXIT_REQUEUE
     return 0
 
 

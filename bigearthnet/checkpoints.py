@@ -52,6 +52,8 @@ def save(run_dir: str | Path, tag: str, trackables: dict, meta: dict) -> Path:
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     folder = f"{tag}-e{int(meta['epoch']):04d}"
+    if meta.get("step"):
+        folder += f"-s{int(meta['step']):06d}"  # mid-epoch (a requeue): a distinct folder
     tmp = root / f".{folder}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tf.train.Checkpoint(**trackables).write(str(tmp / "ckpt"))

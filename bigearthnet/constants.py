@@ -172,13 +172,13 @@ def labels43_to_19(labels43: np.ndarray) -> np.ndarray:
 def multi_hot(names: list[str] | tuple[str, ...], classes: tuple[str, ...]) -> np.ndarray:
     """Multi-hot uint8 vector over ``classes`` for the given class names.
 
-    Raises KeyError naming the first unknown class.
+    Raises KeyError whose single argument is the first unknown class name.
     """
     index = _class_index(classes)
     vec = np.zeros(len(classes), dtype=np.uint8)
     for name in names:
         if name not in index:
-            raise KeyError(f"unknown class name {name!r}")
+            raise KeyError(name)  # the caller words the message; args[0] is the name
         vec[index[name]] = 1
     return vec
 

@@ -140,31 +140,35 @@ class RankData:
 
     # ------------------------------------------------------------------ batches
 
-    def batches(self, steps: int, epoch: int, seed: int, shuffle: bool) -> Iterator:
-        """Yield ``steps`` (images uint16, labels uint8) batches covering the part once."""
+    def batches(
+        self, steps: int, epoch: int, seed: int, shuffle: bool, start_step: int = 0
+    ) -> Iterator:
+        """Yield (images uint16, labels uint8) for steps ``start_step..steps-1`` of an epoch;
+        all ``steps`` batches together cover the part exactly once."""
         if self._images is not None:
             order = epoch_order(len(self), seed, epoch, self.rank, shuffle)
-            for idx in split_batches(order, steps):
-                idx = np.sort(
-                    idx
-                )  # sorted gathers are cache-friendlier; order within a batch is free
+            for idx in split_batches(order, steps)[start_step:]:
+                idx = np.sort(idx)  # sorted gathers are cache-friendlier; batch order is free
                 yield self._images[idx], self._labels[idx]
         else:
-            yield from self._stream(steps, epoch, seed, shuffle)
+            yield from self._stream(steps, epoch, seed, shuffle, start_step)
 
-    def _stream(self, steps: int, epoch: int, seed: int, shuffle: bool) -> Iterator:
+    def _stream(self, steps: int, epoch: int, seed: int, shuffle: bool, start_step: int):
         order = self._stream_order(epoch, seed, shuffle)
+        bounds = np.cumsum([0] + [len(b) for b in split_batches(order, steps)])
         window_rows = WINDOW_BLOCKS * CHUNK_ROWS
-        cache: dict[int, np.ndarray] = {}
-        for idx in split_batches(order, steps):
-            windows = sorted({int(p) // window_rows for p in _positions(order, idx)})
-            for w in list(cache):
-                if w < windows[0]:
-                    del cache[w]
-            for w in windows:
-                if w not in cache:
-                    cache[w] = self._load_window(order[w * window_rows : (w + 1) * window_rows])
-            yield self._gather_from(cache, order, idx, window_rows), self._labels[idx]
+        loaded: dict[int, dict[int, np.ndarray]] = {}  # window -> {position: image}
+        for step in range(start_step, steps):
+            lo, hi = int(bounds[step]), int(bounds[step + 1])
+            first, last = lo // window_rows, (hi - 1) // window_rows
+            for w in [w for w in loaded if w < first]:
+                del loaded[w]  # batches move forward through the windows: free the old ones
+            for w in range(first, last + 1):
+                if w not in loaded:
+                    loaded[w] = self._load_window(order[w * window_rows : (w + 1) * window_rows])
+            idx = order[lo:hi]
+            rows = {p: img for w in range(first, last + 1) for p, img in loaded[w].items()}
+            yield np.stack([rows[int(p)] for p in idx]), self._labels[idx]
 
     def _stream_order(self, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
         positions = np.arange(len(self))
@@ -186,17 +190,9 @@ class RankData:
             rows.update(zip(run.tolist(), data))
         return rows
 
-    @staticmethod
-    def _gather_from(cache, order, idx, window_rows) -> np.ndarray:
-        out = np.empty((len(idx), *IMAGE_SHAPE), dtype=np.uint16)
-        lookup = {}
-        for rows in cache.values():
-            lookup.update(rows)
-        for i, p in enumerate(idx):
-            out[i] = lookup[int(p)]
-        return out
-
-    def dataset(self, steps: int, epoch: int, seed: int, shuffle: bool) -> tf.data.Dataset:
+    def dataset(
+        self, steps: int, epoch: int, seed: int, shuffle: bool, start_step: int = 0
+    ) -> tf.data.Dataset:
         """The batches as a prefetching tf.data pipeline (reading overlaps the step)."""
         num_classes = self._labels.shape[1]
         spec = (
@@ -204,17 +200,9 @@ class RankData:
             tf.TensorSpec((None, num_classes), tf.uint8),
         )
         ds = tf.data.Dataset.from_generator(
-            lambda: self.batches(steps, epoch, seed, shuffle), output_signature=spec
+            lambda: self.batches(steps, epoch, seed, shuffle, start_step), output_signature=spec
         )
         return ds.prefetch(tf.data.AUTOTUNE)
-
-
-def _positions(order: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    # In streaming mode batches are slices of ``order`` and idx are its values; windows are
-    # defined over the slice positions, found through the inverse permutation.
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(len(order))
-    return inverse[idx]
 
 
 def _contiguous_runs(sorted_positions: np.ndarray) -> list[np.ndarray]:
@@ -240,3 +228,8 @@ def band_stats(manifest: dict) -> tuple[np.ndarray, np.ndarray]:
         std = [C.FALLBACK_BAND_STD[b] for b in C.BANDS]
     std = np.maximum(np.asarray(std, dtype=np.float32), 1.0)  # constant bands: no division by 0
     return np.asarray(mean, dtype=np.float32), std
+
+
+def normalize(images: tf.Tensor, mean: tf.Tensor, std: tf.Tensor) -> tf.Tensor:
+    """uint16 reflectances -> float32 standardised per band (training and inference alike)."""
+    return (tf.cast(images, tf.float32) - mean) / std

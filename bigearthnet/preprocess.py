@@ -130,9 +130,10 @@ def make_plan(opts: Options) -> Plan:
         excluded_reasons += [
             (r.name, "excluded: snow/cloud/shadow table") for r in listing.snow_cloud
         ]
+    in_archive = {r.name for r in refs}
     refs, dropped = _apply_exclusions(refs, opts.exclude)
     excluded_reasons += dropped
-    assignment, source, absent = _assign_splits(refs, opts)
+    assignment, source, absent = _assign_splits(refs, opts, in_archive)
     not_written += absent
     kept = [r for r in refs if r.name in assignment]
     excluded_reasons += [
@@ -163,17 +164,17 @@ def _apply_exclusions(refs: list[PatchRef], lists: list[Path]):
     return kept, [(r.name, banned[r.name]) for r in refs if r.name in banned]
 
 
-def _assign_splits(refs: list[PatchRef], opts: Options):
+def _assign_splits(refs: list[PatchRef], opts: Options, in_archive: set[str]):
     """name -> split, a description of the source, and split-file names absent on disk."""
     if opts.splits_dir is not None:
         listed = S.read_splits_dir(opts.splits_dir)
-        on_disk = {r.name for r in refs}
         absent = [
             (name, f"listed in {split}.csv but not in the archive")
             for name, split in sorted(listed.items())
-            if name not in on_disk
+            if name not in in_archive
         ]
-        return {n: s for n, s in listed.items() if n in on_disk}, "split files", absent
+        kept = {r.name for r in refs}
+        return {n: s for n, s in listed.items() if n in kept}, "split files", absent
     if opts.split_ratios is None and all(r.split for r in refs):
         return {r.name: r.split for r in refs}, "v2 metadata split column", []
     ratios = opts.split_ratios or S.DEFAULT_RATIOS
@@ -303,6 +304,7 @@ def run(opts: Options, argv: list[str] | None = None) -> int:
     _check_plan_id(opts.out, plan.plan_id)
     mine = [s for i, s in enumerate(plan.shards) if i % opts.num_tasks == opts.task_index]
     todo = [s for s in mine if not _part_path(opts.out, s).is_file()]
+    _remove_stale_temps(opts.out, todo)
     if not opts.join:
         _log(
             opts,
@@ -365,6 +367,14 @@ def _check_plan_id(out: Path, plan_id: str) -> None:
             )
     else:
         atomic_write_json(path, {"plan_id": plan_id})
+
+
+def _remove_stale_temps(out: Path, shards: list[ShardPlan]) -> None:
+    """Temp files of a killed run, for shards this task is about to redo (never another
+    task's: shards have exactly one owner)."""
+    for shard in shards:
+        for tmp in out.glob(f".{shard.file}.tmp-*"):
+            tmp.unlink(missing_ok=True)
 
 
 def _part_path(out: Path, shard: ShardPlan) -> Path:

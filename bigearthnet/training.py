@@ -14,9 +14,12 @@ model, optimizer (so the LR schedule position), epoch and history all continue.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +32,7 @@ from bigearthnet import checkpoints, distributed
 from bigearthnet import metrics as M
 from bigearthnet.augment import mixup, random_dihedral
 from bigearthnet.config import ConfigError, TrainConfig, save_yaml
-from bigearthnet.data import RankData, band_stats, steps_per_epoch
+from bigearthnet.data import RankData, band_stats, normalize, steps_per_epoch
 from bigearthnet.schedules import LRSchedule, WarmupSchedule
 from bigearthnet.shards import IMAGE_SHAPE, ShardError, read_manifest
 from bigearthnet.util import atomic_write_json, atomic_write_text
@@ -44,6 +47,14 @@ COMPATIBLE_KEYS = ("model", "labels")  # a run dir cannot switch these and resum
 
 class TrainingError(RuntimeError):
     """Training cannot go on (non-finite loss); the last good checkpoint is kept."""
+
+
+class RequeueRequested(RuntimeError):
+    """SIGUSR1/SIGTERM arrived: every rank stopped at the same step, rank 0 checkpointed.
+
+    train.py exits with EXIT_REQUEUE so a batch script can requeue the job; the next
+    run resumes at the saved step of the saved epoch.
+    """
 
 
 @dataclass
@@ -116,6 +127,8 @@ class Trainer:
         )
         self.optimizer = _make_optimizer(cfg, WarmupSchedule(self.schedule))
         self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        self.step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self._stop_requested = 0.0
         self.accum = (
             [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.model.trainable_variables]
             if cfg.backward_passes_per_step > 1
@@ -151,11 +164,10 @@ class Trainer:
 
     def prepare(self, images, labels, seed, training: bool):
         """uint16 batch -> normalised float32 (augmented when training), float labels."""
-        x = tf.cast(images, tf.float32)
+        x = normalize(images, self.mean, self.std)
         y = tf.cast(labels, tf.float32)
         if training and self.cfg.augment:
-            x = random_dihedral(x, seed)
-        x = (x - self.mean) / self.std
+            x = random_dihedral(x, seed)  # commutes with the per-band normalisation
         if training and self.cfg.mixup_alpha > 0:
             x, y = mixup(x, y, self.cfg.mixup_alpha, seed + 1)
         return x, y
@@ -173,7 +185,7 @@ class Trainer:
             grads = self.optimizer.get_unscaled_gradients(grads)
         return loss, grads
 
-    def _train_step(self, images, labels, seed):
+    def _train_step(self, images, labels, seed, stop):
         loss, grads = self._grad_fn(images, labels, seed)
         k = self.cfg.backward_passes_per_step
         if k > 1:  # local aggregation: this batch plus the k-1 accumulated ones
@@ -182,13 +194,14 @@ class Trainer:
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         for a in self.accum:
             a.assign(tf.zeros_like(a))
-        return distributed.allreduce_mean(loss, name="train_loss")
+        # One small allreduce carries the loss and the stop flag: all ranks decide alike.
+        return distributed.allreduce_mean(tf.stack([loss, stop]), name="loss_and_stop")
 
-    def _accumulate_step(self, images, labels, seed):
+    def _accumulate_step(self, images, labels, seed, stop):
         loss, grads = self._grad_fn(images, labels, seed)
         for a, g in zip(self.accum, grads):
             a.assign_add(g)
-        return distributed.allreduce_mean(loss, name="train_loss")
+        return distributed.allreduce_mean(tf.stack([loss, stop]), name="loss_and_stop")
 
     def _eval_step(self, images, labels, threshold):
         x, y = self.prepare(images, labels, None, training=False)
@@ -204,29 +217,45 @@ class Trainer:
 
     def run(self) -> dict:
         """Train to ``cfg.epochs`` (resuming if possible); returns the last history row."""
-        start_epoch = self._resume_or_start()
+        start_epoch, start_step = self._resume_or_start()
         history = self._load_history(start_epoch)
         best = max((float(r["val_micro_f1"]) for r in history), default=-1.0)
         row: dict = history[-1] if history else {}
-        for epoch in range(start_epoch, self.cfg.epochs):
-            started = time.perf_counter()
-            loss, times = self._train_epoch(epoch)
-            val = self.validate()
-            row = self._history_row(epoch, loss, val, times, time.perf_counter() - started)
-            history.append(row)
-            self.epoch_var.assign(epoch + 1)
-            if distributed.is_root():
-                best = self._save_epoch(epoch, row, history, best)
-            self._log_efficiency(epoch, times, time.perf_counter() - started)
+        with _stop_signals(self._request_stop):
+            for epoch in range(start_epoch, self.cfg.epochs):
+                started = time.perf_counter()
+                loss, times = self._train_epoch(epoch, start_step if epoch == start_epoch else 0)
+                val = self.validate()
+                row = self._history_row(epoch, loss, val, times, time.perf_counter() - started)
+                history.append(row)
+                self.epoch_var.assign(epoch + 1)
+                self.step_var.assign(0)
+                if distributed.is_root():
+                    best = self._save_epoch(epoch, row, history, best)
+                self._log_efficiency(epoch, times, time.perf_counter() - started)
         return row
 
-    def _train_epoch(self, epoch: int) -> tuple[float, EpochTimes]:
+    def _request_stop(self, signum, _frame) -> None:
+        log.warning("signal %d: stopping at the next step to checkpoint and requeue", signum)
+        self._stop_requested = 1.0
+
+    def _stop_at(self, epoch: int, steps_done: int) -> None:
+        """Every rank agreed to stop after ``steps_done`` steps of ``epoch``: save, raise."""
+        self.step_var.assign(steps_done)
+        if distributed.is_root():
+            meta = self._meta(epoch, steps_done)
+            checkpoints.save(self.run_dir, "latest", self.trackables(), meta)
+            log.info("checkpointed epoch %d step %d/%d", epoch + 1, steps_done, self.steps)
+        distributed.barrier()  # nobody exits before rank 0's checkpoint is on disk
+        raise RequeueRequested(f"stopped at epoch {epoch + 1} step {steps_done}; rerun resumes")
+
+    def _train_epoch(self, epoch: int, start_step: int = 0) -> tuple[float, EpochTimes]:
         cfg, k = self.cfg, self.cfg.backward_passes_per_step
-        dataset = self.train_data.dataset(self.steps, epoch, cfg.seed, shuffle=True)
+        dataset = self.train_data.dataset(self.steps, epoch, cfg.seed, True, start_step)
         batches = iter(dataset)
         times, losses = EpochTimes(), []
-        bar = self._progress(epoch)
-        for step in range(self.steps):
+        bar = self._progress(epoch, start_step)
+        for step in range(start_step, self.steps):
             t0 = time.perf_counter()
             images, labels = next(batches)
             t1 = time.perf_counter()
@@ -235,7 +264,8 @@ class Trainer:
             )
             apply = (step + 1) % k == 0 or step == self.steps - 1
             fn = self.train_step if apply or not self.accum else self.accumulate_step
-            loss = float(fn(images, labels, seed))  # float(): waits for the step to finish
+            stop = tf.constant(self._stop_requested if apply else 0.0)
+            loss, stop_votes = fn(images, labels, seed, stop).numpy()  # waits for the step
             times.wait += t1 - t0
             times.step += time.perf_counter() - t1
             times.samples += int(images.shape[0])
@@ -248,6 +278,10 @@ class Trainer:
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            if stop_votes > 0:
+                if bar is not None:
+                    bar.close()
+                self._stop_at(epoch, step + 1)
         if bar is not None:
             bar.close()
         return float(np.mean(losses)), times
@@ -269,7 +303,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ state
 
-    def _resume_or_start(self) -> int:
+    def _resume_or_start(self) -> tuple[int, int]:
         """Rank 0 picks the checkpoint (if any); every rank ends with rank 0's state."""
         record = None
         if distributed.is_root():
@@ -278,13 +312,30 @@ class Trainer:
         trackables = self.trackables()
         if record is not None and distributed.is_root():
             checkpoints.restore(self.run_dir, "latest", trackables)
+        state = [self.epoch_var, self.step_var]
         distributed.broadcast_variables(
-            self.model.variables + _optimizer_variables(self.optimizer) + [self.epoch_var]
+            self.model.variables + _optimizer_variables(self.optimizer) + state
         )
-        start = int(self.epoch_var.numpy())
+        start, step = int(self.epoch_var.numpy()), int(self.step_var.numpy())
+        if step and record.get("steps_per_epoch") != self.steps:
+            # Another world size or batch size: the saved position in the epoch means
+            # nothing in the new partition, so that epoch starts over.
+            log.warning(
+                "steps per epoch changed (%s -> %d): epoch %d starts over",
+                record.get("steps_per_epoch"),
+                self.steps,
+                start + 1,
+            )
+            step = 0
         if record is not None:
-            log.info("resumed from %s at epoch %d of %d", record["folder"], start, self.cfg.epochs)
-        return start
+            log.info(
+                "resumed from %s at epoch %d step %d (of %d epochs)",
+                record["folder"],
+                start,
+                step,
+                self.cfg.epochs,
+            )
+        return start, step
 
     def _prepare_run_dir(self) -> dict | None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -299,17 +350,30 @@ class Trainer:
         return record
 
     def trackables(self) -> dict:
-        return {"model": self.model, "optimizer": self.optimizer, "epoch": self.epoch_var}
+        return {
+            "model": self.model,
+            "optimizer": self.optimizer,
+            "epoch": self.epoch_var,
+            "step": self.step_var,
+        }
 
-    def _save_epoch(self, epoch: int, row: dict, history: list[dict], best: float) -> float:
+    def _meta(self, epochs_done: int, steps_done: int = 0, row: dict | None = None) -> dict:
+        """What the checkpoint pointer records besides the tensors."""
         meta = {
-            "epoch": epoch + 1,
+            "epoch": epochs_done,
+            "step": steps_done,
+            "steps_per_epoch": self.steps,
+            "world_size": distributed.size(),
             "model": self.cfg.model,
             "num_classes": self.num_classes,
             "input_shape": list(IMAGE_SHAPE),
-            "val_micro_f1": row["val_micro_f1"],
-            "val_macro_f1": row["val_macro_f1"],
         }
+        if row is not None:
+            meta.update(val_micro_f1=row["val_micro_f1"], val_macro_f1=row["val_macro_f1"])
+        return meta
+
+    def _save_epoch(self, epoch: int, row: dict, history: list[dict], best: float) -> float:
+        meta = self._meta(epoch + 1, 0, row)
         checkpoints.save(self.run_dir, "latest", self.trackables(), meta)
         if row["val_micro_f1"] > best:
             best = row["val_micro_f1"]
@@ -369,13 +433,14 @@ class Trainer:
             report = efficiency_report(table, epoch + 1)
             atomic_write_json(self.run_dir / "efficiency.json", report)
 
-    def _progress(self, epoch: int):
+    def _progress(self, epoch: int, start_step: int):
         if not (self.cfg.progress and distributed.is_root()):
             return None
         from tqdm import tqdm
 
         return tqdm(
             total=self.steps,
+            initial=start_step,
             desc=f"epoch {epoch + 1}/{self.cfg.epochs}",
             unit="step",
             dynamic_ncols=True,
@@ -413,6 +478,21 @@ def efficiency_report(table: np.ndarray, epoch: int) -> dict:
         "samples_per_s_total": float(samples.sum() / busy.max()) if busy.max() > 0 else 0.0,
         "epoch_seconds_max": float(wall.max()),
     }
+
+
+@contextlib.contextmanager
+def _stop_signals(handler):
+    """Route SIGUSR1 (Slurm's --signal warning) and SIGTERM (time limit, scancel) to
+    ``handler`` while training; the previous handlers come back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals can only be caught in the main thread
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGUSR1, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _bce(labels, logits):

@@ -1,0 +1,94 @@
+"""Shared fixtures: the real samples, small synthetic archives, their shards, a trained run.
+
+Everything expensive is session-scoped and built once by the project's own commands
+(``bigearthnet-synth``, ``bigearthnet-preprocess``, ``train.py``), in-process.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+
+def _shared_dir() -> Path:
+    return Path(os.environ.get("SHARED_DIR", REPO.parent / "shared")).resolve()
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    path = _shared_dir()
+    if not (path / "samples" / "bigearthnet-v1").is_dir():
+        pytest.fail(f"{path}/samples/bigearthnet-v1 missing: set SHARED_DIR to the shared folder")
+    return path
+
+
+@pytest.fixture(scope="session")
+def real_v1(shared_dir: Path) -> Path:
+    """The 11 real BigEarthNet v1 patches (read-only; copy before changing anything)."""
+    return shared_dir / "samples" / "bigearthnet-v1"
+
+
+@pytest.fixture(scope="session")
+def synth_v1(tmp_path_factory) -> Path:
+    """A learnable synthetic v1 archive of 240 patches."""
+    from bigearthnet.synthetic import generate_archive
+
+    out = tmp_path_factory.mktemp("synth") / "v1"
+    generate_archive(out, 240, layout="v1", seed=7)
+    return out
+
+
+@pytest.fixture(scope="session")
+def synth_v2(tmp_path_factory) -> Path:
+    """A synthetic v2 archive (tiles + metadata.parquet + snow/cloud table) of 60 patches."""
+    from bigearthnet.synthetic import generate_archive
+
+    out = tmp_path_factory.mktemp("synth") / "v2"
+    generate_archive(out, 60, layout="v2", seed=3)
+    return out
+
+
+def preprocess(archive: Path, out: Path, *extra: str) -> int:
+    from bigearthnet.preprocess import main
+
+    return main([str(archive), str(out), "--no-progress", *extra])
+
+
+@pytest.fixture(scope="session")
+def shards_v1(synth_v1: Path, tmp_path_factory) -> Path:
+    """``synth_v1`` preprocessed into shards of 32 patches (train 144, val 48, test 48)."""
+    out = tmp_path_factory.mktemp("shards") / "v1"
+    assert preprocess(synth_v1, out, "--shard-size", "32") == 0
+    return out
+
+
+TINY_RECIPE = ["--model", "tiny", "--optimizer", "adam", "--lr", "0.003", "--batch-size", "8",
+               "--warmup-epochs", "0", "--threads", "1", "--no-progress"]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def trained_run(shards_v1: Path, tmp_path_factory) -> Path:
+    """A tiny model trained 4 epochs on ``shards_v1`` (single process, no test evaluation)."""
+    import train
+
+    run = tmp_path_factory.mktemp("runs") / "tiny"
+    argv = ["--data", str(shards_v1), "--run-dir", str(run), "--epochs", "4", "--no-eval-test"]
+    assert train.main(argv + TINY_RECIPE) == 0
+    return run
+
+
+def horovodrun(np_: int, *argv: str, timeout: int = 600, env: dict | None = None):
+    """Run ``python argv...`` on ``np_`` local ranks through horovodrun (Gloo)."""
+    launcher = Path(sys.executable).with_name("horovodrun")  # installed by `make setup`
+    cmd = [str(launcher), "-np", str(np_), "-H", f"localhost:{np_}", "--gloo", sys.executable,
+           *argv]  # fmt: skip
+    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1", **(env or {})}
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=full_env)  # fmt: skip
