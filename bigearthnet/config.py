@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -90,8 +91,16 @@ class TrainConfig:
                 raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer")
         if self.lr <= 0:
             raise ConfigError("--lr must be positive")
-        if self.warmup_epochs < 0 or self.warmup_epochs > self.epochs:
-            raise ConfigError("--warmup-epochs must be between 0 and --epochs")
+        if self.warmup_epochs < 0:
+            raise ConfigError("--warmup-epochs must be >= 0")
+        if self.warmup_epochs > self.epochs:
+            # The default (5, the seed study's) outlasts short runs: warm up for all of it.
+            print(
+                f"note: --warmup-epochs {self.warmup_epochs} > --epochs {self.epochs}; "
+                f"warming up over all {self.epochs} epochs",
+                file=sys.stderr,
+            )
+            self.warmup_epochs = float(self.epochs)
         if not 0.0 < self.threshold < 1.0:
             raise ConfigError("--threshold must be inside (0, 1)")
         if self.mixup_alpha < 0:

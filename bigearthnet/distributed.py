@@ -200,3 +200,27 @@ def raise_if_any_failed(error: Exception | None, what: str) -> None:
         raise error
     if failed:
         raise DistributedError(f"{int(failed)} other rank(s) failed while {what}; see their log")
+
+
+def allgather_object(obj, name: str) -> list:
+    """Every rank's picklable ``obj`` (e.g. a list of patch names), as a list in rank order."""
+    # Horovod: strings cannot travel in a tensor allgather; evaluation gathers patch names so
+    # rank 0 can check that every sample of the split was scored exactly once.
+    return hvd.allgather_object(obj, name=name)
+
+
+def average_in_place(variables: list, name: str) -> None:
+    """Replace each variable by its mean over ranks (BatchNorm moving statistics).
+
+    Gradients are averaged every step, but BatchNorm's moving mean/variance are updated
+    from each rank's local batches and drift apart; averaging them once per epoch keeps
+    every replica identical, so validation counts and rank 0's checkpoint describe one
+    model whose statistics saw all the data.
+    """
+    if not variables or hvd.size() == 1:
+        return
+    # Horovod: one grouped allreduce for all the statistics of the model.
+    means = hvd.grouped_allreduce([v.read_value() for v in variables], op=hvd.Average,
+                                  name=name)  # fmt: skip
+    for variable, mean in zip(variables, means):
+        variable.assign(mean)

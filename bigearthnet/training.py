@@ -225,6 +225,7 @@ class Trainer:
             for epoch in range(start_epoch, self.cfg.epochs):
                 started = time.perf_counter()
                 loss, times = self._train_epoch(epoch, start_step if epoch == start_epoch else 0)
+                distributed.average_in_place(self.model.non_trainable_variables, "bn_stats")
                 val = self.validate()
                 row = self._history_row(epoch, loss, val, times, time.perf_counter() - started)
                 history.append(row)
@@ -374,11 +375,13 @@ class Trainer:
 
     def _save_epoch(self, epoch: int, row: dict, history: list[dict], best: float) -> float:
         meta = self._meta(epoch + 1, 0, row)
-        checkpoints.save(self.run_dir, "latest", self.trackables(), meta)
+        # History first: a kill before the checkpoint leaves a row the resume drops (it keeps
+        # rows up to the checkpoint's epoch); the other order would lose a finished epoch.
+        _write_history(self.run_dir / "history.csv", history)
         if row["val_micro_f1"] > best:
             best = row["val_micro_f1"]
             checkpoints.save(self.run_dir, "best", self.trackables(), meta)
-        _write_history(self.run_dir / "history.csv", history)
+        checkpoints.save(self.run_dir, "latest", self.trackables(), meta)
         self._tensorboard(epoch, row)
         log.info(
             "epoch %d/%d: loss %.4f val_loss %.4f val micro-F1 %.4f macro-F1 %.4f, "

@@ -69,17 +69,17 @@ def shards_v1(synth_v1: Path, tmp_path_factory) -> Path:
     return out
 
 
-TINY_RECIPE = ["--model", "tiny", "--optimizer", "adam", "--lr", "0.003", "--batch-size", "8",
+TINY_RECIPE = ["--model", "tiny", "--optimizer", "adam", "--lr", "0.01", "--batch-size", "8",
                "--warmup-epochs", "0", "--threads", "1", "--no-progress"]  # fmt: skip
 
 
 @pytest.fixture(scope="session")
 def trained_run(shards_v1: Path, tmp_path_factory) -> Path:
-    """A tiny model trained 4 epochs on ``shards_v1`` (single process, no test evaluation)."""
+    """A tiny model trained 6 epochs on ``shards_v1`` (single process, no test evaluation)."""
     import train
 
     run = tmp_path_factory.mktemp("runs") / "tiny"
-    argv = ["--data", str(shards_v1), "--run-dir", str(run), "--epochs", "4", "--no-eval-test"]
+    argv = ["--data", str(shards_v1), "--run-dir", str(run), "--epochs", "6", "--no-eval-test"]
     assert train.main(argv + TINY_RECIPE) == 0
     return run
 

@@ -1,0 +1,297 @@
+"""train.py: sharding, learning, resume, requeue, bad input, and a true 2-rank Horovod run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from conftest import REPO, TINY_RECIPE, horovodrun, preprocess
+
+import train
+from bigearthnet import distributed
+from bigearthnet.config import TrainConfig
+from bigearthnet.data import RankData, rank_range, split_batches, steps_per_epoch
+from bigearthnet.shards import read_manifest
+
+
+def history(run: Path) -> list[dict]:
+    with open(run / "history.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def chance_micro_f1(labels: np.ndarray) -> float:
+    """micro-F1 of predicting every class for every sample (recall 1): the no-skill bar."""
+    precision = labels.sum() / labels.size
+    return 2 * precision / (1 + precision)
+
+
+# --------------------------------------------------------------------------- sharding
+
+
+@pytest.mark.parametrize("total, size", [(10, 3), (7, 7), (100, 8), (5, 2)])
+def test_rank_ranges_cover_every_sample_once(total: int, size: int) -> None:
+    covered = np.concatenate([np.arange(*rank_range(total, r, size)) for r in range(size)])
+    assert np.array_equal(covered, np.arange(total))
+    lengths = [np.subtract(*rank_range(total, r, size)[::-1]) for r in range(size)]
+    assert max(lengths) - min(lengths) <= 1
+
+
+def test_batches_are_equal_in_number_and_nearly_in_size() -> None:
+    steps = steps_per_epoch(total=101, size=4, batch_size=8)  # parts of 25 and 26
+    for part in (25, 26):
+        batches = split_batches(np.arange(part), steps)
+        assert len(batches) == steps and min(map(len, batches)) >= 1
+        assert max(map(len, batches)) <= 8 and np.array_equal(np.sort(np.concatenate(batches)),
+                                                               np.arange(part))  # fmt: skip
+
+
+@pytest.mark.parametrize("cache", ["memory", "none"])
+def test_ranks_see_every_training_sample_once_per_epoch(shards_v1: Path, cache: str) -> None:
+    manifest = read_manifest(shards_v1)
+    size, batch = 3, 7
+    parts = [RankData(shards_v1, manifest, "train", 19, r, size, cache) for r in range(size)]
+    steps = steps_per_epoch(parts[0].total, size, batch)
+    seen_by_epoch = []
+    for epoch in range(2):
+        names = []
+        for part in parts:
+            batches = list(part.batches(steps, epoch, seed=1, shuffle=True))
+            assert len(batches) == steps
+            all_names = part.names()
+            for images, _labels in batches:
+                assert images.dtype == np.uint16 and images.shape[1:] == (120, 120, 12)
+                names += [_name_of(part, all_names, img) for img in images]
+        assert sorted(names) == sorted(n for p in parts for n in p.names())
+        assert len(set(names)) == manifest["counts"]["train"]
+        seen_by_epoch.append(names)
+    assert seen_by_epoch[0] != seen_by_epoch[1]  # a new shuffle each epoch
+
+
+def _name_of(part: RankData, names: list[str], image: np.ndarray) -> str:
+    if not hasattr(part, "_lookup"):
+        images = part._read_rows("images", part.start, part.stop)
+        part._lookup = {img.tobytes(): n for img, n in zip(images, names)}
+    return part._lookup[image.tobytes()]
+
+
+def test_resumed_epoch_skips_exactly_the_done_steps(shards_v1: Path) -> None:
+    part = RankData(shards_v1, read_manifest(shards_v1), "train", 19, 0, 1, "none")
+    full = list(part.batches(10, epoch=3, seed=5, shuffle=True))
+    tail = list(part.batches(10, epoch=3, seed=5, shuffle=True, start_step=6))
+    assert len(tail) == 4
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(full[6:], tail))
+
+
+# --------------------------------------------------------------------------- training
+
+
+def test_single_process_learns_the_synthetic_rule(trained_run: Path, shards_v1: Path) -> None:
+    rows = history(trained_run)
+    assert [int(r["epoch"]) for r in rows] == list(range(1, 7))
+    labels = RankData(shards_v1, read_manifest(shards_v1), "val", 19, cache="none").labels
+    bar = max(0.45, chance_micro_f1(labels) + 0.2)  # chance is ~0.2 here
+    assert float(rows[-1]["val_micro_f1"]) > bar
+    assert float(rows[-1]["loss"]) < float(rows[0]["loss"])
+    config = yaml.safe_load((trained_run / "config.yaml").read_text())
+    assert config["model"] == "tiny" and config["epochs"] == 6
+    best = json.loads((trained_run / "checkpoints" / "best.json").read_text())
+    assert best["val_micro_f1"] == max(float(r["val_micro_f1"]) for r in rows)
+    assert list((trained_run / "tensorboard").iterdir())
+    report = json.loads((trained_run / "efficiency.json").read_text())
+    assert report["per_rank"][0]["samples"] == read_manifest(shards_v1)["counts"]["train"]
+
+
+def test_options_yaml_then_flags(tmp_path: Path, shards_v1: Path) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("model: tiny\nepochs: 1\nbatch_size: 16\nlr: 0.5\nmax_steps_per_epoch: 2\n")
+    run = tmp_path / "run"
+    argv = ["--config", str(recipe), "--data", str(shards_v1), "--run-dir", str(run), "--lr",
+            "0.001", "--no-eval-test", "--no-progress", "--threads", "1"]  # fmt: skip
+    assert train.main(argv) == 0
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert (saved["batch_size"], saved["lr"], saved["epochs"]) == (16, 0.001, 1)
+    assert saved["momentum"] == TrainConfig().momentum  # untouched default
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("modle: tiny\n")
+    assert train.main(["--config", str(bad), "--data", "x", "--run-dir", "y"]) == 2
+
+
+def test_accumulation_and_fp16_allreduce_run(tmp_path: Path, shards_v1: Path) -> None:
+    run = tmp_path / "run"
+    argv = ["--data", str(shards_v1), "--run-dir", str(run), "--epochs", "1", "--no-eval-test",
+            "--backward-passes-per-step", "2", "--fp16-allreduce", "--cache", "none"]  # fmt: skip
+    assert train.main(argv + TINY_RECIPE) == 0
+    assert len(history(run)) == 1
+
+
+def _train_cmd(data: Path, run: Path, epochs: int, *extra: str) -> list[str]:
+    return [sys.executable, "train.py", "--data", str(data), "--run-dir", str(run), "--epochs",
+            str(epochs), "--no-eval-test", *TINY_RECIPE, *extra]  # fmt: skip
+
+
+def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> None:
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert proc.poll() is None, "training ended before the expected checkpoint"
+        assert time.time() < deadline, f"timed out waiting for {path}"
+        time.sleep(0.05)
+
+
+def test_killed_run_resumes_to_the_requested_epochs(tmp_path: Path, shards_v1: Path) -> None:
+    run = tmp_path / "run"
+    proc = subprocess.Popen(_train_cmd(shards_v1, run, 30), cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    _wait_for(run / "checkpoints" / "latest.json", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"]
+    assert 1 <= done < 30
+    # Fewer epochs keep the test short: the run ends at the requested count, history continues.
+    target = done + 2
+    result = subprocess.run(_train_cmd(shards_v1, run, target), cwd=REPO, capture_output=True,
+                            text=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"resumed from latest-e{done:04d}" in result.stderr
+    assert [int(r["epoch"]) for r in history(run)] == list(range(1, target + 1))
+    assert json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"] == target
+
+
+def test_sigusr1_checkpoints_mid_epoch_and_exits_3(tmp_path: Path, shards_v1: Path) -> None:
+    run = tmp_path / "run"
+    cmd = _train_cmd(shards_v1, run, 40, "--batch-size", "2")
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    _wait_for(run / "checkpoints" / "latest.json", proc)
+    proc.send_signal(signal.SIGUSR1)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == train.EXIT_REQUEUE, stderr[-2000:]
+    pointer = json.loads((run / "checkpoints" / "latest.json").read_text())
+    assert pointer["step"] >= 1 and pointer["folder"].endswith(f"-s{pointer['step']:06d}")
+    epochs_done = pointer["epoch"]
+    assert len(history(run)) == epochs_done  # the partial epoch is not in the history
+    result = subprocess.run(_train_cmd(shards_v1, run, epochs_done + 1, "--batch-size", "2"),
+                            cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"step {pointer['step']}" in result.stderr
+    assert [int(r["epoch"]) for r in history(run)] == list(range(1, epochs_done + 2))
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, shards_v1) -> None:
+    run = tmp_path / "run"
+    base = ["--data", str(shards_v1), "--run-dir", str(run), "--no-eval-test", "--model",
+            "tiny", "--optimizer", "sgd", "--warmup-epochs", "0", "--no-progress",
+            "--threads", "1"]  # fmt: skip
+    assert train.main(base + ["--epochs", "1", "--lr", "0.01"]) == 0
+    good = (run / "checkpoints" / "latest.json").read_text()
+    assert train.main(base + ["--epochs", "3", "--lr", "1e30"]) == 1
+    assert (run / "checkpoints" / "latest.json").read_text() == good
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.fixture(scope="module")
+def shards_v2(synth_v2: Path, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("shards") / "v2"
+    assert preprocess(synth_v2, out) == 0
+    return out
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing data", "data folder does not exist"),
+        ("no manifest", "no manifest"),
+        ("corrupt shard", "differs from the manifest"),
+        ("labels 43 on v2", "19-class labels only"),
+        ("unknown model", "unknown model 'resnet9000'"),
+        ("batch size 0", "--batch-size must be a positive integer"),
+        ("epochs 0", "--epochs must be a positive integer"),
+        ("other model in run dir", "holds a run with model=tiny"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(case, message, tmp_path, shards_v1, shards_v2,
+                                      trained_run) -> None:  # fmt: skip
+    data, run, extra = shards_v1, tmp_path / "run", []
+    if case == "missing data":
+        data = tmp_path / "nowhere"
+    elif case == "no manifest":
+        data = tmp_path / "empty"
+        data.mkdir()
+    elif case == "corrupt shard":
+        data = tmp_path / "copy"
+        shutil.copytree(shards_v1, data)
+        victim = sorted(data.glob("train-*.h5"))[0]
+        blob = bytearray(victim.read_bytes())
+        blob[-100] ^= 0xFF
+        victim.write_bytes(bytes(blob))
+    elif case == "labels 43 on v2":
+        data, extra = shards_v2, ["--labels", "43"]
+    elif case == "unknown model":
+        extra = ["--model", "resnet9000"]
+    elif case == "batch size 0":
+        extra = ["--batch-size", "0"]
+    elif case == "epochs 0":
+        extra = ["--epochs", "0"]
+    elif case == "other model in run dir":
+        run = tmp_path / "copied-run"
+        shutil.copytree(trained_run, run)
+        extra = ["--model", "resnet18"]
+    cmd = [sys.executable, "train.py", "--data", str(data), "--run-dir", str(run), "--epochs",
+           "1", "--model", "tiny", "--no-progress", *extra]  # fmt: skip
+    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and message in errors[0] and "Traceback" not in result.stderr
+    assert not (run / "checkpoints").exists() or case == "other model in run dir"
+
+
+def test_world_size_mismatch_is_loud() -> None:
+    distributed.init()
+    env = {"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": "4"}
+    with pytest.raises(distributed.DistributedError, match="SLURM_STEP_NUM_TASKS=4"):
+        distributed.check_world_size(env)
+    distributed.check_world_size({"SLURM_NTASKS": "4"})  # a batch script is not a step
+    distributed.check_world_size({})
+
+
+def test_help_explains_every_option() -> None:
+    text = train.build_parser().format_help()
+    for flag in ("--data", "--run-dir", "--config", "--model", "--labels", "--epochs",
+                 "--batch-size", "--lr", "--warmup-epochs", "--schedule", "--mixup-alpha",
+                 "--optimizer", "--seed", "--amp", "--xla", "--cache", "--no-resume",
+                 "--fp16-allreduce", "--backward-passes-per-step", "--timeline"):  # fmt: skip
+        assert flag in text, flag
+
+
+# --------------------------------------------------------------------------- 2 ranks
+
+
+@pytest.mark.horovod
+def test_two_ranks_learn_with_identical_replicas(tmp_path: Path, shards_v1: Path) -> None:
+    run = tmp_path / "run"
+    result = horovodrun(2, "tests/replica_digest.py", "--data", str(shards_v1), "--run-dir",
+                        str(run), "--epochs", "6", *TINY_RECIPE)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    digests = {(run / f"weights-rank{r}.sha256").read_text() for r in range(2)}
+    assert len(digests) == 1, "replicas diverged"
+    rows = history(run)
+    assert {r["world_size"] for r in rows} == {"2"}
+    labels = RankData(shards_v1, read_manifest(shards_v1), "val", 19, cache="none").labels
+    assert float(rows[-1]["val_micro_f1"]) > max(0.45, chance_micro_f1(labels) + 0.2)
+    report = json.loads((run / "efficiency.json").read_text())
+    per_rank = [r["samples"] for r in report["per_rank"]]
+    assert sum(per_rank) == read_manifest(shards_v1)["counts"]["train"]  # each sample once
+    assert abs(per_rank[0] - per_rank[1]) <= 1
+    assert "peak LR 0.02" in result.stdout + result.stderr  # 0.01 x 2 ranks
+    assert os.path.isfile(run / "checkpoints" / "best.json")
