@@ -6,7 +6,7 @@ STAMP := $(VENV)/.setup-stamp
 DEMO_DIR ?= demo
 SHARED ?= ../shared
 
-.PHONY: help setup demo test test-all lint bench clean-demo
+.PHONY: help setup demo test test-slow test-all lint bench clean-demo
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -23,6 +23,9 @@ demo: $(STAMP)  ## synthetic archive -> preprocess -> 2-rank training -> evaluat
 
 test: $(STAMP)  ## the test suite without the tests marked slow
 	SHARED_DIR=$(SHARED) $(PY) -m pytest
+
+test-slow: $(STAMP)  ## only the slow tests (real Slurm, elastic); CI runs them after `make test`
+	SHARED_DIR=$(SHARED) $(PY) -m pytest -m slow
 
 test-all: $(STAMP)  ## every test, the slow multi-process and Slurm ones included
 	SHARED_DIR=$(SHARED) $(PY) -m pytest -m "slow or not slow"

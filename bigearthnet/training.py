@@ -543,4 +543,16 @@ def _write_history(path: Path, rows: list[dict]) -> None:
 
 def train(cfg: TrainConfig) -> dict:
     """Train per ``cfg``; returns the final history row (on every rank)."""
-    return Trainer(cfg).run()
+    trainer = Trainer(cfg)
+    row = trainer.run()
+    test_count = trainer.manifest["counts"].get("test", 0)
+    del trainer  # free this rank's cached training data before the test split is loaded
+    if cfg.eval_test and test_count:
+        from bigearthnet.evaluation import evaluate_run  # evaluation imports training's deps
+
+        # Every rank scores its part of the test split with the best checkpoint.
+        metrics = evaluate_run(cfg.run_dir, cfg.data, split="test", checkpoint="best")
+        row = {**row, "test_micro_f1": metrics["micro_f1"], "test_macro_f1": metrics["macro_f1"]}
+    elif cfg.eval_test:
+        log.warning("no test split in %s: skipping the final evaluation", cfg.data)
+    return row

@@ -27,14 +27,16 @@ pip install -q -e ".[dev]"
 tf_version=$("$VENV/bin/python" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)
 with_mpi=0
 if command -v mpicxx >/dev/null 2>&1; then with_mpi=1; fi
+# GPU clusters: HOROVOD_GPU_OPERATIONS=NCCL (read by Horovod's build) for NCCL allreduce.
+gpu_ops=${HOROVOD_GPU_OPERATIONS:-none}
 
 # Is a Horovod already built against this TensorFlow with the wanted controllers?
 horovod_ok() {
-  "$VENV/bin/python" - "$with_mpi" <<'PY' 2>/dev/null
+  "$VENV/bin/python" - "$with_mpi" "$gpu_ops" <<'PY' 2>/dev/null
 import sys
 import horovod.tensorflow as hvd
-want_mpi = sys.argv[1] == "1"
-ok = hvd.gloo_built() and (hvd.mpi_built() or not want_mpi)
+want_mpi, want_nccl = sys.argv[1] == "1", sys.argv[2] == "NCCL"
+ok = hvd.gloo_built() and (hvd.mpi_built() or not want_mpi) and (hvd.nccl_built() or not want_nccl)
 sys.exit(0 if ok else 1)
 PY
 }
@@ -44,14 +46,15 @@ if horovod_ok; then
 else
   # Wheels are cached per TF version and controller set, so a fresh clone on the same
   # machine skips the ~3 minute compile, and an MPI install later triggers a rebuild.
-  wheel_dir=${HOROVOD_WHEEL_CACHE:-$HOME/.cache/bigearthnet-hpc}/horovod-$HOROVOD_VERSION-tf$tf_version-mpi$with_mpi
+  wheel_dir=${HOROVOD_WHEEL_CACHE:-$HOME/.cache/bigearthnet-hpc}/horovod-$HOROVOD_VERSION-tf$tf_version-mpi$with_mpi-gpu$gpu_ops
   if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
-    log "compiling horovod $HOROVOD_VERSION against TF $tf_version (gloo, mpi=$with_mpi); takes a few minutes"
+    log "compiling horovod $HOROVOD_VERSION against TF $tf_version (gloo, mpi=$with_mpi, gpu=$gpu_ops); takes a few minutes"
     mkdir -p "$wheel_dir"
     export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1
     export HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
     export CMAKE_POLICY_VERSION_MINIMUM=3.5
-    export MAKEFLAGS="-j$(nproc)"
+    MAKEFLAGS="-j$(nproc)"
+    export MAKEFLAGS
     if [ "$with_mpi" = 1 ]; then export HOROVOD_WITH_MPI=1; else export HOROVOD_WITHOUT_MPI=1; fi
     PATH="$PWD/$VENV/bin:$PATH" pip wheel -q --no-build-isolation --no-deps --no-cache-dir \
       -w "$wheel_dir" "horovod==$HOROVOD_VERSION"

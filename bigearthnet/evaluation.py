@@ -1,0 +1,562 @@
+"""Distributed evaluation of a trained run: every rank predicts, rank 0 reports.
+
+Each rank rebuilds the model from the checkpoint pointer (model name, class count) and
+``RUN/config.yaml``, restores the weights, and predicts its own disjoint, contiguous part
+of the split (``RankData``, shards verified, no shuffling). Sigmoid scores, labels and
+patch names are gathered to every rank in rank order, i.e. in manifest order whatever the
+number of ranks. The gathered count must equal the manifest's count of the split and the
+names must be unique: every sample is scored exactly once, or the evaluation fails.
+
+Rank 0 computes the report with :func:`bigearthnet.metrics.full_report` (scikit-learn),
+shares it with the other ranks (so :func:`evaluate_run` returns the same dict everywhere)
+and writes, each file atomically, to ``OUT`` (default ``RUN/eval-<split>/``):
+
+=================== =====================================================================
+metrics.json        headline metrics, threshold(s), split, checkpoint, epoch, world_size,
+                    per_class list
+per_class.csv       class, index, support, precision, recall, f1, ap
+predictions.h5      names, scores (float32 sigmoid), labels (uint8), attribute ``classes``:
+                    enough to recompute every number above
+thresholds.json     per-class thresholds tuned on the val split (``tune_thresholds`` only)
+f1_per_class.png    per-class F1 bars with the micro and macro F1
+pr_curves.png       precision-recall curves per class and pooled (micro)
+training_curves.png loss, validation F1 and learning rate from RUN/history.csv (if any)
+=================== =====================================================================
+
+Images are normalised with the band statistics of the run's *training* data (what the
+model learned on), falling back to the evaluated data's manifest when the training data
+is gone. :func:`load_model` and :class:`LoadedModel` are shared with ``bigearthnet.maps``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import tensorflow as tf
+
+import models
+from bigearthnet import checkpoints, distributed
+from bigearthnet import constants as C
+from bigearthnet import metrics as M
+from bigearthnet.checkpoints import CheckpointError
+from bigearthnet.config import ConfigError, TrainConfig, load_yaml
+from bigearthnet.data import RankData, band_stats, normalize
+from bigearthnet.shards import IMAGE_SHAPE, ShardError, read_manifest
+from bigearthnet.util import atomic_path, atomic_write_json, atomic_write_text
+
+log = distributed.log
+CONFIG_FILE = "config.yaml"
+HISTORY_FILE = "history.csv"
+PER_CLASS_FIELDS = ("class", "index", "support", "precision", "recall", "f1", "ap")
+STEPS = {"drawstyle": "steps-post"}  # PR curves are step functions (as sklearn draws them)
+
+
+class EvaluationError(RuntimeError):
+    """The gathered predictions do not cover the split exactly once (a bug, not bad input)."""
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclass
+class LoadedModel:
+    """A restored classifier with everything needed to score uint16 image batches."""
+
+    model: tf.keras.Model
+    record: dict  # checkpoint pointer: model, num_classes, epoch, folder, ...
+    prefix: Path  # checkpoint prefix the weights came from
+    config: dict  # RUN/config.yaml merged over the TrainConfig defaults
+    mean: np.ndarray
+    std: np.ndarray
+    _predict: Any = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Batches of different sizes (the last one) should not each trace a new graph.
+        self._predict = tf.function(self._scores, reduce_retracing=True)
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.record["num_classes"])
+
+    @property
+    def class_names(self) -> list[str]:
+        return list(C.CLASS_SETS[self.num_classes])
+
+    @property
+    def epoch(self) -> int | None:
+        return self.record.get("epoch")
+
+    def _scores(self, images: tf.Tensor) -> tf.Tensor:
+        x = normalize(images, self.mean, self.std)  # exactly the training normalisation
+        return tf.sigmoid(tf.cast(self.model(x, training=False), tf.float32))
+
+    def predict(self, images: np.ndarray) -> np.ndarray:
+        """(N, 120, 120, 12) uint16 -> (N, C) float32 sigmoid scores."""
+        if len(images) == 0:
+            return np.zeros((0, self.num_classes), dtype=np.float32)
+        return self._predict(tf.convert_to_tensor(images)).numpy()
+
+
+def load_run_config(run_dir: str | Path) -> dict:
+    """RUN/config.yaml over the TrainConfig defaults; ConfigError when it is not a run."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: run folder does not exist")
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        raise ConfigError(f"{run_dir}: no {CONFIG_FILE} (not a training run folder)")
+    return {**TrainConfig().to_dict(), **load_yaml(path, TrainConfig)}
+
+
+def resolve_checkpoint(run_dir: Path, spec: str, config: dict) -> tuple[Path, dict]:
+    """Checkpoint prefix and pointer record of ``spec``: 'best', 'latest' or a path."""
+    if spec in checkpoints.TAGS:
+        record = checkpoints.read_pointer(run_dir, spec)
+        if record is None:
+            raise CheckpointError(
+                f"{checkpoints.checkpoint_dir(run_dir)}: no '{spec}' checkpoint "
+                "(has training finished an epoch?)"
+            )
+        return checkpoints.checkpoint_dir(run_dir) / record["folder"] / "ckpt", record
+    path = Path(spec)
+    prefix = path / "ckpt" if path.is_dir() else path
+    if not Path(f"{prefix}.index").is_file():
+        raise CheckpointError(
+            f"{spec}: not a checkpoint (no {prefix.name}.index); use best, latest, "
+            "a checkpoint folder or its ckpt prefix"
+        )
+    return prefix, _record_of_folder(prefix.parent, config)
+
+
+def _record_of_folder(folder: Path, config: dict) -> dict:
+    """The pointer naming ``folder`` if there is one, else what the run's config says."""
+    if folder.parent.name == checkpoints.CKPT_DIR:
+        for tag in checkpoints.TAGS:
+            try:
+                record = checkpoints.read_pointer(folder.parent.parent, tag)
+            except CheckpointError:
+                continue
+            if record is not None and record["folder"] == folder.name:
+                return record
+    # A copied or renamed checkpoint folder: the run's configuration says what was trained.
+    return {"model": config["model"], "num_classes": config["labels"], "folder": folder.name}
+
+
+def check_label_set(record: dict, config: dict) -> None:
+    """CheckpointError unless the checkpoint's class count is the run's label set."""
+    classes, wanted = int(record["num_classes"]), int(config["labels"])
+    if classes not in C.CLASS_SETS:
+        raise CheckpointError(f"checkpoint {record['folder']} has {classes} classes, not 19 or 43")
+    if classes != wanted:
+        raise CheckpointError(
+            f"checkpoint {record['folder']} has {classes} classes but the run's label set "
+            f"is {wanted}"
+        )
+
+
+def check_data_labels(record: dict, manifest: dict, data_dir: Path) -> None:
+    """CheckpointError unless the data holds labels of the checkpoint's class set."""
+    classes, offered = int(record["num_classes"]), manifest.get("label_sets", [19])
+    if classes not in offered:
+        raise CheckpointError(
+            f"checkpoint {record['folder']} has {classes} classes but {data_dir} holds only "
+            f"{'/'.join(map(str, offered))}-class labels"
+        )
+
+
+def training_band_stats(config: dict, fallback: dict | None) -> tuple[np.ndarray, np.ndarray]:
+    """Band mean/std of the run's training data (what the model learned on)."""
+    try:
+        return band_stats(read_manifest(config["data"]))
+    except ShardError:
+        log.warning(
+            "training data %s unavailable: normalising with the evaluated data's statistics",
+            config["data"],
+        )
+        return band_stats(fallback or {})
+
+
+def load_model(
+    run_dir: str | Path, checkpoint: str = "best", manifest: dict | None = None
+) -> LoadedModel:
+    """Rebuild the run's model from its checkpoint pointer and restore the weights.
+
+    ``manifest`` (of the data to score) is the fallback source of band statistics when
+    the run's training data is gone. Raises ConfigError or CheckpointError.
+    """
+    run_dir = Path(run_dir)
+    config = load_run_config(run_dir)
+    prefix, record = resolve_checkpoint(run_dir, checkpoint, config)
+    check_label_set(record, config)
+    shape = tuple(record.get("input_shape") or IMAGE_SHAPE)
+    model = models.get_model(record["model"], shape, int(record["num_classes"]))
+    # partial: the checkpoint also holds the optimizer and epoch, which inference ignores.
+    checkpoints.restore_path(prefix, {"model": model}, partial=True, record=record)
+    mean, std = training_band_stats(config, manifest)
+    return LoadedModel(model, record, prefix, config, mean, std)
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+@dataclass
+class Predictions:
+    """Scores of a whole split, rows in manifest order."""
+
+    names: list[str]
+    labels: np.ndarray  # (N, C) uint8
+    scores: np.ndarray  # (N, C) float32 sigmoid
+
+
+def predict_part(loaded: LoadedModel, part: RankData, batch_size: int) -> Predictions:
+    """This rank's part of a split, scored in order (no shuffling)."""
+    steps = math.ceil(len(part) / batch_size)
+    scores = [np.zeros((0, loaded.num_classes), dtype=np.float32)]
+    labels = [np.zeros((0, loaded.num_classes), dtype=np.uint8)]
+    for images, batch_labels in part.batches(steps, 0, 0, shuffle=False) if steps else []:
+        scores.append(loaded.predict(images))
+        labels.append(batch_labels)
+    return Predictions(part.names(), np.concatenate(labels), np.concatenate(scores))
+
+
+def gather(mine: Predictions, split: str) -> Predictions:
+    """Collective: every rank's predictions concatenated in rank order, on every rank."""
+    # Horovod: allgather in rank order = manifest order, whatever the number of ranks.
+    names = distributed.allgather_object(mine.names, name=f"eval_names_{split}")
+    return Predictions(
+        [name for rank_names in names for name in rank_names],
+        distributed.allgather(mine.labels.astype(np.uint8), name=f"eval_labels_{split}"),
+        distributed.allgather(mine.scores.astype(np.float32), name=f"eval_scores_{split}"),
+    )
+
+
+def check_coverage(predictions: Predictions, manifest: dict, split: str) -> None:
+    """EvaluationError unless every sample of the split was scored exactly once."""
+    expected = int(manifest["counts"].get(split, 0))
+    counts = {len(predictions.names), len(predictions.labels), len(predictions.scores)}
+    unique = len(set(predictions.names))
+    if counts != {expected} or unique != expected:
+        raise EvaluationError(
+            f"{split}: gathered {sorted(counts)} rows ({unique} distinct names) over "
+            f"{distributed.size()} rank(s), but the manifest counts {expected} samples"
+        )
+
+
+def predict_split(
+    loaded: LoadedModel, part: RankData, manifest: dict, batch_size: int
+) -> Predictions:
+    """Collective: the whole split scored over all ranks, checked for exact coverage."""
+    gathered = gather(predict_part(loaded, part, batch_size), part.split)
+    check_coverage(gathered, manifest, part.split)
+    return gathered
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class EvalSetup:
+    """Everything an evaluation needs, prepared (and checked) on every rank."""
+
+    loaded: LoadedModel
+    data_dir: Path
+    manifest: dict
+    parts: dict[str, RankData]
+    threshold: float
+    batch_size: int
+
+
+def prepare(
+    run_dir: Path,
+    data_dir: str | Path | None,
+    splits: list[str],
+    checkpoint: str,
+    threshold: float | None,
+    batch_size: int | None,
+) -> EvalSetup:
+    """Read config, data and checkpoint; raises ConfigError/ShardError/CheckpointError."""
+    config = load_run_config(run_dir)
+    threshold = float(config["threshold"] if threshold is None else threshold)
+    if not 0.0 < threshold < 1.0:
+        raise ConfigError(f"--threshold must be inside (0, 1), got {threshold}")
+    batch_size = int(config["batch_size"] if batch_size is None else batch_size)
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be a positive integer, got {batch_size}")
+    for split in splits:
+        if split not in C.SPLITS:
+            raise ConfigError(f"unknown split {split!r}; use one of {', '.join(C.SPLITS)}")
+    data_dir = Path(data_dir or config["data"])
+    manifest = read_manifest(data_dir)
+    loaded = load_model(run_dir, checkpoint, manifest)
+    check_data_labels(loaded.record, manifest, data_dir)
+    rank, size = distributed.rank(), distributed.size()
+    parts = {
+        split: RankData(data_dir, manifest, split, loaded.num_classes, rank, size, "none", True)
+        for split in splits
+    }
+    return EvalSetup(loaded, data_dir, manifest, parts, threshold, batch_size)
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    data_dir: str | Path | None = None,
+    split: str = "test",
+    checkpoint: str = "best",
+    out: str | Path | None = None,
+    threshold: float | None = None,
+    batch_size: int | None = None,
+    tune_thresholds: bool = False,
+) -> dict:
+    """Collective: evaluate a checkpoint of ``run_dir`` on ``split``; returns the metrics.
+
+    Every rank of the job must call it. ``data_dir``, ``threshold`` and ``batch_size``
+    default to the run's config.yaml. With ``tune_thresholds`` per-class thresholds are
+    chosen on the val split and applied to ``split``. Rank 0 writes the report to ``out``
+    (default ``RUN/eval-<split>/``); every rank returns the same dict. Raises ConfigError,
+    ShardError or CheckpointError on bad input (on every rank), EvaluationError when the
+    split is not covered exactly once.
+    """
+    run_dir = Path(run_dir)
+    splits = [split, "val"] if tune_thresholds and split != "val" else [split]
+    setup, error = None, None
+    try:
+        setup = prepare(run_dir, data_dir, splits, checkpoint, threshold, batch_size)
+    except (ValueError, OSError) as err:  # ConfigError, ShardError, CheckpointError, h5py
+        error = err
+    distributed.raise_if_any_failed(error, "preparing evaluation")
+    scored = {
+        name: predict_split(setup.loaded, part, setup.manifest, setup.batch_size)
+        for name, part in setup.parts.items()
+    }
+    report, thresholds = None, None
+    if distributed.is_root():
+        if tune_thresholds:
+            if split == "val":
+                log.warning("thresholds tuned and reported on val: optimistic numbers")
+            thresholds = M.tune_thresholds(scored["val"].labels, scored["val"].scores)
+        report = build_report(setup, scored[split], split, checkpoint, thresholds)
+    # Horovod: only rank 0 computed the report; broadcast it so every rank returns the same.
+    report = distributed.broadcast_object(report, name="eval_report")
+    if distributed.is_root():
+        out_dir = Path(out) if out else run_dir / f"eval-{split}"
+        write_outputs(out_dir, run_dir, report, scored[split], thresholds)
+        print(format_table(report, run_dir))
+    return report
+
+
+def build_report(
+    setup: EvalSetup,
+    predictions: Predictions,
+    split: str,
+    checkpoint: str,
+    thresholds: np.ndarray | None,
+) -> dict:
+    """metrics.full_report plus where the numbers come from."""
+    loaded = setup.loaded
+    threshold = setup.threshold if thresholds is None else thresholds
+    report = M.full_report(predictions.labels, predictions.scores, threshold, loaded.class_names)
+    report.update(
+        split=split,
+        checkpoint=checkpoint,
+        checkpoint_path=str(loaded.prefix),
+        epoch=loaded.epoch,
+        world_size=distributed.size(),
+        model=loaded.record["model"],
+        data=str(setup.data_dir),
+        thresholds_tuned_on="val" if thresholds is not None else None,
+    )
+    return report
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def write_outputs(
+    out_dir: Path,
+    run_dir: Path,
+    report: dict,
+    predictions: Predictions,
+    thresholds: np.ndarray | None,
+) -> None:
+    """Rank 0: every report file, each written atomically."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out_dir / "metrics.json", report)
+    atomic_write_text(out_dir / "per_class.csv", per_class_csv(report))
+    write_predictions(out_dir / "predictions.h5", predictions, report)
+    if thresholds is not None:
+        atomic_write_json(
+            out_dir / "thresholds.json",
+            {
+                "tuned_on": "val",
+                "grid": M.DEFAULT_GRID.tolist(),
+                "classes": report["classes"],
+                "thresholds": [float(t) for t in thresholds],
+            },
+        )
+    plot_f1_per_class(report, out_dir / "f1_per_class.png")
+    plot_pr_curves(predictions, report["classes"], out_dir / "pr_curves.png")
+    history = read_history(run_dir / HISTORY_FILE)
+    if history:
+        plot_training_curves(history, out_dir / "training_curves.png")
+    log.info("evaluation report written to %s", out_dir)
+
+
+def per_class_csv(report: dict) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=PER_CLASS_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for row in report["per_class"]:
+        writer.writerow({k: "" if row[k] is None else row[k] for k in PER_CLASS_FIELDS})
+    return buf.getvalue()
+
+
+def write_predictions(path: Path, predictions: Predictions, report: dict) -> None:
+    """names, scores and labels, so anyone can recompute every metric."""
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.create_dataset("names", data=predictions.names, dtype=h5py.string_dtype("utf-8"))
+        f.create_dataset("scores", data=predictions.scores.astype(np.float32))
+        f.create_dataset("labels", data=predictions.labels.astype(np.uint8))
+        f.attrs["classes"] = report["classes"]
+        f.attrs["split"] = report["split"]
+        f.attrs["threshold"] = report["threshold"]
+        f.attrs["checkpoint"] = report["checkpoint_path"]
+
+
+def read_history(path: Path) -> list[dict]:
+    """Rows of RUN/history.csv as floats; [] when training wrote none."""
+    if not path.is_file():
+        return []
+    with path.open(encoding="utf-8") as f:
+        return [_numbers(row) for row in csv.DictReader(f)]
+
+
+def _numbers(row: dict) -> dict[str, float]:
+    """The numeric cells of a CSV row (a column added later as text is left out)."""
+    values = {}
+    for key, text in row.items():
+        try:
+            values[key] = float(text)
+        except (TypeError, ValueError):
+            continue
+    return values
+
+
+# --------------------------------------------------------------------------- console
+
+
+def _number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def format_table(report: dict, run_dir: Path) -> str:
+    """Headline metrics, then one line per class."""
+    threshold = report["threshold"]
+    shown = f"{threshold:g}" if isinstance(threshold, float) else "per class (tuned on val)"
+    lines = [
+        f"evaluation of {run_dir} ({report['model']}, checkpoint {report['checkpoint']}, "
+        f"epoch {report['epoch']}) on {report['split']}: {report['count']} patches, "
+        f"{report['world_size']} rank(s), threshold {shown}",
+        "  " + "  ".join(f"{k} {_number(report[k])}" for k in ("micro_f1", "macro_f1")),
+        "  " + "  ".join(f"{k} {_number(report[k])}" for k in ("samples_f1", "weighted_f1")),
+        "  "
+        + "  ".join(
+            f"{k} {_number(report[k])}"
+            for k in ("micro_precision", "micro_recall", "macro_precision", "macro_recall")
+        ),
+        "  " + "  ".join(f"{k} {_number(report[k])}" for k in ("micro_map", "macro_map")),
+        f"  {'class':<48} {'support':>7} {'precision':>9} {'recall':>7} {'f1':>7} {'ap':>7}",
+    ]
+    for row in report["per_class"]:
+        name = row["class"] if len(row["class"]) <= 48 else row["class"][:45] + "..."
+        lines.append(
+            f"  {name:<48} {row['support']:>7d} {row['precision']:>9.4f} {row['recall']:>7.4f} "
+            f"{row['f1']:>7.4f} {_number(row['ap']):>7}"
+        )
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def save_figure(fig, path: Path) -> None:
+    """Render a matplotlib Figure with the Agg canvas (no pyplot, no GUI) atomically."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+
+
+def _short(name: str, width: int = 40) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def plot_f1_per_class(report: dict, path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    rows = report["per_class"]
+    fig = Figure(figsize=(8, 1.5 + 0.28 * len(rows)))
+    ax = fig.add_subplot()
+    positions = np.arange(len(rows))
+    ax.barh(positions, [r["f1"] for r in rows], color="tab:blue")
+    ax.set_yticks(positions, [f"{_short(r['class'])} ({r['support']})" for r in rows])
+    ax.invert_yaxis()  # class 0 at the top, as in the tables
+    ax.axvline(report["micro_f1"], color="tab:red", ls="--", label="micro F1")
+    ax.axvline(report["macro_f1"], color="tab:green", ls=":", label="macro F1")
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("F1 (class support in brackets)")
+    ax.set_title(f"per-class F1 on {report['split']} ({report['count']} patches)")
+    ax.legend(loc="lower right")
+    save_figure(fig, path)
+
+
+def plot_pr_curves(predictions: Predictions, classes: list[str], path: Path) -> None:
+    from matplotlib.figure import Figure
+    from sklearn.metrics import average_precision_score, precision_recall_curve
+
+    truth, scores = predictions.labels > 0, predictions.scores
+    fig = Figure(figsize=(11, 7))
+    ax = fig.add_subplot()
+    colours = [f"C{i % 10}" for i in range(len(classes))]
+    for c in np.flatnonzero(truth.any(axis=0)):
+        precision, recall, _ = precision_recall_curve(truth[:, c], scores[:, c])
+        ap = average_precision_score(truth[:, c], scores[:, c])
+        style = "-" if c < 10 else "--" if c < 20 else ":"  # 10 colours, 19 or 43 classes
+        label = f"{_short(classes[c], 32)} (AP {ap:.2f})"
+        ax.plot(recall, precision, color=colours[c], ls=style, lw=1, label=label, **STEPS)
+    if truth.any():
+        precision, recall, _ = precision_recall_curve(truth.ravel(), scores.ravel())
+        ap = average_precision_score(truth.ravel(), scores.ravel())
+        ax.plot(recall, precision, color="black", lw=2.5, label=f"micro (AP {ap:.2f})", **STEPS)
+    ax.set(xlim=(0, 1), ylim=(0, 1.02), xlabel="recall", ylabel="precision")
+    ax.set_title("precision-recall curves (classes with positives)")
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
+    save_figure(fig, path)
+
+
+def plot_training_curves(history: list[dict], path: Path) -> None:
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    epochs = [row["epoch"] for row in history]
+    fig = Figure(figsize=(13, 4))
+    panels = (
+        (("loss", "val_loss"), "loss (binary cross-entropy)"),
+        (("val_micro_f1", "val_macro_f1"), "validation F1"),
+        (("lr",), "learning rate at epoch end"),
+    )
+    for i, (keys, title) in enumerate(panels, start=1):
+        ax = fig.add_subplot(1, 3, i)
+        for key in keys:
+            ax.plot(epochs, [row.get(key, np.nan) for row in history], marker="o", ms=3, label=key)
+        ax.set(title=title, xlabel="epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend()
+    save_figure(fig, path)
