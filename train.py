@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             fusion_threshold_mb=cfg.fusion_threshold_mb,
             cycle_time_ms=cfg.cycle_time_ms,
             timeline=cfg.timeline,
+            elastic=cfg.elastic,
         )
     except distributed.DistributedError as err:
         print(f"train.py: error: {err}", file=sys.stderr)

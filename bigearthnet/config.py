@@ -74,6 +74,13 @@ class TrainConfig:
         None, "TensorFlow intra-op threads per rank; default SLURM_CPUS_PER_TASK or all cores"
     )
     timeline: str = _opt(None, "write a Horovod timeline (chrome://tracing JSON) to this path")
+    # --- elastic (malleable) training
+    elastic: bool = _opt(
+        False,
+        "Elastic Horovod: run under `horovodrun --min-np A --max-np B "
+        "--host-discovery-script S`; workers may join or leave while training",
+    )
+    commit_every: int = _opt(10, "elastic: commit the training state every N batches")
     # --- control
     resume: bool = _opt(True, "resume from RUN/checkpoints when present")
     max_steps_per_epoch: int = _opt(None, "cap on steps per epoch (smoke tests)")
@@ -86,7 +93,9 @@ class TrainConfig:
             raise ConfigError("--data is required")
         if not self.run_dir:
             raise ConfigError("--run-dir is required")
-        for name in ("epochs", "batch_size", "backward_passes_per_step"):
+        if self.elastic and self.backward_passes_per_step > 1:
+            raise ConfigError("--elastic works with --backward-passes-per-step 1 only")
+        for name in ("epochs", "batch_size", "backward_passes_per_step", "commit_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer")
         if self.lr <= 0:

@@ -118,6 +118,22 @@ class RankData:
         raw = self._read_rows("names", self.start, self.stop)
         return [n.decode() if isinstance(n, bytes) else str(n) for n in raw]
 
+    def take(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Images and labels at arbitrary positions of the part (elastic training's global
+        order): gathered from the cache, else read as sorted contiguous runs."""
+        positions = np.asarray(positions)
+        if self._images is not None:
+            return self._images[positions], self._labels[positions]
+        order = np.argsort(positions)
+        ordered = positions[order]
+        runs = _contiguous_runs(ordered)
+        images = np.concatenate(
+            [self._read_rows("images", self.start + r[0], self.start + r[-1] + 1) for r in runs]
+        )
+        out = np.empty_like(images)
+        out[order] = images  # back to the requested order
+        return out, self._labels[positions]
+
     def _my_entries(self, manifest: dict) -> list[dict]:
         mine = []
         for entry, file in zip(split_shards(manifest, self.split), self.files):

@@ -21,6 +21,7 @@ import sys
 import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
+from horovod.common.exceptions import HorovodInternalError
 
 log = logging.getLogger("bigearthnet")
 
@@ -44,16 +45,29 @@ def init(
         os.environ["HOROVOD_CYCLE_TIME"] = str(cycle_time_ms)
     if timeline:
         os.environ["HOROVOD_TIMELINE"] = str(timeline)  # Horovod: written by rank 0
-    # TensorFlow: thread pools must be sized before the runtime starts.
     if threads:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(min(2, threads))
+        set_threads(threads)
     # Horovod: join the other processes (MPI or Gloo, whichever launched us).
     hvd.init()
     setup_logging()
     if not elastic:
         check_world_size()
     pin_gpu()
+
+
+def set_threads(threads: int) -> None:
+    """Size TensorFlow's thread pools (ranks sharing a node must not oversubscribe it).
+
+    Pools can only be sized before the runtime starts; in a process where TensorFlow already
+    ran (a notebook, an in-process test) the existing pools are kept.
+    """
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(min(2, threads))
+    except RuntimeError:
+        current = tf.config.threading.get_intra_op_parallelism_threads()
+        if current != threads:
+            log.debug("TensorFlow already started: keeping %s intra-op threads", current or "all")
 
 
 def check_world_size(environ=os.environ) -> None:
@@ -224,3 +238,29 @@ def average_in_place(variables: list, name: str) -> None:
                                   name=name)  # fmt: skip
     for variable, mean in zip(variables, means):
         variable.assign(mean)
+
+
+def elastic_state(model, optimizer, **attrs):
+    """The state Elastic Horovod keeps in host memory: model, optimizer and ``attrs``."""
+    # Horovod: commit() copies this state and checks for host changes; after a worker is
+    # lost it is restored from the last commit, after any reset it is broadcast from rank 0.
+    return hvd.elastic.TensorFlowKerasState(model, optimizer, **attrs)
+
+
+def elastic_run(func):
+    """Wrap ``func(state)`` so that it is re-entered after every reset of the world."""
+
+    def translated(state):
+        try:
+            return func(state)
+        except tf.errors.OpError as err:
+            # Horovod 0.28's TF wrapper recognises only HorovodAllreduce/Allgather/Broadcast
+            # in the message and SILENTLY RETURNS for any other UnknownError - e.g. a failed
+            # HorovodGroupedAllreduce - so a survivor of a lost worker would stop "successfully".
+            if "Horovod" in err.message:
+                raise HorovodInternalError(err) from err
+            raise
+
+    # Horovod: catches worker failures and host updates, re-initialises Horovod with the
+    # new set of workers, runs the reset callbacks, syncs the state, and calls func again.
+    return hvd.elastic.run(translated)

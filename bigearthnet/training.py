@@ -73,22 +73,23 @@ class Trainer:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.manifest = read_manifest(cfg.data)
-        rank, size = distributed.rank(), distributed.size()
+        self.num_classes = cfg.labels
+        self.mean, self.std = (tf.constant(v) for v in band_stats(self.manifest))
+        self._setup_data()
+        self._build()
+
+    # ------------------------------------------------------------------ set-up
+
+    def _setup_data(self) -> None:
+        """This rank's fixed part of train and val; the same number of steps on every rank."""
+        cfg, rank, size = self.cfg, distributed.rank(), distributed.size()
         error = None
         try:
             self.train_data, self.val_data = (
-                RankData(
-                    cfg.data,
-                    self.manifest,
-                    split,
-                    cfg.labels,
-                    rank,
-                    size,
-                    cfg.cache,
-                    cfg.verify_data,
-                )
+                RankData(cfg.data, self.manifest, split, cfg.labels, rank, size, cfg.cache,
+                         cfg.verify_data)
                 for split in ("train", "val")
-            )
+            )  # fmt: skip
         except (ShardError, OSError) as err:
             error = err
         distributed.raise_if_any_failed(error, "loading data")
@@ -100,11 +101,6 @@ class Trainer:
                 f"rank {rank} holds {len(self.train_data)} training samples but an epoch has "
                 f"{self.steps} steps; use a larger --batch-size or fewer ranks"
             )
-        self.num_classes = cfg.labels
-        self.mean, self.std = (tf.constant(v) for v in band_stats(self.manifest))
-        self._build()
-
-    # ------------------------------------------------------------------ set-up
 
     def _build(self) -> None:
         cfg = self.cfg
@@ -290,17 +286,21 @@ class Trainer:
     def validate(self, threshold: float | None = None) -> dict:
         """Loss and micro/macro F1 on the validation split over all ranks (summed counts)."""
         threshold = self.cfg.threshold if threshold is None else threshold
-        loss_sum, counts = 0.0, np.zeros((3, self.num_classes))
-        steps = math.ceil(len(self.val_data) / self.cfg.batch_size)
-        batches = self.val_data.batches(steps, 0, 0, shuffle=False) if steps else []
-        for images, labels in batches:
+        loss_sum, counts, seen = 0.0, np.zeros((3, self.num_classes)), 0
+        for images, labels in self._val_batches():
+            seen += len(images)
             batch_loss, batch_counts = self.eval_step(images, labels, threshold)
             loss_sum += float(batch_loss)
             counts += batch_counts.numpy()
-        packed = np.concatenate([[loss_sum, len(self.val_data)], counts.ravel()])
+        packed = np.concatenate([[loss_sum, seen], counts.ravel()])
         total = distributed.allreduce_sum(packed, name="val_counts")
         scores = M.f1_from_counts(total[2:].reshape(3, self.num_classes))
         return {"loss": total[0] / max(total[1], 1), **scores}
+
+    def _val_batches(self):
+        """This rank's validation batches (its fixed part of the split)."""
+        steps = math.ceil(len(self.val_data) / self.cfg.batch_size)
+        return self.val_data.batches(steps, 0, 0, shuffle=False) if steps else []
 
     # ------------------------------------------------------------------ state
 
@@ -543,6 +543,12 @@ def _write_history(path: Path, rows: list[dict]) -> None:
 
 def train(cfg: TrainConfig) -> dict:
     """Train per ``cfg``; returns the final history row (on every rank)."""
+    if cfg.elastic:
+        from bigearthnet.elastic import ElasticTrainer  # elastic.py builds on this module
+
+        # The world may change size until the last epoch; a final collective evaluation
+        # outside Elastic Horovod's protection could hang, so evaluate.py does it after.
+        return ElasticTrainer(cfg).run()
     trainer = Trainer(cfg)
     row = trainer.run()
     test_count = trainer.manifest["counts"].get("test", 0)

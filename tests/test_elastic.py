@@ -1,0 +1,155 @@
+"""Elastic training: exact re-slicing across resizes, host discovery, and a real
+horovodrun --min-np/--max-np run that grows, loses a worker, and finishes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO, TINY_RECIPE
+
+from bigearthnet.elastic import global_step_take, step_slices
+
+DISCOVER = REPO / "jobs" / "elastic" / "discover_hosts.sh"
+
+
+@pytest.mark.parametrize("sizes", [[1, 2, 2, 1, 3], [4, 1], [3, 3, 3, 2, 5, 1]])
+def test_resizes_within_an_epoch_skip_and_repeat_nothing(sizes: list[int]) -> None:
+    total, batch = 103, 4
+    order = np.random.default_rng(0).permutation(total)
+    consumed, seen, step = 0, [], 0
+    while consumed < total:
+        size = sizes[min(step // 3, len(sizes) - 1)]  # the world changes every 3 steps
+        take, parts = step_slices(order, consumed, batch, size)
+        assert len(parts) == size and all(len(p) >= 1 for p in parts)  # never after a merge
+        assert max(map(len, parts)) - min(map(len, parts)) <= 1
+        seen += [int(x) for p in parts for x in p]
+        consumed += take
+        step += 1
+    assert sorted(seen) == list(range(total)) and len(seen) == total
+
+
+def test_tail_smaller_than_world_is_merged() -> None:
+    assert global_step_take(remaining=10, batch_size=4, size=2) == 8  # 2 left: a full step
+    assert global_step_take(remaining=9, batch_size=4, size=2) == 9  # 1 left < 2 ranks: merged
+    assert global_step_take(remaining=13, batch_size=4, size=3) == 13
+    assert global_step_take(remaining=10, batch_size=4, size=3) == 10  # less than one step
+    # Only a world that grew near the end of an epoch sees fewer samples than ranks.
+    take, parts = step_slices(np.arange(5), consumed=3, batch_size=4, size=3)
+    assert take == 2 and sorted(map(len, parts)) == [0, 1, 1]
+
+
+def _discover(tmp_path: Path, files: dict[str, str]):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    env = {**os.environ, "ELASTIC_HOSTS_DIR": str(tmp_path)}
+    return subprocess.run(["bash", str(DISCOVER)], capture_output=True, text=True, env=env)
+
+
+def test_discovery_sums_slots_and_skips_bad_lines(tmp_path: Path) -> None:
+    me = socket.gethostname().split(".")[0]
+    result = _discover(tmp_path, {"job1.hosts": f"localhost:2\n{me}:1\n",
+                                  "job2.hosts": "localhost:1\nnot a host line\n",
+                                  "job3.hosts": "no-such-host.invalid:4\n",
+                                  "notes.txt": "localhost:99\n"})  # fmt: skip
+    assert result.returncode == 0
+    assert result.stdout.splitlines() == sorted([f"{me}:1", "localhost:3"])
+    assert "ignoring 'not a host line' in job2.hosts" in result.stderr
+    assert "unknown host 'no-such-host.invalid' in job3.hosts" in result.stderr
+
+
+def test_discovery_with_no_holders_prints_nothing(tmp_path: Path) -> None:
+    result = _discover(tmp_path, {})
+    assert result.returncode == 0 and result.stdout == ""
+    env = {**os.environ, "ELASTIC_HOSTS_DIR": str(tmp_path / "x")}
+    missing = subprocess.run(["bash", str(DISCOVER)], capture_output=True, text=True, env=env)
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+def _wait_for_text(path: Path, text: str, proc: subprocess.Popen, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while text not in path.read_text(errors="replace"):
+        assert proc.poll() is None, path.read_text(errors="replace")[-3000:]
+        assert time.time() < deadline, f"no '{text}' after {timeout} s"
+        time.sleep(0.5)
+
+
+def _worker_on(host: str, run: Path) -> int:
+    """pid of the training worker that Horovod started for ``host``."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        is_python = cmdline and cmdline[0].endswith(b"python") and b"train.py" in cmdline
+        if (
+            is_python
+            and str(run).encode() in cmdline
+            and f"HOROVOD_HOSTNAME={host}".encode() in environ
+        ):
+            return int(pid)
+    raise AssertionError(f"no worker for {host}")
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_grow_then_lose_a_worker_then_finish(tmp_path: Path, shards_v1: Path) -> None:
+    """1 worker -> a holder adds a host -> 2 workers -> that worker is SIGKILLed and its
+    holder file removed -> 1 worker continues from the last commit -> all epochs done.
+
+    Horovod blacklists the host of a failed worker, so the second worker runs on a second
+    name of this machine (its short hostname), as a second node would on a cluster.
+    """
+    hosts = tmp_path / "hosts"
+    hosts.mkdir()
+    (hosts / "driver.hosts").write_text("localhost:1\n")
+    second = socket.gethostname().split(".")[0]
+    assert second != "localhost"
+    run, log_path = tmp_path / "run", tmp_path / "horovodrun.log"
+    epochs = 14
+    cmd = [str(Path(sys.executable).with_name("horovodrun")), "-np", "1", "--min-np", "1",
+           "--max-np", "2", "--host-discovery-script", str(DISCOVER), "--network-interface",
+           "lo", "--gloo", sys.executable, "train.py", "--elastic", "--data", str(shards_v1),
+           "--run-dir", str(run), "--epochs", str(epochs), "--commit-every", "4",
+           *TINY_RECIPE, "--batch-size", "2"]  # fmt: skip
+    env = {**os.environ, "ELASTIC_HOSTS_DIR": str(hosts), "TF_CPP_MIN_LOG_LEVEL": "1"}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            _wait_for_text(log_path, "epoch 2/", proc, 240)
+            (hosts / "holder-1.hosts").write_text(f"{second}:1\n")
+            _wait_for_text(log_path, "world size 1 -> 2", proc, 240)
+            _wait_for_text(log_path, "[rank 0/2] epoch", proc, 240)  # an epoch on 2 ranks
+            (hosts / "holder-1.hosts").unlink()
+            os.kill(_worker_on(second, run), 9)
+            proc.wait(timeout=600)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    output = log_path.read_text(errors="replace")
+    assert proc.returncode == 0, output[-4000:]
+    assert "world size 2 -> 1" in output
+    with open(run / "elastic_events.csv", newline="") as f:
+        events = [(int(r["old_size"]), int(r["new_size"])) for r in csv.DictReader(f)]
+    assert events[:2] == [(1, 2), (2, 1)]
+    with open(run / "history.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in rows] == list(range(1, epochs + 1))
+    assert {"1", "2"} <= {r["world_size"] for r in rows}
+    assert all(np.isfinite(float(r["loss"])) for r in rows)
+    assert json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"] == epochs
+    evaluation = subprocess.run([sys.executable, "evaluate.py", "--run-dir", str(run)],
+                                cwd=REPO, capture_output=True, text=True, env=env)  # fmt: skip
+    assert evaluation.returncode == 0, evaluation.stderr[-2000:]
+    assert json.loads((run / "eval-test" / "metrics.json").read_text())["count"] == 48
