@@ -17,11 +17,13 @@ import argparse
 import os
 import sys
 
+from bigearthnet.util import OneLineParser
+
 PROG = "evaluate.py"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog=PROG,
         description="Parallel (Horovod) evaluation of a checkpoint of a training run on a "
         "split of the BigEarthNet HDF5 shards: metrics, per-class table, predictions, plots.",

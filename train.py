@@ -26,12 +26,13 @@ from bigearthnet.config import (
     default_threads,
     resolve,
 )
+from bigearthnet.util import OneLineParser
 
 EXIT_REQUEUE = 3  # stopped by SIGUSR1/SIGTERM after checkpointing: resubmit to continue
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="train.py",
         description="Data-parallel (Horovod) training of a multi-label classifier on "
         "BigEarthNet HDF5 shards made by bigearthnet-preprocess.",

@@ -48,6 +48,7 @@ import numpy as np
 
 from bigearthnet import constants as C
 from bigearthnet.resample import METHODS
+from bigearthnet.util import OneLineParser
 
 PIXEL_M = C.PATCH_METRES
 PROB_SCALE = 250  # probability p is stored as round(p * 250): 0..250, 250 = certain
@@ -380,13 +381,8 @@ def write_maps(out: Path, places: list[Place], scores: np.ndarray, loaded) -> li
 # --------------------------------------------------------------------------- CLI
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # bad flags: one line and exit 2, no usage block
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(
+    p = OneLineParser(
         prog=PROG,
         description="Predict every patch of an archive or of preprocessed shards with a "
         "trained run and write land-cover GeoTIFFs whose pixels are the 1.2 km patches "

@@ -69,6 +69,7 @@ from bigearthnet.constants import (
     PATCH_METRES,
     PATCH_SIZE,
 )
+from bigearthnet.util import OneLineParser
 
 LAYOUTS: tuple[str, ...] = ("v1", "v2")
 V2_S2_DIR = "BigEarthNet-S2"
@@ -761,11 +762,6 @@ def generate_archive(
 # --------------------------------------------------------------------------- CLI
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line instead of usage + error
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -787,7 +783,7 @@ def _non_negative_int(text: str) -> int:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="bigearthnet-synth",
         description=(
             "Write a small synthetic BigEarthNet archive in the real v1 or v2 (reBEN) format. "

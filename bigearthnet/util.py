@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
 import json
@@ -9,6 +10,7 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 
 def first_line(err: BaseException) -> str:
@@ -58,3 +60,11 @@ def sha256_file(path: str | Path, block: int = 1 << 22) -> str:
         while chunk := f.read(block):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag as one line and exit code 2, without the usage
+    block, like every other error of the project's commands."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
