@@ -1,0 +1,244 @@
+# shellcheck shell=bash
+# Functions shared by the job scripts in jobs/ and by jobs/submit.sh. Sourced, never run.
+#
+# Site settings live in jobs/sites/$SITE.env; a profile only assigns variables, with
+# `: "${VAR:=default}"` wherever a value exported before submitting should win (sbatch
+# passes the submitting environment on to the job). See jobs/README.md.
+
+# Slurm runs a *copy* of a batch script from its spool directory, so a job cannot find the
+# repository from its own path: jobs/submit.sh exports BEN_REPO, else the job assumes it
+# was submitted from the repository root.
+BEN_REPO=${BEN_REPO:-${SLURM_SUBMIT_DIR:-$PWD}}
+export BEN_REPO
+
+log() { printf '%s [%s] %s\n' "$(date +%H:%M:%S)" "${BEN_STEP:-job}" "$*"; }
+
+# die MESSAGE [CODE]: one clear line in the job log, then exit (2: bad input, nothing ran).
+die() {
+  printf '%s [%s] ERROR: %s\n' "$(date +%H:%M:%S)" "${BEN_STEP:-job}" "$1" >&2
+  exit "${2:-2}"
+}
+
+site_names() {
+  local f names=()
+  for f in "$BEN_REPO"/jobs/sites/*.env; do
+    [[ -e $f ]] && names+=("$(basename "$f" .env)")
+  done
+  echo "${names[*]:-none}"
+}
+
+# load_site: source jobs/sites/$SITE.env; a missing SITE or profile stops the job at once.
+load_site() {
+  [[ -f $BEN_REPO/jobs/common.sh ]] ||
+    die "BEN_REPO=$BEN_REPO is not the bigearthnet-hpc repository: submit with jobs/submit.sh, from the repository root, or export BEN_REPO"
+  [[ -n ${SITE:-} ]] ||
+    die "SITE is not set: export SITE=<profile> before submitting (profiles: $(site_names))"
+  local profile=$BEN_REPO/jobs/sites/$SITE.env
+  [[ -f $profile ]] ||
+    die "site profile $profile not found (SITE=$SITE; profiles: $(site_names))"
+  # shellcheck source=/dev/null  # one of jobs/sites/*.env, chosen at run time
+  source "$profile"
+}
+
+# require_vars VAR...: each must be set and non-empty.
+require_vars() {
+  local var
+  for var in "$@"; do
+    [[ -n ${!var:-} ]] ||
+      die "$var is not set: set it in jobs/sites/$SITE.env or export $var=... before submitting"
+  done
+}
+
+# require_dir VAR [FILE]: the folder named by VAR exists (and holds FILE).
+require_dir() {
+  local var=$1 file=${2:-}
+  require_vars "$var"
+  [[ -d ${!var} ]] || die "$var=${!var}: no such folder"
+  [[ -z $file || -e ${!var}/$file ]] || die "$var=${!var}: no $file in it"
+}
+
+# activate_env: the site's modules, then the project's virtual environment.
+activate_env() {
+  if [[ -n ${SITE_MODULES:-} ]]; then
+    command -v module >/dev/null 2>&1 || die "SITE_MODULES is set but there is no 'module' command"
+    local modules
+    read -r -a modules <<<"$SITE_MODULES"
+    set +u # Lmod's and Environment Modules' shell functions are not written for `set -u`
+    module purge
+    module load "${modules[@]}" || die "module load ${modules[*]} failed"
+    set -u
+  fi
+  require_vars VENV
+  [[ -x $VENV/bin/python ]] || die "VENV=$VENV: no bin/python there (run 'make setup' first)"
+  # PATH rather than bin/activate: activate is not written for `set -u`.
+  export VIRTUAL_ENV=$VENV PATH=$VENV/bin:$PATH
+  # Slurm >= 22.05: srun no longer inherits --cpus-per-task from the allocation.
+  if [[ -n ${SLURM_CPUS_PER_TASK:-} ]]; then
+    export SRUN_CPUS_PER_TASK=$SLURM_CPUS_PER_TASK
+  fi
+}
+
+# job_setup STEP: what every job script does first.
+job_setup() {
+  BEN_STEP=$1
+  load_site
+  activate_env
+}
+
+# log_job_info VAR...: where and what this job runs, so that a log alone explains a result.
+log_job_info() {
+  local revision var
+  log "job ${SLURM_JOB_ID:-none} (${SLURM_JOB_NAME:-}) restart ${SLURM_RESTART_COUNT:-0}" \
+    "on site $SITE: ${SLURM_JOB_NUM_NODES:-1} node(s), ${SLURM_NTASKS:-1} task(s)," \
+    "${SLURM_CPUS_PER_TASK:-?} CPU(s) per task"
+  log "hosts: $(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname -s)}" 2>/dev/null |
+    paste -sd ' ' || hostname -s)"
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    log "GPUs on $(hostname -s): $(nvidia-smi -L 2>&1 | paste -sd ';')"
+  elif command -v rocm-smi >/dev/null 2>&1; then
+    log "GPUs on $(hostname -s): $(rocm-smi --showproductname 2>&1 | grep -i 'card series' | paste -sd ';')"
+  else
+    log "GPUs on $(hostname -s): none (no nvidia-smi or rocm-smi)"
+  fi
+  revision=$(git -C "$BEN_REPO" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  if [[ $revision != unknown ]] && [[ -n $(git -C "$BEN_REPO" status --porcelain -uno 2>/dev/null) ]]; then
+    revision+=" (with uncommitted changes)"
+  fi
+  log "git revision: $revision of $BEN_REPO"
+  log "python: $(command -v python) ($(python --version 2>&1))"
+  for var in "$@"; do
+    log "config: $var=${!var:-}"
+  done
+}
+
+# show_file FILE: a file's lines in the log, indented (e.g. the run's resolved config.yaml).
+show_file() {
+  [[ -f $1 ]] && sed 's/^/    /' "$1"
+  return 0
+}
+
+# resolve_run_dir: RUN_DIR, else $RUNS_DIR/$EXPERIMENT - one folder per experiment, so a
+# resubmitted (or requeued) job finds its checkpoints and resumes. EXPERIMENT defaults to
+# the name of TRAIN_CONFIG (configs/resnet50.yaml -> resnet50).
+resolve_run_dir() {
+  if [[ -z ${RUN_DIR:-} ]]; then
+    if [[ -z ${EXPERIMENT:-} && -n ${TRAIN_CONFIG:-} ]]; then
+      EXPERIMENT=$(basename "${TRAIN_CONFIG%.*}")
+    fi
+    require_vars RUNS_DIR EXPERIMENT
+    # shellcheck disable=SC2153  # RUNS_DIR comes from the site profile, not a typo of RUN_DIR
+    RUN_DIR=$RUNS_DIR/$EXPERIMENT
+  fi
+}
+
+# training_command ARG...: TRAIN_CMD, train.py on the site's data; ARGs (the job script's
+# arguments) come last and so override the defaults.
+training_command() {
+  require_dir DATA_DIR manifest.json
+  resolve_run_dir
+  TRAIN_CMD=(python "$BEN_REPO/train.py" --data "$DATA_DIR" --run-dir "$RUN_DIR"
+    --threads "${SLURM_CPUS_PER_TASK:-1}" --no-progress)
+  if [[ -n ${TRAIN_CONFIG:-} ]]; then
+    [[ -f $TRAIN_CONFIG ]] || die "TRAIN_CONFIG=$TRAIN_CONFIG: no such file"
+    TRAIN_CMD+=(--config "$TRAIN_CONFIG")
+  fi
+  TRAIN_CMD+=("$@")
+}
+
+# srun_options: the site's MPI plugin and CPU binding for parallel steps, in SRUN_OPTS.
+srun_options() {
+  SRUN_OPTS=()
+  if [[ -n ${SRUN_MPI:-} ]]; then SRUN_OPTS+=("--mpi=$SRUN_MPI"); fi
+  if [[ -n ${CPU_BIND:-} ]]; then SRUN_OPTS+=("--cpu-bind=$CPU_BIND"); fi
+}
+
+# --------------------------------------------------------------------------- signals
+# Training jobs ask for `#SBATCH --signal=B:USR1@T`: Slurm sends SIGUSR1 to this batch
+# shell T seconds (give or take a minute) before the time limit. The shell passes it on to
+# the training step, which checkpoints mid-epoch and exits with EXIT_REQUEUE; the job then
+# requeues itself and the next run resumes. Bash runs a trap only between commands, so the
+# step runs in the background while the shell waits.
+
+EXIT_REQUEUE=3 # train.py: stopped on a signal after writing a checkpoint
+BEN_GOT_USR1=0
+BEN_STEP_PID=
+BEN_FORWARD=
+# Installed right away: bash's default action for SIGUSR1 would end the job script.
+trap 'on_usr1' USR1
+
+on_usr1() {
+  BEN_GOT_USR1=1
+  log "SIGUSR1: time limit near, asking the training step to checkpoint and stop"
+  if [[ -n $BEN_STEP_PID ]]; then "$BEN_FORWARD" "$BEN_STEP_PID"; fi
+}
+
+# forward_to_srun PID: srun passes SIGUSR1 on to every task of its step.
+forward_to_srun() { kill -USR1 "$1" 2>/dev/null || true; }
+
+# forward_to_workers PID: SIGUSR1 to the training processes below PID (horovodrun's ranks
+# on this node): Python processes running $BEN_REPO/train.py. Not to horovodrun or its
+# helper processes (also Python): SIGUSR1 would kill them. Ranks on other nodes (started
+# over ssh) are not reached; train.py stops all ranks together when any one is signalled.
+forward_to_workers() {
+  local pid
+  for pid in $(descendants "$1"); do
+    if [[ $(ps -o comm= -p "$pid" 2>/dev/null) == python* &&
+      $(ps -o args= -p "$pid" 2>/dev/null) == *" $BEN_REPO/train.py"* ]]; then
+      kill -USR1 "$pid" 2>/dev/null || true
+    fi
+  done
+}
+
+descendants() {
+  local child
+  for child in $(pgrep -P "$1"); do
+    echo "$child"
+    descendants "$child"
+  done
+}
+
+# run_step FORWARDER COMMAND...: run COMMAND, pass SIGUSR1 on through FORWARDER while it
+# runs, and return its exit code.
+run_step() {
+  BEN_FORWARD=$1
+  shift
+  "$@" &
+  BEN_STEP_PID=$!
+  if ((BEN_GOT_USR1)); then "$BEN_FORWARD" "$BEN_STEP_PID"; fi # came before the step did
+  # `wait` also returns when a trap ran; wait again until the step has really ended.
+  while kill -0 "$BEN_STEP_PID" 2>/dev/null; do
+    wait "$BEN_STEP_PID" || true
+  done
+  local rc=0
+  wait "$BEN_STEP_PID" || rc=$?
+  BEN_STEP_PID=
+  return "$rc"
+}
+
+# finish_training RC: the job's end after a training step exited with RC. Requeue only when
+# the step checkpointed because of *our* warning signal; a SIGTERM (scancel, preemption,
+# the time limit itself) also makes train.py exit 3, but then Slurm decides.
+finish_training() {
+  local rc=$1
+  if ((rc == 0)); then
+    log "training finished"
+    return 0
+  fi
+  if ((rc == EXIT_REQUEUE && BEN_GOT_USR1)); then
+    local restarts=${SLURM_RESTART_COUNT:-0}
+    if ((restarts >= ${MAX_REQUEUES:-20})); then
+      die "checkpointed, but not requeued: already restarted $restarts times (MAX_REQUEUES)" 1
+    fi
+    log "checkpoint written; requeueing job $SLURM_JOB_ID to resume (restart $((restarts + 1)))"
+    scontrol requeue "$SLURM_JOB_ID" || die "scontrol requeue $SLURM_JOB_ID failed" 1
+    # Slurm now ends this run of the script; the requeued job starts from the top.
+    exit 0
+  fi
+  if ((rc == EXIT_REQUEUE)); then
+    die "training checkpointed and stopped on SIGTERM (cancelled, preempted or out of time): resubmit with the same EXPERIMENT to resume" "$rc"
+  fi
+  case $rc in
+  2) die "training rejected its input or options (exit 2): see the lines above" 2 ;;
+  *) die "training failed with exit code $rc: see the lines above" "$rc" ;;
+  esac
+}
