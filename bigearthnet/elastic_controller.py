@@ -93,23 +93,31 @@ class Controller:
 
     def holders(self) -> list[tuple[str, str]]:
         """(job id, state) of this run's holder jobs, oldest first."""
-        out = _run(["squeue", "--noheader", "--name", self.job_name, "--format", "%i %T"])
+        out = _run(["squeue", "--noheader", "--me", "--name", self.job_name, "--format", "%i %T"])
         jobs = [tuple(line.split()) for line in out.splitlines() if line.strip()]
         return sorted(jobs, key=lambda job: int(job[0].split("_")[0]))
 
     def grow(self, count: int) -> list[str]:
-        env = {**os.environ, "ELASTIC_HOSTS_DIR": str(self.hosts_dir),
-               "ELASTIC_SLOTS": str(self.slots)}  # fmt: skip
+        # Slurm runs a copy of the holder script: BEN_REPO tells it where jobs/common.sh is.
+        env = {**os.environ, "ELASTIC_HOSTS_DIR": str(self.hosts_dir.resolve()),
+               "ELASTIC_SLOTS": str(self.slots), "BEN_REPO": str(REPO)}  # fmt: skip
         cmd = ["sbatch", "--parsable", f"--job-name={self.job_name}", *self.sbatch_args,
                str(self.holder)]  # fmt: skip
+        # The holder logs to logs/ here; sbatch does not create it, and a job whose log
+        # cannot be opened fails without a trace.
+        Path("logs").mkdir(exist_ok=True)
         return [_run(cmd, env=env).strip().split(";")[0] for _ in range(count)]
 
     def shrink(self, count: int) -> list[str]:
-        newest = [job for job, _state in self.holders()][::-1][:count]
-        if newest:
+        newest = self.holders()[::-1][:count]
+        running = [job for job, state in newest if state != "PENDING"]
+        pending = [job for job, state in newest if state == "PENDING"]
+        if running:
             # SIGTERM first: the holder's trap removes its hosts file, a clean shrink.
-            _run(["scancel", "--signal=TERM", "--full", *newest])
-        return newest
+            _run(["scancel", "--signal=TERM", "--full", *running])
+        if pending:  # a pending job cannot be signalled; it has registered nothing yet
+            _run(["scancel", *pending])
+        return [job for job, _state in newest]
 
     def resize_to(self, workers: int) -> str:
         """Submit or cancel holders until about ``workers`` slots are (or will be) there."""

@@ -45,7 +45,16 @@ require_vars() {
   local var
   for var in "$@"; do
     [[ -n ${!var:-} ]] ||
-      die "$var is not set: set it in jobs/sites/$SITE.env or export $var=... before submitting"
+      die "$var is not set: set it in jobs/sites/${SITE:-<site>}.env or export $var=... before submitting"
+  done
+}
+
+# require_count VAR...: each is set and a whole number >= 1 (ranks, slots, seconds).
+require_count() {
+  local var
+  require_vars "$@"
+  for var in "$@"; do
+    [[ ${!var} =~ ^[1-9][0-9]*$ ]] || die "$var=${!var}: expected a whole number >= 1"
   done
 }
 
@@ -145,6 +154,20 @@ training_command() {
   TRAIN_CMD+=("$@")
 }
 
+# job_host_slots: one `host:slots` line per node of the allocation, one slot per task.
+job_host_slots() {
+  require_vars SLURM_JOB_NODELIST SLURM_NTASKS_PER_NODE
+  scontrol show hostnames "$SLURM_JOB_NODELIST" | sed "s/\$/:$SLURM_NTASKS_PER_NODE/"
+}
+
+# remove_on_exit FILE...: delete the FILEs when the script ends, however it ends (bash runs
+# the EXIT trap on `exit`, on an error under `set -e` and on SIGTERM).
+BEN_REMOVE=()
+remove_on_exit() {
+  BEN_REMOVE+=("$@")
+  trap 'rm -f -- "${BEN_REMOVE[@]}"' EXIT
+}
+
 # srun_options: the site's MPI plugin and CPU binding for parallel steps, in SRUN_OPTS.
 srun_options() {
   SRUN_OPTS=()
@@ -215,6 +238,28 @@ run_step() {
   return "$rc"
 }
 
+# run_horovodrun COMMAND...: run a horovodrun command line as the training step (SIGUSR1
+# passed on to its ranks on this node), keep a copy of its output in the file HVD_OUT, and
+# return the first failing rank's exit code: horovodrun itself exits 1 whatever its ranks
+# returned, and reports the first failing rank's code as "Exit code: N".
+run_horovodrun() {
+  HVD_OUT=$(mktemp "${TMPDIR:-/tmp}/ben-horovodrun.XXXXXX")
+  remove_on_exit "$HVD_OUT"
+  local rc=0 first_code
+  run_step forward_to_workers output_to "$HVD_OUT" "$@" || rc=$?
+  first_code=$(sed -n 's/^Exit code: \([0-9]*\)$/\1/p' "$HVD_OUT" | head -n 1)
+  if ((rc != 0)) && [[ -n $first_code ]]; then rc=$first_code; fi
+  return "$rc"
+}
+
+# output_to FILE COMMAND...: COMMAND's output to the log and to FILE; COMMAND's exit code
+# (the scripts set pipefail).
+output_to() {
+  local file=$1
+  shift
+  "$@" 2>&1 | tee "$file"
+}
+
 # finish_training RC: the job's end after a training step exited with RC. Requeue only when
 # the step checkpointed because of *our* warning signal; a SIGTERM (scancel, preemption,
 # the time limit itself) also makes train.py exit 3, but then Slurm decides.
@@ -241,4 +286,57 @@ finish_training() {
   2) die "training rejected its input or options (exit 2): see the lines above" 2 ;;
   *) die "training failed with exit code $rc: see the lines above" "$rc" ;;
   esac
+}
+
+# --------------------------------------------------------------------------- elastic
+# An elastic run (jobs/elastic/) has a hosts folder, ELASTIC_HOSTS_DIR, with one file per job
+# that lends it nodes: <job id>.hosts, lines `host:slots`. horovodrun's discovery script
+# (jobs/elastic/discover_hosts.sh) reads the folder every second: a file that appears grows
+# the training, one that disappears shrinks it.
+
+# register_hosts LINE...: write this job's file under a temporary name and rename it (atomic:
+# discovery never reads half a file); it is removed when the script ends.
+register_hosts() {
+  local file=$ELASTIC_HOSTS_DIR/$SLURM_JOB_ID.hosts tmp
+  # A dot name without .hosts: discovery ignores it until the rename.
+  tmp=$(mktemp "$ELASTIC_HOSTS_DIR/.$SLURM_JOB_ID.XXXXXX") ||
+    die "ELASTIC_HOSTS_DIR=$ELASTIC_HOSTS_DIR: cannot write there"
+  remove_on_exit "$tmp" "$file"
+  printf '%s\n' "$@" >"$tmp"
+  chmod a+r "$tmp" # mktemp makes it private; the controller may run as someone else
+  mv -f "$tmp" "$file"
+  log "registered $* in $file"
+}
+
+# lending_jobs: ids of the other jobs registered in the hosts folder (files named otherwise,
+# e.g. written by hand, are not jobs and are left alone).
+lending_jobs() {
+  local file id
+  for file in "$ELASTIC_HOSTS_DIR"/*.hosts; do
+    id=$(basename "$file" .hosts)
+    if [[ -e $file && $id =~ ^[0-9]+$ && $id != "$SLURM_JOB_ID" ]]; then echo "$id"; fi
+  done
+}
+
+# forget_stale_hosts: remove the files of jobs that no longer run (a holder killed before its
+# trap ran, an earlier driver that crashed); Horovod would try to start workers there.
+forget_stale_hosts() {
+  local id
+  for id in $(lending_jobs); do
+    if [[ $(squeue --noheader --jobs "$id" --format %T 2>/dev/null) != RUNNING ]]; then
+      log "removing the registration of job $id, which is not running"
+      rm -f "$ELASTIC_HOSTS_DIR/$id.hosts"
+    fi
+  done
+}
+
+# release_holders: the training is over, so end the holder jobs still registered rather
+# than let them idle until their time limit (their trap removes their files).
+release_holders() {
+  local ids
+  mapfile -t ids < <(lending_jobs)
+  if ((${#ids[@]})); then
+    log "training over: ending holder job(s) ${ids[*]}"
+    scancel --signal=TERM --full "${ids[@]}" || log "scancel failed: cancel ${ids[*]} by hand"
+  fi
 }

@@ -1,0 +1,218 @@
+"""Malleable training under Slurm: jobs/elastic/ submitted for real to the test cluster.
+
+The driver job (``jobs/elastic/train_elastic.sbatch``, one worker, registered as
+``localhost``) trains; ``bigearthnet-elastic grow 1`` submits a holder job that registers this
+machine's short hostname, a second host to Horovod, and the training grows to 2 workers;
+``bigearthnet-elastic shrink 1`` cancels the holder and the training shrinks back to 1 and
+finishes. A driver that finishes ends the holders still registered (and ``shrink`` cancels a
+holder still pending). Then bad input: a holder without its hosts folder, a driver with a bad
+site variable, and a driver that never gets ELASTIC_MIN_NP slots and must stop after
+ELASTIC_TIMEOUT. The single test node has 2 CPUs (``CR_CPU``): a 1-CPU driver and a 1-CPU
+holder run side by side. The cluster and job helpers are those of test_slurm_jobs.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import preprocess
+from slurm_cluster import (
+    Job,
+    SlurmCluster,
+    slurm_cluster_fixture,  # noqa: F401 (registers the fixture)
+)
+from test_slurm_jobs import (
+    JOB_TIMEOUT,
+    JOBS,
+    PATCHES,
+    SHARD_SIZE,
+    TINY,
+    assert_completed,
+    assert_failed_clearly,
+    epochs_done,
+    history,
+    job_env,
+    latest_checkpoint,
+    run_seconds,
+    wait_while_running,
+)
+
+CONTROLLER = str(Path(sys.executable).with_name("bigearthnet-elastic"))
+# 12 steps of 2 samples per epoch on 1 worker, about 0.3 s: long enough to outlast a grow
+# (holder start, new worker's TensorFlow start-up) and a shrink with room to spare.
+EPOCHS = 80
+ELASTIC = [*TINY, "--batch-size", "2", "--commit-every", "2"]
+RESIZE_TIMEOUT = 180  # seconds for one grow or shrink to show in the driver's log
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    """DATA_ROOT with the shards of a small synthetic archive, and logs/ to submit from."""
+    from bigearthnet.synthetic import generate_archive
+
+    root = tmp_path_factory.mktemp("slurm-elastic")
+    (root / "logs").mkdir()
+    generate_archive(root / "archive", PATCHES, layout="v1", seed=0)
+    assert preprocess(root / "archive", root / "shards", "--shard-size", str(SHARD_SIZE)) == 0
+    return root
+
+
+def controller(
+    cluster: SlurmCluster, workspace: Path, hosts: Path, *args: str
+) -> subprocess.CompletedProcess:
+    """``bigearthnet-elastic --hosts-dir HOSTS ARGS`` from the submission folder."""
+    return subprocess.run([CONTROLLER, "--hosts-dir", str(hosts), *args], capture_output=True,
+                          text=True, timeout=60, cwd=workspace, env=cluster.env())  # fmt: skip
+
+
+def submit_driver(cluster: SlurmCluster, workspace: Path, experiment: str, *args: str,
+                  **env: str) -> int:  # fmt: skip
+    """The driver with one worker (one CPU), leaving the node's other CPU to a holder."""
+    return cluster.submit(
+        "elastic/train_elastic", "--ntasks-per-node=1", "--", *ELASTIC, *args, cwd=workspace,
+        env=job_env(cluster, workspace, EXPERIMENT=experiment, **env),
+    )  # fmt: skip
+
+
+def log_says(text: str):
+    return lambda job: text in job.log()
+
+
+def registered(hosts: Path) -> list[str]:
+    return sorted(p.name for p in hosts.glob("*.hosts"))
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_holder_jobs_grow_and_shrink_the_training(
+    slurm_cluster: SlurmCluster, workspace: Path
+) -> None:
+    run = workspace / "runs" / "elastic"
+    hosts = run / "hosts"
+    driver = submit_driver(slurm_cluster, workspace, "elastic", "--epochs", str(EPOCHS))
+    wait_while_running(slurm_cluster, driver, lambda _: epochs_done(run) >= 2, 240,
+                       "training on 1 worker")  # fmt: skip
+    assert registered(hosts) == [f"{driver}.hosts"]
+
+    grown = controller(slurm_cluster, workspace, hosts, "grow", "1")
+    assert grown.returncode == 0, grown.stderr
+    holder = int(grown.stdout.split()[-1])  # "submitted holder jobs: <id>"
+    wait_while_running(slurm_cluster, driver, log_says("world size 1 -> 2"), RESIZE_TIMEOUT,
+                       "growth to 2 workers")  # fmt: skip
+    wait_while_running(slurm_cluster, driver, log_says("[rank 0/2] epoch"), RESIZE_TIMEOUT,
+                       "an epoch on 2 workers")  # fmt: skip
+    status = controller(slurm_cluster, workspace, hosts, "status")
+    assert f"holder {holder} RUNNING" in status.stdout, status.stdout + status.stderr
+    assert "total 2 slot(s) on 2 host(s)" in status.stdout, status.stdout
+
+    shrunk = controller(slurm_cluster, workspace, hosts, "shrink", "1")
+    assert shrunk.returncode == 0 and str(holder) in shrunk.stdout, shrunk.stderr
+    wait_while_running(slurm_cluster, driver, log_says("world size 2 -> 1"), RESIZE_TIMEOUT,
+                       "shrinking to 1 worker")  # fmt: skip
+
+    job = slurm_cluster.wait(driver, 600)
+    assert_completed(job)
+    log = job.log()
+    assert "--min-np 1 --max-np 2 --elastic-timeout 60 --network-interface lo" in log, log
+    assert f"registered localhost:1 in {hosts}/{driver}.hosts" in log
+    assert "training finished" in log
+    holder_job = slurm_cluster.wait(holder, JOB_TIMEOUT)
+    assert_completed(holder_job)  # left on SIGTERM: a normal end
+    me = socket.gethostname().split(".")[0]
+    assert f"registered {me}:1 in {hosts}/{holder}.hosts" in holder_job.log()
+    assert "leaving the elastic run" in holder_job.log(), holder_job.describe()
+    assert registered(hosts) == []  # both jobs removed their registration
+
+    with (run / "elastic_events.csv").open(newline="") as f:
+        events = [(int(r["old_size"]), int(r["new_size"])) for r in csv.DictReader(f)]
+    assert events == [(1, 2), (2, 1)], events
+    rows = history(run)
+    assert [int(r["epoch"]) for r in rows] == list(range(1, EPOCHS + 1))
+    assert {r["world_size"] for r in rows} == {"1", "2"}
+    assert latest_checkpoint(run)["epoch"] == EPOCHS
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_driver_ends_the_holders_left_when_training_is_over(
+    slurm_cluster: SlurmCluster, workspace: Path
+) -> None:
+    """... and ``shrink`` cancels a holder still pending (a pending job takes no signal)."""
+    hosts = workspace / "runs" / "release" / "hosts"
+    driver = submit_driver(slurm_cluster, workspace, "release", "--epochs", "40")
+    wait_while_running(slurm_cluster, driver, lambda _: hosts.is_dir(), 120, "registration")
+    first = int(controller(slurm_cluster, workspace, hosts, "grow", "1").stdout.split()[-1])
+    wait_while_running(slurm_cluster, driver, lambda _: (hosts / f"{first}.hosts").exists(),
+                       60, "the holder's registration")  # fmt: skip
+    second = int(controller(slurm_cluster, workspace, hosts, "grow", "1").stdout.split()[-1])
+    status = controller(slurm_cluster, workspace, hosts, "status").stdout
+    assert f"holder {second} PENDING" in status, status  # the node's 2 CPUs are taken
+    shrunk = controller(slurm_cluster, workspace, hosts, "shrink", "1")
+    assert shrunk.stdout.split()[-1] == str(second), shrunk.stdout + shrunk.stderr
+    assert slurm_cluster.wait(second, 60).state == "CANCELLED"
+
+    assert_completed(slurm_cluster.wait(driver, JOB_TIMEOUT))
+    assert_completed(slurm_cluster.wait(first, JOB_TIMEOUT))  # not idle until its time limit
+    assert f"ending holder job(s) {first}" in slurm_cluster.job(driver).log()
+    assert registered(hosts) == []
+
+
+# --------------------------------------------------------------------------- bad input
+# (garbage in the hosts files: tests/test_elastic.py)
+
+
+@pytest.mark.slow
+def test_holder_without_its_hosts_folder_fails_with_one_clear_line(
+    slurm_cluster: SlurmCluster, workspace: Path
+) -> None:
+    missing = workspace / "runs" / "nowhere" / "hosts"
+    refused = controller(slurm_cluster, workspace, missing, "grow", "1")
+    assert refused.returncode == 2
+    assert (
+        refused.stderr.strip()
+        == f"bigearthnet-elastic: error: {missing}: hosts folder does not exist"
+    )
+    # Submitted by hand, the holder stops at once and says why.
+    env = slurm_cluster.env(ELASTIC_HOSTS_DIR=str(missing), ELASTIC_SLOTS="1",
+                            BEN_REPO=str(JOBS.parent))  # fmt: skip
+    job_id = slurm_cluster.sbatch(str(JOBS / "elastic" / "holder.sbatch"), cwd=workspace, env=env)
+    assert_failed_clearly(
+        slurm_cluster.wait(job_id, JOB_TIMEOUT), f"ELASTIC_HOSTS_DIR={missing}: no such folder"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("variable", "value", "phrase"),
+    [("ELASTIC_IFACE", "", "ELASTIC_IFACE is not set: set it in jobs/sites/local.env"),
+     ("ELASTIC_MIN_NP", "two", "ELASTIC_MIN_NP=two: expected a whole number >= 1")],
+)  # fmt: skip
+def test_driver_with_a_bad_site_variable_fails_with_one_clear_line(
+    slurm_cluster: SlurmCluster, workspace: Path, variable: str, value: str, phrase: str
+) -> None:
+    job_id = submit_driver(slurm_cluster, workspace, "bad-variable", **{variable: value})
+    assert_failed_clearly(slurm_cluster.wait(job_id, JOB_TIMEOUT), phrase)
+    assert not (workspace / "runs" / "bad-variable").exists()  # nothing registered or run
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_driver_without_enough_slots_stops_after_the_elastic_timeout(
+    slurm_cluster: SlurmCluster, workspace: Path
+) -> None:
+    timeout = 15
+    run = workspace / "runs" / "too-few"
+    job_id = submit_driver(slurm_cluster, workspace, "too-few", "--epochs", "2",
+                           ELASTIC_MIN_NP="2", ELASTIC_TIMEOUT=str(timeout))  # fmt: skip
+    job: Job = slurm_cluster.wait(job_id, JOB_TIMEOUT)
+    assert (job.state, job.exit_code) == ("FAILED", "1:0"), job.describe()
+    errors = [line for line in job.log().splitlines() if "ERROR:" in line]
+    assert len(errors) == 1, job.describe()
+    assert "fewer than ELASTIC_MIN_NP=2 worker slots for ELASTIC_TIMEOUT=15 s" in errors[0]
+    assert timeout <= run_seconds(job) < timeout + 45, job.describe()  # ended, did not hang
+    assert registered(run / "hosts") == []
