@@ -26,6 +26,7 @@ from bigearthnet.config import (
     default_threads,
     resolve,
 )
+from bigearthnet.signals import STOP
 from bigearthnet.util import OneLineParser
 
 EXIT_REQUEUE = 3  # stopped by SIGUSR1/SIGTERM after checkpointing: resubmit to continue
@@ -52,7 +53,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # TensorFlow's C++ INFO lines (oneDNN, CPU features) drown the rank logs; keep warnings.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    # Imported after parsing so that --help and option errors answer without TensorFlow.
+    if cfg.elastic:
+        # Elastic runs checkpoint at epoch ends and do not act on a stop request yet: keep
+        # the default signals so that horovodrun and scancel can still end the workers.
+        return _run(cfg)
+    # From here on SIGUSR1/SIGTERM mean "checkpoint and stop" (requeue), never a crash:
+    # installed before TensorFlow is imported, which takes seconds on every rank.
+    with STOP.handling():
+        return _run(cfg)
+
+
+def _run(cfg: TrainConfig) -> int:
     from bigearthnet import distributed, training
     from bigearthnet.checkpoints import CheckpointError
     from bigearthnet.shards import ShardError

@@ -74,6 +74,11 @@ class TrainConfig:
         None, "TensorFlow intra-op threads per rank; default SLURM_CPUS_PER_TASK or all cores"
     )
     timeline: str = _opt(None, "write a Horovod timeline (chrome://tracing JSON) to this path")
+    comm_timing: bool = _opt(
+        False,
+        "time each step's gradient computation and its allreduce+update apart (one more host "
+        "sync per step): compute and communication times in RUN/efficiency.json",
+    )
     # --- elastic (malleable) training
     elastic: bool = _opt(
         False,

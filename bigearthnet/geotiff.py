@@ -60,7 +60,8 @@ def read_band(path: str | Path) -> Raster:
     """Read band 1 of a GeoTIFF; raises GeoTiffError (missing, truncated, unreadable)."""
     path = Path(path)
     try:
-        blob = path.read_bytes()
+        with open(path, "rb", buffering=0) as f:  # one unbuffered read of the whole file
+            blob = f.readall()
     except FileNotFoundError:
         raise GeoTiffError(f"missing file {path.name}") from None
     except OSError as err:
@@ -92,14 +93,15 @@ def _read_ifd(blob: bytes, order: str, offset: int, name: str) -> dict[int, tupl
     if offset + 2 > len(blob):
         raise GeoTiffError(f"{name} is truncated (no image directory)")
     (count,) = struct.unpack_from(order + "H", blob, offset)
+    # All 12-byte entries (tag, type, count, value-or-offset) in one unpack.
+    entries = struct.unpack_from(order + "HHII" * count, blob, offset + 2)
     tags: dict[int, tuple] = {}
     for i in range(count):
-        entry = offset + 2 + 12 * i
-        tag, ftype, n = struct.unpack_from(order + "HHI", blob, entry)
+        tag, ftype, n, value = entries[4 * i : 4 * i + 4]
         if ftype not in _FIELD_TYPES:
             continue
         size = _FIELD_SIZES[ftype] * n
-        where = entry + 8 if size <= 4 else struct.unpack_from(order + "I", blob, entry + 8)[0]
+        where = offset + 2 + 12 * i + 8 if size <= 4 else value
         if where + size > len(blob):
             raise GeoTiffError(f"{name} is truncated (tag {tag} beyond end of file)")
         if ftype == 2:
@@ -126,11 +128,12 @@ def _decode(blob: bytes, order: str, tags: dict[int, tuple], name: str) -> Raste
         raise GeoTiffError(f"{name} is truncated (strips hold {sum(counts)} of {needed} bytes)")
     if max(o + c for o, c in zip(offsets, counts)) > len(blob):
         raise GeoTiffError(f"{name} is truncated (pixel data beyond end of file)")
-    if all(offsets[i] + counts[i] == offsets[i + 1] for i in range(len(offsets) - 1)):
-        raw = blob[offsets[0] : offsets[0] + needed]  # strips are contiguous: one slice
-    else:
-        raw = b"".join(blob[o : o + c] for o, c in zip(offsets, counts))[:needed]
-    data = np.frombuffer(raw, dtype=dtype).reshape(height, width).astype(dtype.newbyteorder("="))
+    start = offsets[0]
+    if not all(offsets[i] + counts[i] == offsets[i + 1] for i in range(len(offsets) - 1)):
+        blob, start = b"".join(blob[o : o + c] for o, c in zip(offsets, counts)), 0
+    # Strips contiguous (the usual case): view the pixels in place; astype makes the copy.
+    pixels = np.frombuffer(blob, dtype=dtype, count=width * height, offset=start)
+    data = pixels.reshape(height, width).astype(dtype.newbyteorder("="))
     crs = _epsg_from_geokeys(tags.get(_GEOKEYS))
     if crs is None or _TIEPOINT not in tags or _PIXEL_SCALE not in tags:
         raise _Unsupported  # unusual geo-referencing: GDAL knows more variants than we do

@@ -72,4 +72,9 @@ def upsample(bands: np.ndarray, size: int, method: str = "bilinear") -> np.ndarr
         idx = np.argmax(w, axis=1)
         return bands[:, idx][:, :, idx].astype(np.uint16, copy=False)
     out = w @ bands.astype(np.float32) @ w.T  # (size, n) @ (k, n, n) @ (n, size)
-    return np.clip(np.rint(out), 0, 65535).astype(np.uint16)
+    np.rint(out, out=out)  # in place: these temporaries cost as much as the products
+    # Bilinear weights are >= 0 and sum to 1: uint8/uint16 input cannot leave the range.
+    # Only bicubic (negative lobes) or other input dtypes need the clip.
+    if method == "bicubic" or bands.dtype not in (np.uint8, np.uint16):
+        np.clip(out, 0, 65535, out=out)
+    return out.astype(np.uint16)

@@ -14,12 +14,9 @@ model, optimizer (so the LR schedule position), epoch and history all continue.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import math
-import signal
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +32,7 @@ from bigearthnet.config import ConfigError, TrainConfig, save_yaml
 from bigearthnet.data import RankData, band_stats, normalize, steps_per_epoch
 from bigearthnet.schedules import LRSchedule, WarmupSchedule
 from bigearthnet.shards import IMAGE_SHAPE, ShardError, read_manifest
+from bigearthnet.signals import STOP
 from bigearthnet.util import atomic_write_json, atomic_write_text
 
 log = distributed.log
@@ -64,6 +62,9 @@ class EpochTimes:
     wait: float = 0.0  # waiting for the next batch from the input pipeline
     step: float = 0.0  # forward, backward, allreduce and update
     samples: int = 0
+    # With --comm-timing, step = compute + comm, each measured (else both stay 0):
+    compute: float = 0.0  # forward and backward (this rank's useful work)
+    comm: float = 0.0  # gradient allreduce (incl. waiting for the slowest rank) + update
 
 
 class Trainer:
@@ -124,7 +125,7 @@ class Trainer:
         self.optimizer = _make_optimizer(cfg, WarmupSchedule(self.schedule))
         self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-        self._stop_requested = 0.0
+        self._stop_after_epoch = False
         self.accum = (
             [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.model.trainable_variables]
             if cfg.backward_passes_per_step > 1
@@ -154,6 +155,9 @@ class Trainer:
         self._grad_fn = grad_fn
         self.train_step = tf.function(self._train_step, reduce_retracing=True)
         self.accumulate_step = tf.function(self._accumulate_step, reduce_retracing=True)
+        # --comm-timing: the same steps cut in two, the gradients first, then the rest.
+        self.exchange_fn = tf.function(self._exchange, reduce_retracing=True)
+        self.accumulate_fn = tf.function(self._accumulate, reduce_retracing=True)
         self.eval_step = tf.function(self._eval_step, reduce_retracing=True)
 
     # ------------------------------------------------------------------ steps
@@ -183,6 +187,10 @@ class Trainer:
 
     def _train_step(self, images, labels, seed, stop):
         loss, grads = self._grad_fn(images, labels, seed)
+        return self._exchange(loss, grads, stop)
+
+    def _exchange(self, loss, grads, stop):
+        """Average the gradients over ranks, apply them, agree on loss and stop."""
         k = self.cfg.backward_passes_per_step
         if k > 1:  # local aggregation: this batch plus the k-1 accumulated ones
             grads = [(g + a) / k for g, a in zip(grads, self.accum)]
@@ -195,6 +203,9 @@ class Trainer:
 
     def _accumulate_step(self, images, labels, seed, stop):
         loss, grads = self._grad_fn(images, labels, seed)
+        return self._accumulate(loss, grads, stop)
+
+    def _accumulate(self, loss, grads, stop):
         for a, g in zip(self.accum, grads):
             a.assign_add(g)
         return distributed.allreduce_mean(tf.stack([loss, stop]), name="loss_and_stop")
@@ -217,24 +228,22 @@ class Trainer:
         history = self._load_history(start_epoch)
         best = max((float(r["val_micro_f1"]) for r in history), default=-1.0)
         row: dict = history[-1] if history else {}
-        with _stop_signals(self._request_stop):
-            for epoch in range(start_epoch, self.cfg.epochs):
-                started = time.perf_counter()
-                loss, times = self._train_epoch(epoch, start_step if epoch == start_epoch else 0)
-                distributed.average_in_place(self.model.non_trainable_variables, "bn_stats")
-                val = self.validate()
-                row = self._history_row(epoch, loss, val, times, time.perf_counter() - started)
-                history.append(row)
-                self.epoch_var.assign(epoch + 1)
-                self.step_var.assign(0)
-                if distributed.is_root():
-                    best = self._save_epoch(epoch, row, history, best)
-                self._log_efficiency(epoch, times, time.perf_counter() - started)
+        for epoch in range(start_epoch, self.cfg.epochs):
+            started = time.perf_counter()
+            loss, times = self._train_epoch(epoch, start_step if epoch == start_epoch else 0)
+            distributed.average_in_place(self.model.non_trainable_variables, "bn_stats")
+            val = self.validate()
+            row = self._history_row(epoch, loss, val, times, time.perf_counter() - started)
+            history.append(row)
+            self.epoch_var.assign(epoch + 1)
+            self.step_var.assign(0)
+            if distributed.is_root():
+                best = self._save_epoch(epoch, row, history, best)
+            self._log_efficiency(epoch, times, time.perf_counter() - started)
+            if self._stop_after_epoch and epoch + 1 < self.cfg.epochs:
+                distributed.barrier()  # rank 0's epoch checkpoint is on disk
+                raise RequeueRequested(f"stopped after epoch {epoch + 1}; rerun resumes")
         return row
-
-    def _request_stop(self, signum, _frame) -> None:
-        log.warning("signal %d: stopping at the next step to checkpoint and requeue", signum)
-        self._stop_requested = 1.0
 
     def _stop_at(self, epoch: int, steps_done: int) -> None:
         """Every rank agreed to stop after ``steps_done`` steps of ``epoch``: save, raise."""
@@ -260,9 +269,8 @@ class Trainer:
                 [cfg.seed * 1000 + distributed.rank(), epoch * self.steps + step], dtype=tf.int64
             )
             apply = (step + 1) % k == 0 or step == self.steps - 1
-            fn = self.train_step if apply or not self.accum else self.accumulate_step
-            stop = tf.constant(self._stop_requested if apply else 0.0)
-            loss, stop_votes = fn(images, labels, seed, stop).numpy()  # waits for the step
+            stop = tf.constant(1.0 if apply and STOP.requested else 0.0)
+            loss, stop_votes = self._step(apply, images, labels, seed, stop, times)
             times.wait += t1 - t0
             times.step += time.perf_counter() - t1
             times.samples += int(images.shape[0])
@@ -275,13 +283,37 @@ class Trainer:
             if bar is not None:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
-            if stop_votes > 0:
+            if stop_votes > 0 and step + 1 < self.steps:
                 if bar is not None:
                     bar.close()
                 self._stop_at(epoch, step + 1)
+            elif stop_votes > 0:  # the epoch is complete: validate and save it, then stop
+                self._stop_after_epoch = True
         if bar is not None:
             bar.close()
         return float(np.mean(losses)), times
+
+    def _step(self, apply: bool, images, labels, seed, stop, times: EpochTimes) -> np.ndarray:
+        """One training step -> [mean loss, stop votes]; waits for it to finish.
+
+        With --comm-timing it runs as two functions, gradients then allreduce + update,
+        with a host sync in between, so that ``times`` gets compute and communication apart.
+        """
+        exchange = apply or not self.accum
+        if not self.cfg.comm_timing:
+            fn = self.train_step if exchange else self.accumulate_step
+            return fn(images, labels, seed, stop).numpy()
+        t0 = time.perf_counter()
+        loss, grads = self._grad_fn(images, labels, seed)
+        # The first layer's gradient is the last that backprop makes: waiting for it waits
+        # for the whole backward pass (on CPU every call is synchronous anyway).
+        grads[0].numpy()
+        t1 = time.perf_counter()
+        fn = self.exchange_fn if exchange else self.accumulate_fn
+        out = fn(loss, grads, stop).numpy()
+        times.compute += t1 - t0
+        times.comm += time.perf_counter() - t1
+        return out
 
     def validate(self, threshold: float | None = None) -> dict:
         """Loss and micro/macro F1 on the validation split over all ranks (summed counts)."""
@@ -430,11 +462,14 @@ class Trainer:
 
     def _log_efficiency(self, epoch: int, times: EpochTimes, seconds: float) -> None:
         """Per-rank time split gathered to rank 0 -> RUN/efficiency.json (POP metrics)."""
-        mine = np.array([[times.step, times.wait, times.samples, seconds]])
+        mine = np.array(
+            [[times.step, times.wait, times.samples, seconds, times.compute, times.comm]]
+        )
         table = distributed.allgather(mine, name="efficiency")
         if distributed.is_root():
-            report = efficiency_report(table, epoch + 1)
+            report = efficiency_report(table, epoch + 1, measured_comm=self.cfg.comm_timing)
             atomic_write_json(self.run_dir / "efficiency.json", report)
+            log.info("%s", efficiency_line(report))
 
     def _progress(self, epoch: int, start_step: int):
         if not (self.cfg.progress and distributed.is_root()):
@@ -451,23 +486,40 @@ class Trainer:
         )
 
 
-def efficiency_report(table: np.ndarray, epoch: int) -> dict:
-    """POP-style efficiencies from per-rank (step_s, wait_s, samples, epoch_s) rows.
+def efficiency_report(table: np.ndarray, epoch: int, measured_comm: bool = False) -> dict:
+    """POP-style efficiencies of one epoch from per-rank rows
+    ``(step_s, wait_s, samples, epoch_s[, compute_s, comm_s])``.
 
-    Useful time is the time in training steps; load balance = mean/max useful time;
-    the data-wait efficiency = useful / (useful + wait) of the slowest rank.
+    Useful time is compute (forward + backward) when ``measured_comm`` (--comm-timing),
+    else the whole step. With T = max over ranks of (step + data wait), the time the
+    epoch's steps took:
+
+    * load_balance = mean(useful) / max(useful)
+    * communication_efficiency = max(useful) / max(step): allreduce, update and waiting
+      for the slowest rank (null without --comm-timing: the step is not split)
+    * input_efficiency = max(step) / T: time not spent waiting for the input pipeline
+    * parallel_efficiency = mean(useful) / T = the product of the three
     """
     step, wait, samples, wall = table[:, 0], table[:, 1], table[:, 2], table[:, 3]
-    load_balance = float(step.mean() / step.max()) if step.max() > 0 else 1.0
+    compute = table[:, 4] if measured_comm and table.shape[1] > 5 else None
+    comm = table[:, 5] if compute is not None else None
+    useful = compute if compute is not None else step
     busy = step + wait
-    input_efficiency = float(step.max() / busy.max()) if busy.max() > 0 else 1.0
+    longest = float(busy.max())
+    load_balance = _ratio(useful.mean(), useful.max())
+    comm_efficiency = _ratio(useful.max(), step.max()) if compute is not None else None
+    input_efficiency = _ratio(step.max(), longest)
+    total_rate = float(samples.sum() / longest) if longest > 0 else 0.0
     return {
         "epoch": epoch,
         "world_size": int(len(table)),
+        "communication_measured": compute is not None,
         "per_rank": [
             {
                 "rank": r,
                 "step_s": float(step[r]),
+                "compute_s": float(compute[r]) if compute is not None else None,
+                "communication_s": float(comm[r]) if comm is not None else None,
                 "data_wait_s": float(wait[r]),
                 "samples": int(samples[r]),
                 "samples_per_s": float(samples[r] / busy[r]) if busy[r] > 0 else 0.0,
@@ -475,27 +527,41 @@ def efficiency_report(table: np.ndarray, epoch: int) -> dict:
             for r in range(len(table))
         ],
         "load_balance": load_balance,
+        "communication_efficiency": comm_efficiency,
         "input_efficiency": input_efficiency,
-        "parallel_efficiency": load_balance * input_efficiency,
+        "parallel_efficiency": _ratio(useful.mean(), longest),
         "data_wait_fraction": float(wait.sum() / busy.sum()) if busy.sum() > 0 else 0.0,
-        "samples_per_s_total": float(samples.sum() / busy.max()) if busy.max() > 0 else 0.0,
+        "communication_fraction": float(comm.sum() / busy.sum())
+        if comm is not None and busy.sum() > 0
+        else None,
+        "samples_per_s_total": total_rate,
+        "samples_per_s_per_rank": total_rate / len(table),
         "epoch_seconds_max": float(wall.max()),
     }
 
 
-@contextlib.contextmanager
-def _stop_signals(handler):
-    """Route SIGUSR1 (Slurm's --signal warning) and SIGTERM (time limit, scancel) to
-    ``handler`` while training; the previous handlers come back afterwards."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signals can only be caught in the main thread
-        return
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGUSR1, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+def _ratio(a: float, b: float) -> float:
+    return float(a / b) if b > 0 else 1.0
+
+
+def efficiency_line(report: dict) -> str:
+    """The report as one log line (max over ranks of each time)."""
+    ranks = report["per_rank"]
+    longest = {key: max(r[key] or 0.0 for r in ranks) for key in ("compute_s", "data_wait_s")}
+    if report["communication_measured"]:
+        comm = max(r["communication_s"] for r in ranks)
+        split = f"compute {longest['compute_s']:.2f} s, communication {comm:.2f} s"
+        comm_eff = f"{report['communication_efficiency']:.3f}"
+    else:
+        split = f"step {max(r['step_s'] for r in ranks):.2f} s (--comm-timing splits it)"
+        comm_eff = "n/a"
+    return (
+        f"efficiency epoch {report['epoch']}: {split}, data wait {longest['data_wait_s']:.2f} s "
+        f"(max over {report['world_size']} ranks); load balance {report['load_balance']:.3f}, "
+        f"communication {comm_eff}, input {report['input_efficiency']:.3f}, parallel "
+        f"{report['parallel_efficiency']:.3f}; {report['samples_per_s_total']:.1f} samples/s "
+        f"total, {report['samples_per_s_per_rank']:.1f} per rank"
+    )
 
 
 def _bce(labels, logits):
@@ -551,6 +617,7 @@ def train(cfg: TrainConfig) -> dict:
         return ElasticTrainer(cfg).run()
     trainer = Trainer(cfg)
     row = trainer.run()
+    STOP.training_over = True  # a late signal must not kill the final evaluation
     test_count = trainer.manifest["counts"].get("test", 0)
     del trainer  # free this rank's cached training data before the test split is loaded
     if cfg.eval_test and test_count:

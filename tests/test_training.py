@@ -295,3 +295,37 @@ def test_two_ranks_learn_with_identical_replicas(tmp_path: Path, shards_v1: Path
     assert abs(per_rank[0] - per_rank[1]) <= 1
     assert "peak LR 0.02" in result.stdout + result.stderr  # 0.01 x 2 ranks
     assert os.path.isfile(run / "checkpoints" / "best.json")
+
+
+def test_stop_signal_is_remembered_then_ignored_after_training() -> None:
+    from bigearthnet.signals import STOP
+
+    previous = signal.getsignal(signal.SIGUSR1)
+    with STOP.handling():
+        os.kill(os.getpid(), signal.SIGUSR1)  # e.g. during start-up: remembered
+        assert STOP.requested
+        STOP.requested, STOP.training_over = False, True
+        os.kill(os.getpid(), signal.SIGTERM)  # during the final evaluation: ignored
+        assert not STOP.requested
+    assert signal.getsignal(signal.SIGUSR1) is previous  # the caller's handlers are back
+
+
+def test_stop_on_the_last_step_finishes_the_epoch_first(tmp_path, shards_v1) -> None:
+    from bigearthnet import training
+    from bigearthnet.config import resolve
+    from bigearthnet.signals import STOP
+
+    run = tmp_path / "run"
+    argv = ["--data", str(shards_v1), "--run-dir", str(run), "--epochs", "3", "--no-eval-test",
+            *TINY_RECIPE, "--batch-size", "200"]  # fmt: skip  # one step per epoch
+    cfg = resolve(train.build_parser().parse_args(argv))
+    with STOP.handling():
+        trainer = training.Trainer(cfg)
+        assert trainer.steps == 1
+        STOP.requested = True  # the vote lands on the epoch's last (only) step
+        with pytest.raises(training.RequeueRequested, match="after epoch 1"):
+            trainer.run()
+    pointer = json.loads((run / "checkpoints" / "latest.json").read_text())
+    assert (pointer["epoch"], pointer["step"]) == (1, 0)  # a whole epoch, not "step 1 of 1"
+    rows = history(run)
+    assert len(rows) == 1 and np.isfinite(float(rows[0]["loss"]))

@@ -1,0 +1,146 @@
+"""P4 and P6: weak scaling from 1 to 2 ranks, and the data wait of a 2-rank run.
+
+Side by side, runs interleaved: train.py with ResNet-50, the same per-rank batch and steps,
+one TensorFlow thread per rank (Horovod's and TensorFlow's threads share the 2 cores), on 1
+rank and on 2 ranks (horovodrun, Gloo). Every run uses ``--comm-timing``, so its
+efficiency.json splits each rank's step into compute and communication (allreduce + update,
+including waiting for the slower rank).
+
+* P4 = (samples/s of 2 ranks / samples/s of 1 rank) / 2; a run's rate is the median over
+  its epochs after the first (the warm-up).
+* P6 = data-wait fraction of the step time in the 2-rank run (efficiency.json).
+
+Knobs, each a 2-rank run against the 2-rank default of the same repetition (the first
+``--knob-repeats``): fp16 gradient compression,
+a small tensor-fusion buffer (4 MB instead of Horovod's default), and 2 backward passes
+per allreduce.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import common
+from common import Figure
+
+KNOBS = {
+    "fp16": ["--fp16-allreduce"],
+    "fusion": ["--fusion-threshold-mb", "4"],
+    "bpps2": ["--backward-passes-per-step", "2"],
+}
+KNOB_TEXT = {
+    "fp16": ("knob --fp16-allreduce / default, 2 ranks", "half the bytes; casts cost compute"),
+    "fusion": ("knob --fusion-threshold-mb 4 / default, 2 ranks", "more, smaller messages"),
+    "bpps2": ("knob --backward-passes-per-step 2 / default, 2 ranks", "half the allreduces"),
+}
+
+
+def run(args, work: Path) -> list[Figure]:
+    data = common.train_shards(work)
+    results: dict[str, list[dict]] = {}
+
+    def variant(name: str, ranks: int, extra: list[str]):
+        def measure(rep: int) -> float:
+            run_dir = work / f"p4-{name}-{rep}"
+            argv = [
+                "--comm-timing",
+                *extra,
+                *(["--batch-size", str(args.batch_size)] if args.batch_size else []),
+            ]
+            out = common.train_run(data, run_dir, ranks, argv, f"train.py {name}")
+            results.setdefault(name, []).append(out)
+            return out["samples_per_s"]
+
+        return measure
+
+    variants = {"1 rank": variant("1rank", 1, []), "2 ranks": variant("2ranks", 2, [])}
+    for knob in args.knobs:
+        variants[knob] = variant(knob, 2, KNOBS[knob])
+    batch = args.batch_size or common.TRAIN_BATCH
+    common.say(f"P4/P6: ResNet-50, batch {batch}/rank, 1 thread/rank, knobs {args.knobs}")
+    limit = {knob: args.knob_repeats for knob in args.knobs}
+    rates = common.interleave(variants, args.repeats, common.say, limit=limit)
+    return figures(args, rates, results)
+
+
+def figures(args, rates: dict, results: dict) -> list[Figure]:
+    two = results["2ranks"]
+    efficiency = common.paired_ratio(rates["2 ranks"], rates["1 rank"]) / 2
+    reports = [r["efficiency"] for r in two]
+    wait = common.median([r["data_wait_fraction"] for r in reports])
+    comm = common.median([r["communication_efficiency"] for r in reports])
+    balance = common.median([r["load_balance"] for r in reports])
+    comm_1 = common.median([r["efficiency"]["communication_efficiency"] for r in results["1rank"]])
+    slowdown = common.paired_ratio(
+        [compute_per_sample(r["efficiency"]) for r in two],
+        [compute_per_sample(r["efficiency"]) for r in results["1rank"]],
+    )
+    details = {
+        "samples_per_s": rates,
+        "two_rank_efficiency_reports": reports,
+        "one_rank_communication_efficiency": comm_1,
+        "compute_per_sample_2_over_1_rank": slowdown,
+    }
+    limit = (
+        f"2 ranks: communication efficiency {comm:.2f} (1 rank: {comm_1:.2f}, the update "
+        f"alone), load balance {balance:.2f}, and compute per sample {slowdown:.2f}x that of "
+        "1 rank: the Gloo allreduce and both ranks' compute share the 2 cores"
+    )
+    out = [
+        Figure(
+            "P4",
+            "weak scaling 2x1 thread vs 1x1 thread: throughput ratio / 2",
+            efficiency,
+            "x",
+            ">=",
+            0.90,
+            limit,
+            details,
+        ),
+        Figure(
+            "P6",
+            "data-wait fraction of step time, 2-rank ResNet-50 run",
+            wait,
+            "%",
+            "<",
+            0.05,
+            "prefetch thread keeps >= 2 batches ready; only the epoch's first waits",
+        ),
+    ]
+    for knob in args.knobs:
+        what, why = KNOB_TEXT[knob]
+        out.append(
+            Figure(
+                f"K-{knob}",
+                what,
+                common.paired_ratio(rates[knob], rates["2 ranks"]),
+                "x",
+                limited_by=why,
+            )
+        )
+    return out
+
+
+def compute_per_sample(report: dict) -> float:
+    """The slowest rank's forward+backward seconds per sample (--comm-timing's split)."""
+    slowest = max(report["per_rank"], key=lambda r: r["compute_s"] or 0.0)
+    return (slowest["compute_s"] or float("nan")) / max(slowest["samples"], 1)
+
+
+def build_parser():
+    parser = common.base_parser(__doc__.splitlines()[0])
+    parser.set_defaults(repeats=3)
+    parser.add_argument("--batch-size", type=int, help="per-rank batch (default: the recipe's 8)")
+    parser.add_argument("--knob-repeats", type=int, default=1, help="repetitions of knobs")
+    parser.add_argument(
+        "--knobs",
+        nargs="*",
+        default=list(KNOBS),
+        choices=list(KNOBS),
+        help="2-rank knobs to measure against the default (default: all)",
+    )
+    return parser
+
+
+if __name__ == "__main__":
+    raise SystemExit(common.run_cli(build_parser(), run))

@@ -1,0 +1,157 @@
+"""P3: end-to-end train.py throughput on 1 rank against plain Keras ``model.fit``.
+
+Side by side, runs interleaved, the same model (ResNet-50 from the registry), batch, optimizer
+(SGD with momentum), thread count (1) and data (the train split, in memory):
+
+* ``train.py`` as a user runs it: the rank's pipeline, normalisation and augmentation in
+  the step, the Horovod allreduce (1 rank), loss/stop agreement, history and checkpoints;
+* plain Keras: ``model.fit`` on in-memory float32 tensors, normalised beforehand, no
+  augmentation, no Horovod.
+
+Each run's rate is the median over its epochs after the first (which traces graphs and
+warms up). Knobs are measured the same way against the train.py default, in the first
+``--knob-repeats`` repetitions: XLA (``--xla``) and mixed precision
+(``--amp``; float16 has no fast path on this CPU, it is a GPU knob).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import common
+from common import Figure
+
+KNOBS = {"xla": ["--xla"], "amp": ["--amp"]}
+
+
+def keras_rate(data: Path, threads: int = 1) -> float:
+    """Run the Keras baseline in a fresh process; its epoch-2 samples/s."""
+    argv = [str(Path(__file__)), "--keras-worker", "--data", str(data), "--threads", str(threads)]
+    result = common.launch(1, argv).check("Keras baseline")
+    return float(json.loads(result.stdout.strip().splitlines()[-1])["samples_per_s"])
+
+
+def keras_worker(data: Path, threads: int) -> None:
+    """The baseline itself (runs in its own process): prints {"samples_per_s": ...}."""
+    import numpy as np
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(min(2, threads))
+    import models
+    from bigearthnet.data import RankData, band_stats
+    from bigearthnet.shards import IMAGE_SHAPE, read_manifest
+
+    manifest = read_manifest(data)
+    part = RankData(data, manifest, "train", 19, cache="memory", verify=False)
+    mean, std = band_stats(manifest)
+    x = tf.constant((part._images.astype(np.float32) - mean) / std)
+    y = tf.constant(part.labels.astype(np.float32))
+    tf.keras.utils.set_random_seed(42)
+    model = models.get_model("resnet50", IMAGE_SHAPE, 19)
+    model.compile(
+        optimizer=tf.keras.optimizers.legacy.SGD(learning_rate=0.001, momentum=0.9),
+        loss=tf.keras.losses.BinaryCrossentropy(from_logits=True),
+    )
+    timer = epoch_timer()
+    model.fit(x, y, batch_size=common.TRAIN_BATCH, epochs=common.TRAIN_EPOCHS, shuffle=True,
+              verbose=0, callbacks=[timer])  # fmt: skip
+    rate = common.median([len(part) / s for s in timer.seconds[1:]])  # as train_run
+    print(json.dumps({"samples_per_s": rate}), flush=True)
+
+
+def epoch_timer():
+    """A Keras callback whose ``seconds`` lists each epoch's wall time (TF imported late)."""
+    import tensorflow as tf
+
+    class EpochTimer(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seconds: list[float] = []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.seconds.append(time.perf_counter() - self._start)
+
+    return EpochTimer()
+
+
+def run(args, work: Path) -> list[Figure]:
+    data = common.train_shards(work)
+    results: dict[str, list[dict]] = {}
+
+    def train_variant(name: str, extra: list[str]):
+        def measure(rep: int) -> float:
+            out = common.train_run(data, work / f"p3-{name}-{rep}", 1, extra, f"train.py {name}")
+            results.setdefault(name, []).append(out)
+            return out["samples_per_s"]
+
+        return measure
+
+    variants = {"train.py": train_variant("default", []), "keras fit": lambda rep: keras_rate(data)}
+    for knob in args.knobs:
+        variants[knob] = train_variant(knob, KNOBS[knob])
+    common.say(f"P3: ResNet-50, batch {common.TRAIN_BATCH}, 1 rank x 1 thread, knobs {args.knobs}")
+    limit = {knob: args.knob_repeats for knob in args.knobs}
+    rates = common.interleave(variants, args.repeats, common.say, limit=limit)
+    details = {name: values for name, values in rates.items()}
+    figures = [
+        Figure(
+            "P3",
+            "train.py samples/s / Keras model.fit, 1 rank, ResNet-50",
+            common.paired_ratio(rates["train.py"], rates["keras fit"]),
+            "x",
+            ">=",
+            0.95,
+            "forward+backward+update; in-step augmentation ~2 % of a step, the rest is noise "
+            "of the shared machine (per-step costs equal in-process, see README)",
+            details,
+        ),
+    ]
+    notes = {
+        "xla": "XLA on CPU: fused elementwise ops, slower convolutions than oneDNN",
+        "amp": "float16 is emulated on this CPU (no AVX512-FP16): a GPU knob",
+    }
+    for knob in args.knobs:
+        figures.append(
+            Figure(
+                f"K-{knob}",
+                f"knob --{knob} / default: train.py samples/s, 1 rank",
+                common.paired_ratio(rates[knob], rates["train.py"]),
+                "x",
+                limited_by=notes[knob],
+            )
+        )
+    return figures
+
+
+def build_parser():
+    parser = common.base_parser(__doc__.splitlines()[0])
+    parser.set_defaults(repeats=3)
+    parser.add_argument(
+        "--knobs",
+        nargs="*",
+        default=list(KNOBS),
+        choices=list(KNOBS),
+        help="knobs to measure against the default (default: all)",
+    )
+    parser.add_argument("--knob-repeats", type=int, default=1, help="repetitions of knobs")
+    parser.add_argument("--keras-worker", action="store_true", help="(internal) the baseline")
+    parser.add_argument("--data", type=Path, help="(internal) shards for --keras-worker")
+    parser.add_argument("--threads", type=int, default=1, help="(internal) TF threads")
+    return parser
+
+
+if __name__ == "__main__":
+    if "--keras-worker" in sys.argv:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        cli = build_parser().parse_args()
+        keras_worker(cli.data, cli.threads)
+        raise SystemExit(0)
+    raise SystemExit(common.run_cli(build_parser(), run))

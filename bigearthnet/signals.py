@@ -1,0 +1,53 @@
+"""SIGUSR1/SIGTERM as a request to checkpoint and stop, for the whole life of a command.
+
+Kept free of TensorFlow so that train.py can install it before the slow imports: a
+Slurm ``--signal`` warning that arrives while a rank is still starting must not kill it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+
+log = logging.getLogger("bigearthnet")
+
+
+class StopSignal:
+    """SIGUSR1 (Slurm's ``--signal`` warning) and SIGTERM (time limit, ``scancel``) as a
+    request to checkpoint and stop, for the whole life of a command.
+
+    :meth:`handling` is entered by train.py before anything else, so a signal during
+    start-up is remembered (training stops at its first step) and one during the final
+    evaluation is ignored instead of killing the process; the previous handlers come back
+    afterwards (in-process callers such as tests keep their own).
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.training_over = False
+
+    def _handle(self, signum, _frame) -> None:
+        if self.training_over:
+            log.warning("signal %d after training: ignored, finishing up", signum)
+            return
+        log.warning("signal %d: stopping at the next step to checkpoint and requeue", signum)
+        self.requested = True
+
+    @contextlib.contextmanager
+    def handling(self):
+        self.requested = self.training_over = False
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signals can only be caught in the main thread
+            return
+        sigs = (signal.SIGUSR1, signal.SIGTERM)
+        previous = {sig: signal.signal(sig, self._handle) for sig in sigs}
+        try:
+            yield self
+        finally:
+            for sig, old in previous.items():
+                signal.signal(sig, old)
+
+
+STOP = StopSignal()
