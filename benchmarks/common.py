@@ -116,6 +116,26 @@ def interleave(
     return out
 
 
+def _spin(seconds: float) -> int:
+    """Pure-Python work for ``seconds`` of wall time; returns the iterations done."""
+    end, count = time.perf_counter() + seconds, 0
+    while time.perf_counter() < end:
+        count += 1
+    return count
+
+
+def cores_available(seconds: float = 1.0) -> float:
+    """Control: work of 2 spinning processes at once / work of 1 alone (2.0 on 2 idle
+    cores; less when co-tenants hold a core). Tells how much the machine could scale."""
+    import multiprocessing as mp
+
+    alone = _spin(seconds)
+    with mp.get_context("spawn").Pool(2) as pool:
+        pool.map(_spin, [0.05, 0.05])  # start-up outside the measurement
+        both = sum(pool.map(_spin, [seconds, seconds]))
+    return both / alone
+
+
 # --------------------------------------------------------------------------- table, JSON
 
 

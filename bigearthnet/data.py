@@ -240,14 +240,18 @@ class RankData:
         return Prefetcher(self._tensor_batches(steps, epoch, seed, shuffle, start_step))
 
     def _tensor_batches(self, steps, epoch, seed, shuffle, start_step) -> Iterator:
-        if self._images_tensor is None:  # streaming: read, then one copy into a tensor
-            for images, labels in self.batches(steps, epoch, seed, shuffle, start_step):
-                yield tf.convert_to_tensor(images), tf.convert_to_tensor(labels)
-            return
-        order = epoch_order(len(self), seed, epoch, self.rank, shuffle)
-        for idx in split_batches(order, steps)[start_step:]:
-            idx = np.sort(idx)  # the same batches as batches(), gathered by TensorFlow
-            yield tf.gather(self._images_tensor, idx), tf.convert_to_tensor(self._labels[idx])
+        # Host tensors, as tf.data's were: on a GPU node an eager gather would otherwise run
+        # on the GPU and copy the whole cache there. The step copies each batch over.
+        with tf.device("/CPU:0"):
+            if self._images_tensor is None:  # streaming: read, then one copy into a tensor
+                for images, labels in self.batches(steps, epoch, seed, shuffle, start_step):
+                    yield tf.convert_to_tensor(images), tf.convert_to_tensor(labels)
+                return
+            order = epoch_order(len(self), seed, epoch, self.rank, shuffle)
+            for idx in split_batches(order, steps)[start_step:]:
+                idx = np.sort(idx)  # the same batches as batches(), gathered by TensorFlow
+                labels = tf.convert_to_tensor(self._labels[idx])
+                yield tf.gather(self._images_tensor, idx), labels
 
 
 class Prefetcher:
