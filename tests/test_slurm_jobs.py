@@ -283,9 +283,14 @@ def test_missing_data_fails_the_job_with_one_clear_line(
 # so that the rest finishes in the next run.
 WARNING = 100
 SIGNAL = f"--signal=B:USR1@{WARNING}"
-# Training must outlast the wait for the next tick (up to 30 s): 150 tiny epochs take 45 s
-# here on a quiet machine (0.3 s each), longer under load.
-REQUEUE_EPOCHS = 150
+# However fast this machine trains, the first run must still be training when the warning
+# comes (up to a tick later), and the second run should be short. So the epochs come from a
+# YAML config that asks for far more than can run; once the warning is in the log, the test
+# lowers them to a few past the current epoch, which the requeued run reads at start-up.
+ENDLESS_EPOCHS = 100_000
+EPOCHS_AFTER_WARNING = 3
+# train.py's last line when it checkpointed on a signal (mid-epoch or at an epoch's end).
+STOPPED = "rerun resumes (exit 3: requeue me)"
 
 
 def wait_while_running(
@@ -310,12 +315,11 @@ def run_seconds(job: Job) -> int:
 def test_time_limited_training_checkpoints_requeues_and_finishes(
     slurm_cluster: SlurmCluster, workspace: Path, shards: Path
 ) -> None:
-    epochs = REQUEUE_EPOCHS
     run = workspace / "runs" / "requeue"
-    env = job_env(slurm_cluster, workspace, EXPERIMENT="requeue")
-    job_id = slurm_cluster.submit(
-        "train", "--time=10", SIGNAL, "--", *TINY, "--epochs", str(epochs), cwd=workspace, env=env
-    )
+    config = workspace / "requeue.yaml"
+    config.write_text(f"epochs: {ENDLESS_EPOCHS}\n")
+    env = job_env(slurm_cluster, workspace, EXPERIMENT="requeue", TRAIN_CONFIG=str(config))
+    job_id = slurm_cluster.submit("train", "--time=10", SIGNAL, "--", *TINY, cwd=workspace, env=env)
 
     def update(limit_minutes: int) -> None:
         slurm_cluster.run("scontrol", "update", f"JobId={job_id}", f"TimeLimit={limit_minutes}")
@@ -323,17 +327,20 @@ def test_time_limited_training_checkpoints_requeues_and_finishes(
     wait_while_running(slurm_cluster, job_id, lambda _: epochs_done(run) >= 3, 300, "training")
     elapsed = run_seconds(slurm_cluster.job(job_id))
     update((elapsed + WARNING + 30) // 60)  # the limit is near: Slurm warns at its next tick
+    warned = lambda job: "SIGUSR1: time limit near" in job.log()  # noqa: E731
+    wait_while_running(slurm_cluster, job_id, warned, 180, "warning")
+    # The first run stops within its current epoch or at its end; the second run (which
+    # takes seconds to start) reads the lowered count and does the rest.
+    epochs = epochs_done(run) + 1 + EPOCHS_AFTER_WARNING
+    config.write_text(f"epochs: {epochs}\n")
     wait_while_running(slurm_cluster, job_id, lambda j: j.restarts >= 1, 180, "requeue")
-    stopped_at = epochs_done(run)
-    assert stopped_at < epochs, "training finished before the warning: raise REQUEUE_EPOCHS"
     update(10)  # the requeued run gets a long limit again
     job = slurm_cluster.wait(job_id, 600)
     assert_completed(job)
     assert job.restarts == 1, job.describe()
     log = job.log()  # --open-mode=append: both runs of the job in one log
     for needle in (
-        "SIGUSR1: time limit near",
-        "checkpointed epoch",
+        STOPPED,
         f"requeueing job {job_id} to resume (restart 1)",
         "restart 1 on site local",
         "resumed from",
@@ -365,7 +372,7 @@ def test_gloo_training_passes_the_warning_to_its_ranks_and_requeues(
     assert_completed(job)
     assert job.restarts == 1, job.describe()
     log = job.log()
-    assert "checkpointed epoch" in log and "Exit code: 3" in log, job.describe()
+    assert STOPPED in log and "Exit code: 3" in log, job.describe()
     assert f"requeueing job {job_id} to resume (restart 1)" in log
     assert "resumed from" in log
     assert [int(r["epoch"]) for r in history(run)] == list(range(1, epochs + 1))
