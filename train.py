@@ -53,13 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # TensorFlow's C++ INFO lines (oneDNN, CPU features) drown the rank logs; keep warnings.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    if cfg.elastic:
-        # Elastic runs checkpoint at epoch ends and do not act on a stop request yet: keep
-        # the default signals so that horovodrun and scancel can still end the workers.
-        return _run(cfg)
     # From here on SIGUSR1/SIGTERM mean "checkpoint and stop" (requeue), never a crash:
-    # installed before TensorFlow is imported, which takes seconds on every rank.
-    with STOP.handling():
+    # installed before TensorFlow is imported, which takes seconds on every rank. Elastic
+    # runs take SIGUSR1 alone: horovodrun ends the workers it drops with SIGTERM.
+    with STOP.handling(warning_only=cfg.elastic):
         return _run(cfg)
 
 

@@ -63,6 +63,11 @@ class TrainConfig:
     amp: bool = _opt(False, "mixed precision (float16 compute, float32 logits and loss)")
     xla: bool = _opt(False, "compile the training step with XLA")
     fp16_allreduce: bool = _opt(False, "compress gradients to float16 for the allreduce")
+    grouped_allreduce: bool = _opt(
+        False,
+        "exchange all gradients in one grouped allreduce after the backward pass (default: "
+        "each as soon as backprop makes it, overlapping communication with computation)",
+    )
     backward_passes_per_step: int = _opt(
         1, "accumulate gradients over this many batches before each allreduce"
     )

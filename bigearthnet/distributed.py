@@ -133,12 +133,21 @@ def compression(fp16: bool):
     return hvd.Compression.fp16 if fp16 else hvd.Compression.none
 
 
-def allreduce_gradients(grads: list, fp16: bool = False) -> list:
-    """Average gradients over ranks (inside a tf.function). Same math as
-    hvd.DistributedOptimizer: one grouped allreduce, fused into few messages."""
-    # Horovod: grouped allreduce negotiates all gradient tensors together, so they are
-    # fused into buffers of HOROVOD_FUSION_THRESHOLD bytes instead of one message each.
-    return hvd.grouped_allreduce(grads, op=hvd.Average, compression=compression(fp16))
+def allreduce_gradients(grads: list, fp16: bool = False, grouped: bool = False) -> list:
+    """Average gradients over ranks (inside a tf.function): hvd.DistributedGradientTape's
+    math. By default one allreduce per gradient, which overlaps communication with the rest
+    of the backward pass; ``grouped``: a single grouped allreduce after the whole pass."""
+    if grouped:
+        # Horovod: a grouped allreduce negotiates all gradients together, so it cannot start
+        # before backprop has made the last one (the first layer's).
+        return hvd.grouped_allreduce(grads, op=hvd.Average, compression=compression(fp16))
+    # Horovod: each allreduce op is asynchronous and enqueued as soon as its gradient
+    # exists; the background thread fuses whatever is ready each cycle (up to
+    # HOROVOD_FUSION_THRESHOLD bytes) and reduces it while backprop continues.
+    return [
+        hvd.allreduce(g, op=hvd.Average, compression=compression(fp16), name=f"grad_{i}")
+        for i, g in enumerate(grads)
+    ]
 
 
 def allreduce_mean(value: tf.Tensor, name: str) -> tf.Tensor:

@@ -22,6 +22,11 @@ What makes a resize exact:
   point of the epoch, so the LR continues smoothly in epoch terms.
 * **No collective before** ``hvd.elastic.run``: set-up is local; rank 0 alone restores a
   checkpoint, and the first sync broadcasts it.
+* **Stopping on a warning.** SIGUSR1 to any worker (Slurm's ``--signal`` warning, passed
+  on by the job script) is voted on in the step's loss allreduce, so every worker stops
+  after the same step; rank 0 checkpoints the position in the epoch's order (consumed
+  samples, loss so far) and all exit 3. The next run resumes at that sample, on any
+  number of workers.
 
 Every resize is logged with the old and new sizes and appended to
 ``RUN/elastic_events.csv``; rank-0 checkpoints continue as in normal training.
@@ -41,12 +46,15 @@ import tensorflow as tf
 from bigearthnet import checkpoints, distributed
 from bigearthnet.data import RankData, rank_range
 from bigearthnet.schedules import WarmupSchedule, with_world_size
-from bigearthnet.training import EpochTimes, Trainer, TrainingError
+from bigearthnet.signals import STOP
+from bigearthnet.training import EpochTimes, RequeueRequested, Trainer, TrainingError
 from bigearthnet.util import atomic_write_text
 
 log = distributed.log
 EVENTS = "elastic_events.csv"
 EVENT_FIELDS = ("time", "old_size", "new_size", "epoch", "consumed", "batch")
+# The position inside an epoch that a mid-epoch checkpoint records (pointer key "elastic").
+POSITION = ("consumed", "batch", "loss_sum", "loss_steps")
 
 
 def global_step_take(remaining: int, batch_size: int, size: int) -> int:
@@ -88,24 +96,33 @@ class ElasticTrainer(Trainer):
     # ------------------------------------------------------------------ run
 
     def run(self) -> dict:
-        epoch = self._restore_on_root()
+        position = self._restore_on_root()
         # loss_sum/loss_steps: a rollback to a commit must not lose the epoch's mean loss.
-        state = distributed.elastic_state(self.model, self.optimizer, epoch=epoch, consumed=0,
-                                          batch=0, loss_sum=0.0, loss_steps=0)  # fmt: skip
+        state = distributed.elastic_state(self.model, self.optimizer, **position)
         state.register_reset_callbacks([lambda: self._on_reset(state)])
         return distributed.elastic_run(self._loop)(state)
 
-    def _restore_on_root(self) -> int:
-        """Rank 0 prepares the run dir and restores the latest checkpoint (local I/O only)."""
+    def _restore_on_root(self) -> dict:
+        """Rank 0 prepares the run dir and restores the latest checkpoint (local I/O only);
+        returns where training continues: epoch and position in it (the first sync
+        broadcasts rank 0's values)."""
+        position = {"epoch": 0, "consumed": 0, "batch": 0, "loss_sum": 0.0, "loss_steps": 0}
         if not distributed.is_root():
-            return 0
+            return position
         record = self._prepare_run_dir()
         if record is None:
-            return 0
+            return position
         checkpoints.restore(self.run_dir, "latest", self.trackables())
-        epoch = int(self.epoch_var.numpy())  # a mid-epoch save restarts that epoch
-        log.info("resumed from %s: epoch %d of %d", record["folder"], epoch, self.cfg.epochs)
-        return epoch
+        # Mid-epoch saves of elastic runs carry the position in the epoch's global order;
+        # those of fixed-size runs (a per-rank step) cannot be mapped: that epoch restarts.
+        saved = record.get("elastic") or {}
+        position.update({key: saved[key] for key in POSITION if key in saved})
+        position["epoch"] = int(self.epoch_var.numpy())
+        log.info(
+            "resumed from %s: epoch %d of %d, %d samples of it done",
+            record["folder"], position["epoch"] + 1, self.cfg.epochs, position["consumed"],
+        )  # fmt: skip
+        return position
 
     def _loop(self, state) -> dict:
         """Entered after the first sync and after every reset, with the state in sync."""
@@ -124,6 +141,9 @@ class ElasticTrainer(Trainer):
             state.epoch, state.consumed, state.batch = state.epoch + 1, 0, 0
             state.loss_sum, state.loss_steps = 0.0, 0
             state.commit()
+            if self._stop_after_epoch and state.epoch < self.cfg.epochs:
+                distributed.barrier()  # rank 0's epoch checkpoint is on disk
+                raise RequeueRequested(f"stopped after epoch {state.epoch}; rerun resumes")
         return row
 
     def _train_epoch_elastic(self, state) -> tuple[float, EpochTimes]:
@@ -143,7 +163,8 @@ class ElasticTrainer(Trainer):
             t1 = time.perf_counter()
             seed = tf.constant([cfg.seed * 1000 + rank, state.epoch * 100_000 + state.batch],
                                dtype=tf.int64)  # fmt: skip
-            loss, _ = self.train_step(images, labels, seed, tf.constant(0.0)).numpy()
+            stop = tf.constant(1.0 if STOP.requested else 0.0)
+            loss, stop_votes = self.train_step(images, labels, seed, stop).numpy()
             times.wait += t1 - t0
             times.step += time.perf_counter() - t1
             times.samples += len(mine)
@@ -153,9 +174,27 @@ class ElasticTrainer(Trainer):
             state.loss_steps += 1
             state.consumed += take
             state.batch += 1
+            if stop_votes > 0 and state.consumed < total:
+                self._stop_in_epoch(state)
+            elif stop_votes > 0:  # the epoch is complete: validate and save it, then stop
+                self._stop_after_epoch = True
             if state.batch % cfg.commit_every == 0:
                 state.commit()  # may raise HostsUpdatedInterrupt: resize at this point
         return state.loss_sum / max(state.loss_steps, 1), times
+
+    def _stop_in_epoch(self, state) -> None:
+        """Every worker agreed to stop after this step: rank 0 saves the position, raise."""
+        if distributed.is_root():
+            self.step_var.assign(0)  # a fixed-size run resuming this restarts the epoch
+            meta = self._meta(state.epoch, state.batch)
+            meta["elastic"] = {key: getattr(state, key) for key in POSITION}
+            checkpoints.save(self.run_dir, "latest", self.trackables(), meta)
+            log.info("checkpointed epoch %d at sample %d of %d", state.epoch + 1,
+                     state.consumed, len(self.train_data))  # fmt: skip
+        distributed.barrier()  # nobody exits before rank 0's checkpoint is on disk
+        raise RequeueRequested(
+            f"stopped in epoch {state.epoch + 1} at sample {state.consumed}; rerun resumes"
+        )
 
     def _val_batches(self):
         """This rank's slice of the validation split for the current world size."""

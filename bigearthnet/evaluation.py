@@ -49,7 +49,7 @@ from bigearthnet.checkpoints import CheckpointError
 from bigearthnet.config import ConfigError, TrainConfig, load_yaml
 from bigearthnet.data import RankData, band_stats, normalize
 from bigearthnet.shards import IMAGE_SHAPE, ShardError, read_manifest
-from bigearthnet.util import atomic_path, atomic_write_json, atomic_write_text
+from bigearthnet.util import atomic_path, atomic_write_json, atomic_write_text, first_line
 
 log = distributed.log
 CONFIG_FILE = "config.yaml"
@@ -335,18 +335,31 @@ def evaluate_run(
         name: predict_split(setup.loaded, part, setup.manifest, setup.batch_size)
         for name, part in setup.parts.items()
     }
+    predictions, history = scored[split], read_history(run_dir / HISTORY_FILE)
+    # While rank 0 computes the report, the other ranks draw the plots that need no report.
+    drawn = draw_my_plots(
+        {
+            "pr_curves.png": lambda: plot_pr_curves(predictions, setup.loaded.class_names),
+            "training_curves.png": lambda: plot_training_curves(history) if history else None,
+        }
+    )
     report, thresholds = None, None
     if distributed.is_root():
         if tune_thresholds:
             if split == "val":
                 log.warning("thresholds tuned and reported on val: optimistic numbers")
             thresholds = M.tune_thresholds(scored["val"].labels, scored["val"].scores)
-        report = build_report(setup, scored[split], split, checkpoint, thresholds)
+        report = build_report(setup, predictions, split, checkpoint, thresholds)
     # Horovod: only rank 0 computed the report; broadcast it so every rank returns the same.
     report = distributed.broadcast_object(report, name="eval_report")
+    drawn.update(draw_my_plots({"f1_per_class.png": lambda: plot_f1_per_class(report)}))
+    out_dir = Path(out) if out else run_dir / f"eval-{split}"
     if distributed.is_root():
-        out_dir = Path(out) if out else run_dir / f"eval-{split}"
-        write_outputs(out_dir, run_dir, report, scored[split], thresholds)
+        write_outputs(out_dir, report, predictions, thresholds)
+    plots = gather_plots(drawn)
+    if distributed.is_root():
+        write_plots(out_dir, plots)
+        log.info("evaluation report written to %s", out_dir)
         print(format_table(report, run_dir))
     return report
 
@@ -380,12 +393,11 @@ def build_report(
 
 def write_outputs(
     out_dir: Path,
-    run_dir: Path,
     report: dict,
     predictions: Predictions,
     thresholds: np.ndarray | None,
 ) -> None:
-    """Rank 0: every report file, each written atomically."""
+    """Rank 0: the report files but the plots, each written atomically."""
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out_dir / "metrics.json", report)
     atomic_write_text(out_dir / "per_class.csv", per_class_csv(report))
@@ -400,12 +412,13 @@ def write_outputs(
                 "thresholds": [float(t) for t in thresholds],
             },
         )
-    plot_f1_per_class(report, out_dir / "f1_per_class.png")
-    plot_pr_curves(predictions, report["classes"], out_dir / "pr_curves.png")
-    history = read_history(run_dir / HISTORY_FILE)
-    if history:
-        plot_training_curves(history, out_dir / "training_curves.png")
-    log.info("evaluation report written to %s", out_dir)
+
+
+def write_plots(out_dir: Path, plots: dict[str, bytes]) -> None:
+    """Rank 0: the rendered PNGs, each written atomically."""
+    for name, png in plots.items():
+        with atomic_path(out_dir / name) as tmp:
+            tmp.write_bytes(png)
 
 
 def per_class_csv(report: dict) -> str:
@@ -487,18 +500,64 @@ def format_table(report: dict, run_dir: Path) -> str:
 
 def save_figure(fig, path: Path) -> None:
     """Render a matplotlib Figure with the Agg canvas (no pyplot, no GUI) atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(png_bytes(fig))
+
+
+def png_bytes(fig) -> bytes:
+    """A matplotlib Figure rendered to PNG with the Agg canvas (no pyplot, no GUI)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()
+
+
+PLOTS = ("pr_curves.png", "training_curves.png", "f1_per_class.png")  # in drawing order
+
+
+def plot_rank(name: str, size: int) -> int:
+    """The rank that draws plot ``name``. Rank 0 computes the report, writes every file and
+    prints the table, so with more ranks the others draw (seconds a plot), round-robin."""
+    return 0 if size == 1 else 1 + PLOTS.index(name) % (size - 1)
+
+
+def draw_my_plots(renderers: dict) -> dict[str, bytes | str]:
+    """Run the renderers (name -> function returning PNG bytes, or None for no plot) that
+    fall to this rank; a failure becomes its one-line message instead of PNG bytes."""
+    drawn: dict[str, bytes | str] = {}
+    for name, draw in renderers.items():
+        if plot_rank(name, distributed.size()) != distributed.rank():
+            continue
+        try:
+            png = draw()
+        except Exception as err:  # noqa: BLE001 - a figure must never cost the metrics
+            png = f"{type(err).__name__}: {first_line(err)}"
+        if png is not None:
+            drawn[name] = png
+    return drawn
+
+
+def gather_plots(drawn: dict[str, bytes | str]) -> dict[str, bytes]:
+    """Collective: every rank's drawn plots -> name -> PNG bytes on rank 0 ({} elsewhere)."""
+    if distributed.size() > 1:
+        # Horovod: the PNGs travel to rank 0, which alone writes the report folder.
+        parts = distributed.allgather_object(drawn, name="eval_plots")
+        drawn = {name: png for part in parts for name, png in part.items()}
+    if not distributed.is_root():
+        return {}
+    for name, problem in drawn.items():
+        if isinstance(problem, str):
+            log.warning("plot %s not drawn: %s", name, problem)
+    return {name: png for name, png in drawn.items() if isinstance(png, bytes)}
 
 
 def _short(name: str, width: int = 40) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
-def plot_f1_per_class(report: dict, path: Path) -> None:
+def plot_f1_per_class(report: dict) -> bytes:
     from matplotlib.figure import Figure
 
     rows = report["per_class"]
@@ -514,10 +573,10 @@ def plot_f1_per_class(report: dict, path: Path) -> None:
     ax.set_xlabel("F1 (class support in brackets)")
     ax.set_title(f"per-class F1 on {report['split']} ({report['count']} patches)")
     ax.legend(loc="lower right")
-    save_figure(fig, path)
+    return png_bytes(fig)
 
 
-def plot_pr_curves(predictions: Predictions, classes: list[str], path: Path) -> None:
+def plot_pr_curves(predictions: Predictions, classes: list[str]) -> bytes:
     from matplotlib.figure import Figure
     from sklearn.metrics import average_precision_score, precision_recall_curve
 
@@ -538,10 +597,10 @@ def plot_pr_curves(predictions: Predictions, classes: list[str], path: Path) -> 
     ax.set(xlim=(0, 1), ylim=(0, 1.02), xlabel="recall", ylabel="precision")
     ax.set_title("precision-recall curves (classes with positives)")
     ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
-    save_figure(fig, path)
+    return png_bytes(fig)
 
 
-def plot_training_curves(history: list[dict], path: Path) -> None:
+def plot_training_curves(history: list[dict]) -> bytes:
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
@@ -559,4 +618,4 @@ def plot_training_curves(history: list[dict], path: Path) -> None:
         ax.set(title=title, xlabel="epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend()
-    save_figure(fig, path)
+    return png_bytes(fig)

@@ -36,12 +36,14 @@ class StopSignal:
         self.requested = True
 
     @contextlib.contextmanager
-    def handling(self):
+    def handling(self, warning_only: bool = False):
+        """``warning_only``: SIGUSR1 alone (elastic runs, where horovodrun ends workers it
+        no longer needs with SIGTERM, which must keep ending them)."""
         self.requested = self.training_over = False
         if threading.current_thread() is not threading.main_thread():
             yield  # signals can only be caught in the main thread
             return
-        sigs = (signal.SIGUSR1, signal.SIGTERM)
+        sigs = (signal.SIGUSR1,) if warning_only else (signal.SIGUSR1, signal.SIGTERM)
         previous = {sig: signal.signal(sig, self._handle) for sig in sigs}
         try:
             yield self

@@ -194,7 +194,9 @@ class Trainer:
         k = self.cfg.backward_passes_per_step
         if k > 1:  # local aggregation: this batch plus the k-1 accumulated ones
             grads = [(g + a) / k for g, a in zip(grads, self.accum)]
-        grads = distributed.allreduce_gradients(grads, self.cfg.fp16_allreduce)
+        grads = distributed.allreduce_gradients(
+            grads, self.cfg.fp16_allreduce, self.cfg.grouped_allreduce
+        )
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         for a in self.accum:
             a.assign(tf.zeros_like(a))

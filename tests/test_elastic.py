@@ -1,11 +1,13 @@
-"""Elastic training: exact re-slicing across resizes, host discovery, and a real
-horovodrun --min-np/--max-np run that grows, loses a worker, and finishes."""
+"""Elastic training: exact re-slicing across resizes, host discovery, a real
+horovodrun --min-np/--max-np run that grows, loses a worker, and finishes, and one that
+stops on Slurm's SIGUSR1 warning and resumes at the same sample on another world size."""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -153,3 +155,61 @@ def test_grow_then_lose_a_worker_then_finish(tmp_path: Path, shards_v1: Path) ->
                                 cwd=REPO, capture_output=True, text=True, env=env)  # fmt: skip
     assert evaluation.returncode == 0, evaluation.stderr[-2000:]
     assert json.loads((run / "eval-test" / "metrics.json").read_text())["count"] == 48
+
+
+def _elastic_command(run: Path, np_: int, epochs: int) -> list[str]:
+    return [str(Path(sys.executable).with_name("horovodrun")), "-np", str(np_), "--min-np",
+            "1", "--max-np", "2", "--host-discovery-script", str(DISCOVER),
+            "--network-interface", "lo", "--gloo", sys.executable, "train.py", "--elastic",
+            "--data", str(str(run.parent / "shards")), "--run-dir", str(run), "--epochs",
+            str(epochs), "--commit-every", "4", *TINY_RECIPE, "--batch-size", "2"]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_warning_stops_every_worker_and_the_rerun_resumes_at_that_sample(
+    tmp_path: Path, shards_v1: Path
+) -> None:
+    """SIGUSR1 to one of 2 workers: both stop after the same step, rank 0 checkpoints the
+    position in the epoch, horovodrun reports exit code 3 (what the job script requeues
+    on). The rerun, on 1 worker, continues from that sample and finishes."""
+    hosts = tmp_path / "hosts"
+    hosts.mkdir()
+    (tmp_path / "shards").symlink_to(shards_v1)
+    run, log_path, epochs = tmp_path / "run", tmp_path / "first.log", 5
+    env = {**os.environ, "ELASTIC_HOSTS_DIR": str(hosts), "TF_CPP_MIN_LOG_LEVEL": "1"}
+    (hosts / "driver.hosts").write_text("localhost:2\n")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(_elastic_command(run, 2, epochs), cwd=REPO, env=env,
+                                stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            _wait_for_text(log_path, "[rank 0/2] epoch 2/", proc, 240)
+            os.kill(_worker_on("localhost", run), signal.SIGUSR1)
+            proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    first = log_path.read_text(errors="replace")
+    assert proc.returncode != 0 and "Exit code: 3" in first, first[-4000:]
+    assert first.count("rerun resumes (exit 3: requeue me)") == 2, first[-4000:]  # both
+    record = json.loads((run / "checkpoints" / "latest.json").read_text())
+    assert 2 <= record["epoch"] < epochs
+    done = len(list(csv.DictReader((run / "history.csv").open())))
+    if "elastic" in record:  # stopped inside an epoch: the position is saved
+        consumed = record["elastic"]["consumed"]
+        assert record["epoch"] == done and consumed > 0 and record["elastic"]["loss_steps"] > 0
+        resumed = f"epoch {done + 1} of {epochs}, {consumed} samples of it done"
+    else:  # the vote fell on an epoch's last step: that epoch was finished and saved
+        resumed = f"epoch {done + 1} of {epochs}, 0 samples of it done"
+
+    (hosts / "driver.hosts").write_text("localhost:1\n")
+    second = subprocess.run(_elastic_command(run, 1, epochs), cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    output = second.stdout + second.stderr
+    assert second.returncode == 0, output[-4000:]
+    assert resumed in output, output[-4000:]
+    with open(run / "history.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["epoch"]) for r in rows] == list(range(1, epochs + 1))
+    assert [r["world_size"] for r in rows][done:] == ["1"] * (epochs - done)
+    assert all(np.isfinite(float(r["loss"])) for r in rows)

@@ -138,6 +138,34 @@ def test_two_ranks_equal_one_rank(trained_run: Path, test_eval: Path, tmp_path: 
     np.testing.assert_array_equal(labels1, labels2)
     np.testing.assert_allclose(scores1, scores2, atol=1e-5)
     assert result.stdout.count("evaluation of ") == 1  # only rank 0 prints the table
+    for name in PLOTS:  # drawn by rank 1, written by rank 0
+        with Image.open(out / name) as image:
+            assert image.format == "PNG" and min(image.size) > 100
+    assert not list(out.glob(".*tmp*"))
+
+
+def test_plots_go_round_robin_to_the_ranks_that_do_not_write() -> None:
+    assert {evaluation.plot_rank(name, 1) for name in evaluation.PLOTS} == {0}
+    assert {evaluation.plot_rank(name, 2) for name in evaluation.PLOTS} == {1}
+    assert [evaluation.plot_rank(name, 4) for name in evaluation.PLOTS] == [1, 2, 3]
+    assert [evaluation.plot_rank(name, 3) for name in evaluation.PLOTS] == [1, 2, 1]
+
+
+def test_a_plot_that_fails_to_draw_is_reported_and_left_out(caplog) -> None:
+    def broken() -> bytes:
+        raise ValueError("no ticks\nsecond line")
+
+    drawn = evaluation.draw_my_plots(
+        {
+            "pr_curves.png": broken,
+            "training_curves.png": lambda: None,
+            "f1_per_class.png": lambda: b"png",
+        }
+    )
+    assert drawn == {"pr_curves.png": "ValueError: no ticks", "f1_per_class.png": b"png"}
+    with caplog.at_level("WARNING", logger="bigearthnet"):
+        assert evaluation.gather_plots(drawn) == {"f1_per_class.png": b"png"}
+    assert "plot pr_curves.png not drawn: ValueError: no ticks" in caplog.text
 
 
 def test_coverage_check_fails_loudly() -> None:

@@ -162,6 +162,28 @@ def test_driver_ends_the_holders_left_when_training_is_over(
     assert registered(hosts) == []
 
 
+@pytest.mark.slow
+def test_warned_driver_checkpoints_mid_epoch_requeues_and_resumes(
+    slurm_cluster: SlurmCluster, workspace: Path
+) -> None:
+    """``scancel --batch --signal=USR1`` sends the driver's shell what its
+    ``--signal=B:USR1@600`` sends before the time limit."""
+    run, epochs = workspace / "runs" / "elastic-requeue", 30
+    driver = submit_driver(slurm_cluster, workspace, "elastic-requeue", "--epochs", str(epochs))
+    wait_while_running(slurm_cluster, driver, lambda _: epochs_done(run) >= 2, 300, "training")
+    slurm_cluster.run("scancel", "--batch", "--signal=USR1", str(driver))
+    job = slurm_cluster.wait(driver, 600)
+    assert_completed(job)
+    assert job.restarts == 1, job.describe()
+    log = job.log()  # --open-mode=append: both runs
+    for needle in ("SIGUSR1: time limit near", "rerun resumes (exit 3: requeue me)",
+                   f"requeueing job {driver} to resume (restart 1)", "resumed from",
+                   "training finished"):  # fmt: skip
+        assert needle in log, f"{needle!r} missing\n{job.describe()}"
+    assert [int(r["epoch"]) for r in history(run)] == list(range(1, epochs + 1))
+    assert latest_checkpoint(run)["epoch"] == epochs
+
+
 # --------------------------------------------------------------------------- bad input
 # (garbage in the hosts files: tests/test_elastic.py)
 
