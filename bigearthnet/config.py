@@ -78,7 +78,11 @@ class TrainConfig:
     threads: int = _opt(
         None, "TensorFlow intra-op threads per rank; default SLURM_CPUS_PER_TASK or all cores"
     )
-    timeline: str = _opt(None, "write a Horovod timeline (chrome://tracing JSON) to this path")
+    timeline: str = _opt(
+        None,
+        "write a Horovod timeline (chrome://tracing JSON) to this path",
+        flag="horovod-timeline",  # horovodrun rejects --timeline after the command
+    )
     comm_timing: bool = _opt(
         False,
         "time each step's gradient computation and its allreduce+update apart (one more host "
@@ -93,7 +97,9 @@ class TrainConfig:
     commit_every: int = _opt(10, "elastic: commit the training state every N batches")
     # --- control
     resume: bool = _opt(True, "resume from RUN/checkpoints when present")
-    max_steps_per_epoch: int = _opt(None, "cap on steps per epoch (smoke tests)")
+    max_steps_per_epoch: int = _opt(
+        None, "cap on steps per epoch: each epoch trains on that many batches (smoke tests)"
+    )
     eval_test: bool = _opt(True, "evaluate the best checkpoint on the test split at the end")
     progress: bool = _opt(True, "progress bar on rank 0")
 

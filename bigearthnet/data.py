@@ -183,20 +183,27 @@ class RankData:
     # ------------------------------------------------------------------ batches
 
     def batches(
-        self, steps: int, epoch: int, seed: int, shuffle: bool, start_step: int = 0
+        self,
+        steps: int,
+        epoch: int,
+        seed: int,
+        shuffle: bool,
+        start_step: int = 0,
+        limit: int | None = None,
     ) -> Iterator:
         """Yield (images uint16, labels uint8) for steps ``start_step..steps-1`` of an epoch;
-        all ``steps`` batches together cover the part exactly once."""
+        all ``steps`` batches together cover the part exactly once - or, with ``limit``,
+        the first ``limit`` samples of the epoch's order (a capped epoch)."""
         if self._images is not None:
-            order = epoch_order(len(self), seed, epoch, self.rank, shuffle)
+            order = epoch_order(len(self), seed, epoch, self.rank, shuffle)[:limit]
             for idx in split_batches(order, steps)[start_step:]:
                 idx = np.sort(idx)  # sorted gathers are cache-friendlier; batch order is free
                 yield self._images[idx], self._labels[idx]
         else:
-            yield from self._stream(steps, epoch, seed, shuffle, start_step)
+            yield from self._stream(steps, epoch, seed, shuffle, start_step, limit)
 
-    def _stream(self, steps: int, epoch: int, seed: int, shuffle: bool, start_step: int):
-        order = self._stream_order(epoch, seed, shuffle)
+    def _stream(self, steps, epoch, seed, shuffle, start_step, limit) -> Iterator:
+        order = self._stream_order(epoch, seed, shuffle)[:limit]
         bounds = np.cumsum([0] + [len(b) for b in split_batches(order, steps)])
         window_rows = WINDOW_BLOCKS * CHUNK_ROWS
         loaded: dict[int, dict[int, np.ndarray]] = {}  # window -> {position: image}
@@ -233,21 +240,28 @@ class RankData:
         return rows
 
     def dataset(
-        self, steps: int, epoch: int, seed: int, shuffle: bool, start_step: int = 0
+        self,
+        steps: int,
+        epoch: int,
+        seed: int,
+        shuffle: bool,
+        start_step: int = 0,
+        limit: int | None = None,
     ) -> Prefetcher:
         """The batches of :meth:`batches` as (uint16, uint8) tensors, made by a background
         thread ``PREFETCH`` steps ahead (reading overlaps the step); iterate it once."""
-        return Prefetcher(self._tensor_batches(steps, epoch, seed, shuffle, start_step))
+        return Prefetcher(self._tensor_batches(steps, epoch, seed, shuffle, start_step, limit))
 
-    def _tensor_batches(self, steps, epoch, seed, shuffle, start_step) -> Iterator:
+    def _tensor_batches(self, steps, epoch, seed, shuffle, start_step, limit) -> Iterator:
         # Host tensors, as tf.data's were: on a GPU node an eager gather would otherwise run
         # on the GPU and copy the whole cache there. The step copies each batch over.
         with tf.device("/CPU:0"):
             if self._images_tensor is None:  # streaming: read, then one copy into a tensor
-                for images, labels in self.batches(steps, epoch, seed, shuffle, start_step):
+                batches = self.batches(steps, epoch, seed, shuffle, start_step, limit)
+                for images, labels in batches:
                     yield tf.convert_to_tensor(images), tf.convert_to_tensor(labels)
                 return
-            order = epoch_order(len(self), seed, epoch, self.rank, shuffle)
+            order = epoch_order(len(self), seed, epoch, self.rank, shuffle)[:limit]
             for idx in split_batches(order, steps)[start_step:]:
                 idx = np.sort(idx)  # the same batches as batches(), gathered by TensorFlow
                 labels = tf.convert_to_tensor(self._labels[idx])

@@ -95,8 +95,12 @@ class Trainer:
             error = err
         distributed.raise_if_any_failed(error, "loading data")
         self.steps = steps_per_epoch(self.train_data.total, size, cfg.batch_size)
-        if cfg.max_steps_per_epoch:
-            self.steps = min(self.steps, cfg.max_steps_per_epoch)
+        self.epoch_samples = None  # per rank; None: the whole part
+        if cfg.max_steps_per_epoch and cfg.max_steps_per_epoch < self.steps:
+            # A capped epoch trains on the first steps x batch samples of its shuffled
+            # order (other samples each epoch), in batches of the usual size.
+            self.steps = cfg.max_steps_per_epoch
+            self.epoch_samples = self.steps * cfg.batch_size
         if len(self.train_data) < self.steps:
             raise ConfigError(
                 f"rank {rank} holds {len(self.train_data)} training samples but an epoch has "
@@ -259,7 +263,9 @@ class Trainer:
 
     def _train_epoch(self, epoch: int, start_step: int = 0) -> tuple[float, EpochTimes]:
         cfg, k = self.cfg, self.cfg.backward_passes_per_step
-        dataset = self.train_data.dataset(self.steps, epoch, cfg.seed, True, start_step)
+        dataset = self.train_data.dataset(
+            self.steps, epoch, cfg.seed, True, start_step, self.epoch_samples
+        )
         batches = iter(dataset)
         times, losses = EpochTimes(), []
         bar = self._progress(epoch, start_step)

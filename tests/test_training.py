@@ -92,6 +92,21 @@ def test_resumed_epoch_skips_exactly_the_done_steps(shards_v1: Path) -> None:
     assert all(np.array_equal(a[0], b[0]) for a, b in zip(full[6:], tail))
 
 
+@pytest.mark.parametrize("cache", ["memory", "none"])
+def test_a_capped_epoch_keeps_the_batch_size_and_varies_its_samples(
+    shards_v1: Path, cache: str
+) -> None:
+    part = RankData(shards_v1, read_manifest(shards_v1), "train", 19, 0, 1, cache)
+    steps, batch = 3, 8
+    assert len(part) > 2 * steps * batch
+    epochs = [list(part.batches(steps, e, 5, True, limit=steps * batch)) for e in (0, 1)]
+    for batches in epochs:
+        assert [len(images) for images, _ in batches] == [batch] * steps
+    assert not np.array_equal(epochs[0][0][0], epochs[1][0][0])  # other samples next epoch
+    tensors = list(part.dataset(steps, 0, 5, True, limit=steps * batch))
+    assert all(np.array_equal(a[0], b[0].numpy()) for a, b in zip(epochs[0], tensors))
+
+
 # --------------------------------------------------------------------------- training
 
 
@@ -120,6 +135,8 @@ def test_options_yaml_then_flags(tmp_path: Path, shards_v1: Path) -> None:
     assert train.main(argv) == 0
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert (saved["batch_size"], saved["lr"], saved["epochs"]) == (16, 0.001, 1)
+    report = json.loads((run / "efficiency.json").read_text())
+    assert report["per_rank"][0]["samples"] == 2 * 16  # max_steps_per_epoch 2 batches of 16
     assert saved["momentum"] == TrainConfig().momentum  # untouched default
     bad = tmp_path / "bad.yaml"
     bad.write_text("modle: tiny\n")
@@ -270,8 +287,25 @@ def test_help_explains_every_option() -> None:
     for flag in ("--data", "--run-dir", "--config", "--model", "--labels", "--epochs",
                  "--batch-size", "--lr", "--warmup-epochs", "--schedule", "--mixup-alpha",
                  "--optimizer", "--seed", "--amp", "--xla", "--cache", "--no-resume",
-                 "--fp16-allreduce", "--backward-passes-per-step", "--timeline"):  # fmt: skip
+                 "--fp16-allreduce", "--backward-passes-per-step", "--horovod-timeline",
+                 "--grouped-allreduce"):  # fmt: skip
         assert flag in text, flag
+
+
+def test_every_flag_passes_through_horovodrun(monkeypatch) -> None:
+    """horovodrun parses its whole command line: a train.py or evaluate.py flag that is an
+    ambiguous abbreviation of its own options (``--timeline``) would stop it."""
+    from horovod.runner import launch
+
+    import evaluate
+
+    for parser in (train.build_parser(), evaluate.build_parser()):
+        flags = [o for action in parser._actions for o in action.option_strings if o[:2] == "--"]
+        assert len(flags) > 5
+        for flag in flags:
+            command = ["python", parser.prog, flag, "value"]
+            monkeypatch.setattr(sys, "argv", ["horovodrun", "-np", "2", *command])
+            assert launch.parse_args().command == command, flag
 
 
 # --------------------------------------------------------------------------- 2 ranks
