@@ -96,8 +96,8 @@ def run(args, work: Path) -> list[Figure]:
     return [
         Figure("P5", "evaluation wall time, 2 ranks / 1 rank (evaluate_run)",
                common.paired_ratio(times["2 ranks"], times["1 rank"]), "x", "<=", 0.6,
-               f"the machine: predicting on both vCPUs at once costs {2 * machine:.2f}x per "
-               "sample (P5-machine); serial: model build + restore on each rank (~3 s), "
+               f"the machine: two evaluations at once took {2 * machine:.2f}x the time of "
+               "one (P5-machine); serial: model build + restore on each rank (~3 s), "
                "rank 0's report while rank 1 draws the plots", details),
         Figure("P5-cmd", "evaluate command wall time incl. start-up, 2 ranks / 1 rank",
                command[0], "x", limited_by="interpreter + TensorFlow start-up on both ranks"),

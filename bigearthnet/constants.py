@@ -160,13 +160,22 @@ FALLBACK_BAND_STD: dict[str, float] = {
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 
 
+def _map_matrix() -> np.ndarray:
+    """(43, 19) 0/1 matrix: entry [i, j] is 1 when 43-class label i feeds 19-class label j."""
+    matrix = np.zeros((43, 19), dtype=np.int32)
+    for idx19, sources in enumerate(_SOURCES_OF_19):
+        matrix[list(sources), idx19] = 1
+    return matrix
+
+
+_MAP_43_TO_19 = _map_matrix()
+
+
 def labels43_to_19(labels43: np.ndarray) -> np.ndarray:
     """Map a (N, 43) multi-hot matrix to (N, 19): a 19-class label is on if any source is on."""
-    labels43 = np.asarray(labels43)
-    out = np.zeros(labels43.shape[:-1] + (19,), dtype=np.uint8)
-    for idx19, sources in enumerate(_SOURCES_OF_19):
-        out[..., idx19] = labels43[..., list(sources)].any(axis=-1)
-    return out
+    # One integer product (counts of active sources) instead of a loop over the 19 classes.
+    counts = (np.asarray(labels43) != 0).astype(np.int32) @ _MAP_43_TO_19
+    return (counts > 0).astype(np.uint8)
 
 
 def multi_hot(names: list[str] | tuple[str, ...], classes: tuple[str, ...]) -> np.ndarray:

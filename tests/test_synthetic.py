@@ -23,6 +23,7 @@ from bigearthnet.constants import (
     DROPPED_IN_19,
     MAP_43_TO_19,
     PATCH_METRES,
+    labels43_to_19,
 )
 from bigearthnet.synthetic import SyntheticPatch, class_signatures, generate_archive, main
 
@@ -427,3 +428,15 @@ def test_module_help_runs():
     assert result.returncode == 0
     for flag in ("--patches", "--layout", "--seed", "--workers", "--overwrite"):
         assert flag in result.stdout
+
+
+def test_labels43_to_19_follows_the_map_for_matrices_and_vectors():
+    labels43 = (np.random.default_rng(3).random((500, 43)) < 0.1).astype(np.uint8)
+    expected = np.zeros((500, 19), dtype=np.uint8)
+    for idx43, idx19 in MAP_43_TO_19.items():
+        expected[:, idx19] |= labels43[:, idx43]
+    got = labels43_to_19(labels43)
+    assert got.dtype == np.uint8
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(labels43_to_19(labels43[7]), expected[7])
+    assert not labels43_to_19(np.eye(43, dtype=np.uint8)[list(DROPPED_IN_19)]).any()
