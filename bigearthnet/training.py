@@ -130,6 +130,7 @@ class Trainer:
         self.epoch_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self._stop_after_epoch = False
+        self._resumed_loss = (0.0, 0)  # (sum, steps) of a resumed epoch's done steps
         self.accum = (
             [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.model.trainable_variables]
             if cfg.backward_passes_per_step > 1
@@ -251,11 +252,13 @@ class Trainer:
                 raise RequeueRequested(f"stopped after epoch {epoch + 1}; rerun resumes")
         return row
 
-    def _stop_at(self, epoch: int, steps_done: int) -> None:
+    def _stop_at(self, epoch: int, steps_done: int, losses: list[float]) -> None:
         """Every rank agreed to stop after ``steps_done`` steps of ``epoch``: save, raise."""
         self.step_var.assign(steps_done)
         if distributed.is_root():
             meta = self._meta(epoch, steps_done)
+            # The epoch's losses so far, so that the resumed run reports the whole epoch's mean.
+            meta["loss_sum"], meta["loss_steps"] = float(np.sum(losses)), len(losses)
             checkpoints.save(self.run_dir, "latest", self.trackables(), meta)
             log.info("checkpointed epoch %d step %d/%d", epoch + 1, steps_done, self.steps)
         distributed.barrier()  # nobody exits before rank 0's checkpoint is on disk
@@ -267,7 +270,7 @@ class Trainer:
             self.steps, epoch, cfg.seed, True, start_step, self.epoch_samples
         )
         batches = iter(dataset)
-        times, losses = EpochTimes(), []
+        times, losses = EpochTimes(), self._losses_before(start_step)
         bar = self._progress(epoch, start_step)
         for step in range(start_step, self.steps):
             t0 = time.perf_counter()
@@ -294,12 +297,19 @@ class Trainer:
             if stop_votes > 0 and step + 1 < self.steps:
                 if bar is not None:
                     bar.close()
-                self._stop_at(epoch, step + 1)
+                self._stop_at(epoch, step + 1, losses)
             elif stop_votes > 0:  # the epoch is complete: validate and save it, then stop
                 self._stop_after_epoch = True
         if bar is not None:
             bar.close()
         return float(np.mean(losses)), times
+
+    def _losses_before(self, start_step: int) -> list[float]:
+        """Losses of the steps a resumed epoch already did (their mean, once per step)."""
+        loss_sum, loss_steps = self._resumed_loss
+        if not start_step or not loss_steps:
+            return []
+        return [loss_sum / loss_steps] * loss_steps
 
     def _step(self, apply: bool, images, labels, seed, stop, times: EpochTimes) -> np.ndarray:
         """One training step -> [mean loss, stop votes]; waits for it to finish.
@@ -358,6 +368,9 @@ class Trainer:
             self.model.variables + _optimizer_variables(self.optimizer) + state
         )
         start, step = int(self.epoch_var.numpy()), int(self.step_var.numpy())
+        self._resumed_loss = (0.0, 0)
+        if step and record.get("loss_steps"):
+            self._resumed_loss = (float(record["loss_sum"]), int(record["loss_steps"]))
         if step and record.get("steps_per_epoch") != self.steps:
             # Another world size or batch size: the saved position in the epoch means
             # nothing in the new partition, so that epoch starts over.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from sklearn.metrics import average_precision_score, f1_score
 
 import evaluate
 from bigearthnet import constants as C
-from bigearthnet import evaluation
+from bigearthnet import distributed, evaluation
 from bigearthnet import metrics as M
 from bigearthnet.shards import read_manifest
 
@@ -152,6 +153,8 @@ def test_plots_go_round_robin_to_the_ranks_that_do_not_write() -> None:
 
 
 def test_a_plot_that_fails_to_draw_is_reported_and_left_out(caplog) -> None:
+    distributed.init(threads=1)  # a world of one (other tests may not have run first)
+
     def broken() -> bytes:
         raise ValueError("no ticks\nsecond line")
 
@@ -163,8 +166,12 @@ def test_a_plot_that_fails_to_draw_is_reported_and_left_out(caplog) -> None:
         }
     )
     assert drawn == {"pr_curves.png": "ValueError: no ticks", "f1_per_class.png": b"png"}
-    with caplog.at_level("WARNING", logger="bigearthnet"):
+    logger = logging.getLogger("bigearthnet")  # rank logging may not propagate to the root
+    logger.addHandler(caplog.handler)
+    try:
         assert evaluation.gather_plots(drawn) == {"f1_per_class.png": b"png"}
+    finally:
+        logger.removeHandler(caplog.handler)
     assert "plot pr_curves.png not drawn: ValueError: no ticks" in caplog.text
 
 

@@ -194,6 +194,8 @@ def test_sigusr1_checkpoints_mid_epoch_and_exits_3(tmp_path: Path, shards_v1: Pa
     assert proc.returncode == train.EXIT_REQUEUE, stderr[-2000:]
     pointer = json.loads((run / "checkpoints" / "latest.json").read_text())
     assert pointer["step"] >= 1 and pointer["folder"].endswith(f"-s{pointer['step']:06d}")
+    # The losses of the done steps travel along: the resumed epoch's mean covers all steps.
+    assert pointer["loss_steps"] == pointer["step"] and pointer["loss_sum"] > 0
     epochs_done = pointer["epoch"]
     assert len(history(run)) == epochs_done  # the partial epoch is not in the history
     result = subprocess.run(_train_cmd(shards_v1, run, epochs_done + 1, "--batch-size", "2"),
@@ -353,6 +355,7 @@ def test_stop_on_the_last_step_finishes_the_epoch_first(tmp_path, shards_v1) -> 
     argv = ["--data", str(shards_v1), "--run-dir", str(run), "--epochs", "3", "--no-eval-test",
             *TINY_RECIPE, "--batch-size", "200"]  # fmt: skip  # one step per epoch
     cfg = resolve(train.build_parser().parse_args(argv))
+    distributed.init(threads=1)  # as train.main does (other tests may not have run first)
     with STOP.handling():
         trainer = training.Trainer(cfg)
         assert trainer.steps == 1
