@@ -323,6 +323,36 @@ def _produce(source: Iterator, out: queue.Queue, stop: threading.Event) -> None:
         put(err)
 
 
+SAMPLE_BYTES = int(np.prod(IMAGE_SHAPE)) * 2  # one uint16 120x120x12 image: 345,600 bytes
+CACHE_SHARE = 0.8  # of the node's available memory that the image caches may take
+
+
+def memory_available(meminfo: str | Path = "/proc/meminfo") -> int | None:
+    """The kernel's MemAvailable in bytes; None where it cannot be read (not Linux)."""
+    try:
+        for line in Path(meminfo).read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def cache_problem(samples_per_rank: int, ranks_on_node: int, available: int | None) -> str | None:
+    """Why ``--cache memory`` would not fit on this node, or None when it fits (or the
+    available memory is unknown): better a clear error at start-up than the OOM killer."""
+    need = samples_per_rank * SAMPLE_BYTES * ranks_on_node
+    if available is None or need <= CACHE_SHARE * available:
+        return None
+    gb = 1024**3
+    return (
+        f"--cache memory needs {need / gb:.1f} GB on this node ({ranks_on_node} rank(s) x "
+        f"{samples_per_rank:,} images of {SAMPLE_BYTES / 1e6:.2f} MB) but only "
+        f"{available / gb:.1f} GB are available; use --cache none (streaming from the "
+        "shards), more nodes, or fewer ranks per node"
+    )
+
+
 def aligned_empty(shape: tuple[int, ...], dtype, align: int = ALIGN) -> np.ndarray:
     """An uninitialised array whose data starts on an ``align``-byte boundary."""
     nbytes = math.prod(shape) * np.dtype(dtype).itemsize

@@ -119,6 +119,11 @@ def local_rank() -> int:
     return hvd.local_rank()
 
 
+def local_size() -> int:
+    # Horovod: the ranks on this node, which share its memory.
+    return hvd.local_size()
+
+
 def is_root() -> bool:
     return hvd.rank() == 0
 

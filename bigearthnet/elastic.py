@@ -47,7 +47,13 @@ from bigearthnet import checkpoints, distributed
 from bigearthnet.data import RankData, rank_range
 from bigearthnet.schedules import WarmupSchedule, with_world_size
 from bigearthnet.signals import STOP
-from bigearthnet.training import EpochTimes, RequeueRequested, Trainer, TrainingError
+from bigearthnet.training import (
+    SPLITS_USED,
+    EpochTimes,
+    RequeueRequested,
+    Trainer,
+    TrainingError,
+)
 from bigearthnet.util import atomic_write_text
 
 log = distributed.log
@@ -80,10 +86,13 @@ class ElasticTrainer(Trainer):
 
     def _setup_data(self) -> None:
         cfg = self.cfg
-        # Every worker opens whole splits: after a resize it may need any sample.
+        # Every worker opens whole splits: after a resize it may need any sample. (No
+        # collective may run before hvd.elastic.run: a worker that does not fit raises.)
+        counts = self.manifest["counts"]
+        self.check_cache_fits(sum(counts.get(split, 0) for split in SPLITS_USED))
         self.train_data, self.val_data = (
             RankData(cfg.data, self.manifest, split, cfg.labels, 0, 1, cfg.cache, cfg.verify_data)
-            for split in ("train", "val")
+            for split in SPLITS_USED
         )
         if len(self.train_data) < distributed.size():
             raise ValueError(f"{len(self.train_data)} training samples for more workers")

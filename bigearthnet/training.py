@@ -29,13 +29,21 @@ from bigearthnet import checkpoints, distributed
 from bigearthnet import metrics as M
 from bigearthnet.augment import mixup, random_dihedral
 from bigearthnet.config import ConfigError, TrainConfig, save_yaml
-from bigearthnet.data import RankData, band_stats, normalize, steps_per_epoch
+from bigearthnet.data import (
+    RankData,
+    band_stats,
+    cache_problem,
+    memory_available,
+    normalize,
+    steps_per_epoch,
+)
 from bigearthnet.schedules import LRSchedule, WarmupSchedule
 from bigearthnet.shards import IMAGE_SHAPE, ShardError, read_manifest
 from bigearthnet.signals import STOP
 from bigearthnet.util import atomic_write_json, atomic_write_text
 
 log = distributed.log
+SPLITS_USED = ("train", "val")  # what training reads (test: the final evaluation)
 HISTORY_FIELDS = (
     "epoch", "lr", "loss", "val_loss", "val_micro_f1", "val_macro_f1",
     "samples_per_s", "data_wait_fraction", "seconds", "world_size",
@@ -86,12 +94,14 @@ class Trainer:
         cfg, rank, size = self.cfg, distributed.rank(), distributed.size()
         error = None
         try:
+            counts = self.manifest["counts"]
+            self.check_cache_fits(sum(math.ceil(counts.get(s, 0) / size) for s in SPLITS_USED))
             self.train_data, self.val_data = (
                 RankData(cfg.data, self.manifest, split, cfg.labels, rank, size, cfg.cache,
                          cfg.verify_data)
-                for split in ("train", "val")
+                for split in SPLITS_USED
             )  # fmt: skip
-        except (ShardError, OSError) as err:
+        except (ConfigError, ShardError, OSError) as err:
             error = err
         distributed.raise_if_any_failed(error, "loading data")
         self.steps = steps_per_epoch(self.train_data.total, size, cfg.batch_size)
@@ -106,6 +116,14 @@ class Trainer:
                 f"rank {rank} holds {len(self.train_data)} training samples but an epoch has "
                 f"{self.steps} steps; use a larger --batch-size or fewer ranks"
             )
+
+    def check_cache_fits(self, samples_per_rank: int) -> None:
+        """ConfigError when ``--cache memory`` would not fit in this node's memory."""
+        if self.cfg.cache != "memory":
+            return
+        problem = cache_problem(samples_per_rank, distributed.local_size(), memory_available())
+        if problem:
+            raise ConfigError(problem)
 
     def _build(self) -> None:
         cfg = self.cfg

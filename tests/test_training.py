@@ -107,6 +107,38 @@ def test_a_capped_epoch_keeps_the_batch_size_and_varies_its_samples(
     assert all(np.array_equal(a[0], b[0].numpy()) for a, b in zip(epochs[0], tensors))
 
 
+def test_cache_problem_only_when_the_node_lacks_memory(tmp_path: Path) -> None:
+    from bigearthnet.data import SAMPLE_BYTES, cache_problem, memory_available
+
+    assert SAMPLE_BYTES == 120 * 120 * 12 * 2
+    gb = 1024**3
+    assert cache_problem(1000, 4, 100 * gb) is None
+    assert cache_problem(10**6, 4, None) is None  # unknown: do not guess
+    problem = cache_problem(275_000, 4, 64 * gb)  # v1 train split on one 4-GPU node
+    assert problem.startswith("--cache memory needs 354.1 GB on this node (4 rank(s) x ")
+    assert "64.0 GB are available; use --cache none" in problem
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:   16000000 kB\n")
+    assert memory_available(meminfo) == 16000000 * 1024
+    assert memory_available(tmp_path / "missing") is None
+    assert memory_available("/proc/meminfo") > 0  # Linux: the real file
+
+
+def test_a_cache_that_cannot_fit_stops_with_one_line(
+    tmp_path: Path, shards_v1: Path, monkeypatch, capsys
+) -> None:
+    from bigearthnet import training
+
+    monkeypatch.setattr(training, "memory_available", lambda: 10 * 2**20)  # 10 MB free
+    argv = ["--data", str(shards_v1), "--run-dir", str(tmp_path / "run"), "--no-eval-test",
+            *TINY_RECIPE, "--epochs", "1", "--cache", "memory"]  # fmt: skip
+    assert train.main(argv) == 2
+    errors = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
+    assert len(errors) == 1 and "--cache memory needs" in errors[0], errors
+    assert "use --cache none" in errors[0]
+    assert train.main([*argv, "--cache", "none"]) == 0  # streaming needs no room
+
+
 # --------------------------------------------------------------------------- training
 
 
