@@ -26,7 +26,7 @@ from bigearthnet.config import (
     default_threads,
     resolve,
 )
-from bigearthnet.signals import STOP
+from bigearthnet.signals import STOP, ignore_late_warnings
 from bigearthnet.util import OneLineParser
 
 EXIT_REQUEUE = 3  # stopped by SIGUSR1/SIGTERM after checkpointing: resubmit to continue
@@ -93,5 +93,12 @@ def _run(cfg: TrainConfig) -> int:
     return 0
 
 
+def cli(argv: list[str] | None = None) -> int:
+    """``python train.py`` and the ``bigearthnet-train`` command: :func:`main` in a process
+    of its own, where a SIGUSR1 that comes after training stopped is ignored until exit."""
+    ignore_late_warnings()
+    return main(argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

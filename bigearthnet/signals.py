@@ -53,3 +53,12 @@ class StopSignal:
 
 
 STOP = StopSignal()
+
+
+def ignore_late_warnings() -> None:
+    """For a command's own process: SIGUSR1 from here to the exit is ignored once no
+    :meth:`StopSignal.handling` is active. A job script passes the warning to the ranks one
+    after another; a rank that already stopped (the first one's vote is enough) would
+    otherwise die of it (exit 138) instead of exiting 3. Not for in-process callers."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)

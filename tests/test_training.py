@@ -378,6 +378,21 @@ def test_stop_signal_is_remembered_then_ignored_after_training() -> None:
     assert signal.getsignal(signal.SIGUSR1) is previous  # the caller's handlers are back
 
 
+def test_a_warning_after_training_stopped_does_not_kill_the_process(tmp_path: Path) -> None:
+    """The job script passes SIGUSR1 to the ranks one after another: a rank that already
+    stopped and left the training must still exit with its code (3), not die of it (138)."""
+    code = (
+        "import os, signal, sys, train\n"
+        f"rc = train.{{}}(['--data', '{tmp_path / 'missing'}', '--run-dir', '{tmp_path}/r'])\n"
+        "os.kill(os.getpid(), signal.SIGUSR1)\n"
+        "sys.exit(rc)\n"
+    )
+    for entry, expected in (("cli", 2), ("main", -signal.SIGUSR1)):  # main: in-process use
+        result = subprocess.run([sys.executable, "-c", code.format(entry)], cwd=REPO,
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert result.returncode == expected, (entry, result.stderr[-2000:])
+
+
 def test_stop_on_the_last_step_finishes_the_epoch_first(tmp_path, shards_v1) -> None:
     from bigearthnet import training
     from bigearthnet.config import resolve
