@@ -1,8 +1,9 @@
 """The data-parallel training loop: one replica per rank, gradients averaged every step.
 
 Per step: the batch (uint16 from the rank's pipeline) is converted, normalised and
-augmented on the device, the replica computes its gradients, one grouped allreduce
-averages them over all ranks, and every replica applies the same update. The loss is
+augmented on the device, the replica computes its gradients, Horovod averages each over
+all ranks as soon as backprop makes it (``--grouped-allreduce``: all at once after the
+backward pass), and every replica applies the same update. The loss is
 averaged the same way, so all ranks take the same decisions (a non-finite loss stops
 every rank at the same step; no rank is left waiting in a collective).
 
