@@ -6,6 +6,7 @@ Everything expensive is session-scoped and built once by the project's own comma
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -19,6 +20,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 def _shared_dir() -> Path:
     return Path(os.environ.get("SHARED_DIR", REPO.parent / "shared")).resolve()
+
+
+@pytest.fixture
+def rank_log(caplog):
+    """caplog that sees the ranks' log lines: their logger writes to the stderr of the test
+    that first set it up and need not propagate, so capsys and plain caplog can miss them."""
+    logger = logging.getLogger("bigearthnet")
+    logger.addHandler(caplog.handler)
+    yield caplog
+    logger.removeHandler(caplog.handler)
 
 
 @pytest.fixture(scope="session")

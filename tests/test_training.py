@@ -125,7 +125,7 @@ def test_cache_problem_only_when_the_node_lacks_memory(tmp_path: Path) -> None:
 
 
 def test_a_cache_that_cannot_fit_stops_with_one_line(
-    tmp_path: Path, shards_v1: Path, monkeypatch, capsys
+    tmp_path: Path, shards_v1: Path, monkeypatch, rank_log
 ) -> None:
     from bigearthnet import training
 
@@ -133,9 +133,9 @@ def test_a_cache_that_cannot_fit_stops_with_one_line(
     argv = ["--data", str(shards_v1), "--run-dir", str(tmp_path / "run"), "--no-eval-test",
             *TINY_RECIPE, "--epochs", "1", "--cache", "memory"]  # fmt: skip
     assert train.main(argv) == 2
-    errors = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
+    errors = [r.getMessage() for r in rank_log.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "--cache memory needs" in errors[0], errors
-    assert "use --cache none" in errors[0]
+    assert "use --cache none" in errors[0] and "\n" not in errors[0]
     assert train.main([*argv, "--cache", "none"]) == 0  # streaming needs no room
 
 
