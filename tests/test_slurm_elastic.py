@@ -3,9 +3,11 @@
 The driver job (``jobs/elastic/train_elastic.sbatch``, one worker, registered as
 ``localhost``) trains; ``bigearthnet-elastic grow 1`` submits a holder job that registers this
 machine's short hostname, a second host to Horovod, and the training grows to 2 workers;
-``bigearthnet-elastic shrink 1`` cancels the holder and the training shrinks back to 1 and
+``bigearthnet-elastic shrink 1`` cancels the holder and the training shrinks back to 1; a
+time-limit warning then stops it mid-epoch, the driver requeues itself and the next run
 finishes. A driver that finishes ends the holders still registered (and ``shrink`` cancels a
-holder still pending). Then bad input: a holder without its hosts folder, a driver with a bad
+holder still pending). The runs ask for far more epochs than can run (a YAML config the
+test lowers before the warning), so they last as long as the test needs on any machine. Then bad input: a holder without its hosts folder, a driver with a bad
 site variable, and a driver that never gets ELASTIC_MIN_NP slots and must stop after
 ELASTIC_TIMEOUT. The single test node has 2 CPUs (``CR_CPU``): a 1-CPU driver and a 1-CPU
 holder run side by side. The cluster and job helpers are those of test_slurm_jobs.py.
@@ -27,10 +29,13 @@ from slurm_cluster import (
     slurm_cluster_fixture,  # noqa: F401 (registers the fixture)
 )
 from test_slurm_jobs import (
+    ENDLESS_EPOCHS,
+    EPOCHS_AFTER_WARNING,
     JOB_TIMEOUT,
     JOBS,
     PATCHES,
     SHARD_SIZE,
+    STOPPED,
     TINY,
     assert_completed,
     assert_failed_clearly,
@@ -43,9 +48,6 @@ from test_slurm_jobs import (
 )
 
 CONTROLLER = str(Path(sys.executable).with_name("bigearthnet-elastic"))
-# 12 steps of 2 samples per epoch on 1 worker, about 0.3 s: long enough to outlast a grow
-# (holder start, new worker's TensorFlow start-up) and a shrink with room to spare.
-EPOCHS = 80
 ELASTIC = [*TINY, "--batch-size", "2", "--commit-every", "2"]
 RESIZE_TIMEOUT = 180  # seconds for one grow or shrink to show in the driver's log
 
@@ -89,12 +91,20 @@ def registered(hosts: Path) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.horovod
-def test_holder_jobs_grow_and_shrink_the_training(
+def test_holder_jobs_grow_and_shrink_the_training_then_a_warning_requeues_it(
     slurm_cluster: SlurmCluster, workspace: Path
 ) -> None:
+    """However fast this machine trains, the run must outlast a grow and a shrink: its
+    epochs come from a YAML config asking for far more than can run. After the shrink the
+    test lowers them and sends the driver's shell what ``--signal=B:USR1@600`` sends
+    before a time limit (``scancel --batch --signal=USR1``): the workers stop after the
+    same step, rank 0 checkpoints the position in the epoch, the job requeues itself, and
+    the next run reads the lowered count and finishes."""
     run = workspace / "runs" / "elastic"
     hosts = run / "hosts"
-    driver = submit_driver(slurm_cluster, workspace, "elastic", "--epochs", str(EPOCHS))
+    config = workspace / "elastic.yaml"
+    config.write_text(f"epochs: {ENDLESS_EPOCHS}\n")
+    driver = submit_driver(slurm_cluster, workspace, "elastic", TRAIN_CONFIG=str(config))
     wait_while_running(slurm_cluster, driver, lambda _: epochs_done(run) >= 2, 240,
                        "training on 1 worker")  # fmt: skip
     assert registered(hosts) == [f"{driver}.hosts"]
@@ -115,12 +125,19 @@ def test_holder_jobs_grow_and_shrink_the_training(
     wait_while_running(slurm_cluster, driver, log_says("world size 2 -> 1"), RESIZE_TIMEOUT,
                        "shrinking to 1 worker")  # fmt: skip
 
+    epochs = epochs_done(run) + 1 + EPOCHS_AFTER_WARNING  # the stop comes within an epoch
+    config.write_text(f"epochs: {epochs}\n")
+    slurm_cluster.run("scancel", "--batch", "--signal=USR1", str(driver))
     job = slurm_cluster.wait(driver, 600)
     assert_completed(job)
-    log = job.log()
+    assert job.restarts == 1, job.describe()
+    log = job.log()  # --open-mode=append: both runs
     assert "--min-np 1 --max-np 2 --elastic-timeout 60 --network-interface lo" in log, log
     assert f"registered localhost:1 in {hosts}/{driver}.hosts" in log
-    assert "training finished" in log
+    for needle in ("SIGUSR1: time limit near", STOPPED,
+                   f"requeueing job {driver} to resume (restart 1)", "resumed from",
+                   "training finished"):  # fmt: skip
+        assert needle in log, f"{needle!r} missing\n{job.describe()}"
     holder_job = slurm_cluster.wait(holder, JOB_TIMEOUT)
     assert_completed(holder_job)  # left on SIGTERM: a normal end
     me = socket.gethostname().split(".")[0]
@@ -132,9 +149,9 @@ def test_holder_jobs_grow_and_shrink_the_training(
         events = [(int(r["old_size"]), int(r["new_size"])) for r in csv.DictReader(f)]
     assert events == [(1, 2), (2, 1)], events
     rows = history(run)
-    assert [int(r["epoch"]) for r in rows] == list(range(1, EPOCHS + 1))
+    assert [int(r["epoch"]) for r in rows] == list(range(1, epochs + 1))
     assert {r["world_size"] for r in rows} == {"1", "2"}
-    assert latest_checkpoint(run)["epoch"] == EPOCHS
+    assert latest_checkpoint(run)["epoch"] == epochs
 
 
 @pytest.mark.slow
@@ -144,7 +161,9 @@ def test_driver_ends_the_holders_left_when_training_is_over(
 ) -> None:
     """... and ``shrink`` cancels a holder still pending (a pending job takes no signal)."""
     hosts = workspace / "runs" / "release" / "hosts"
-    driver = submit_driver(slurm_cluster, workspace, "release", "--epochs", "40")
+    config = workspace / "release.yaml"  # endless until lowered: outlasts the holders' start
+    config.write_text(f"epochs: {ENDLESS_EPOCHS}\n")
+    driver = submit_driver(slurm_cluster, workspace, "release", TRAIN_CONFIG=str(config))
     wait_while_running(slurm_cluster, driver, lambda _: hosts.is_dir(), 120, "registration")
     first = int(controller(slurm_cluster, workspace, hosts, "grow", "1").stdout.split()[-1])
     wait_while_running(slurm_cluster, driver, lambda _: (hosts / f"{first}.hosts").exists(),
@@ -156,32 +175,13 @@ def test_driver_ends_the_holders_left_when_training_is_over(
     assert shrunk.stdout.split()[-1] == str(second), shrunk.stdout + shrunk.stderr
     assert slurm_cluster.wait(second, 60).state == "CANCELLED"
 
+    # Training ends: a warning stops this run (the requeued one reads the lowered count).
+    config.write_text(f"epochs: {epochs_done(workspace / 'runs' / 'release') + 2}\n")
+    slurm_cluster.run("scancel", "--batch", "--signal=USR1", str(driver))
     assert_completed(slurm_cluster.wait(driver, JOB_TIMEOUT))
     assert_completed(slurm_cluster.wait(first, JOB_TIMEOUT))  # not idle until its time limit
     assert f"ending holder job(s) {first}" in slurm_cluster.job(driver).log()
     assert registered(hosts) == []
-
-
-@pytest.mark.slow
-def test_warned_driver_checkpoints_mid_epoch_requeues_and_resumes(
-    slurm_cluster: SlurmCluster, workspace: Path
-) -> None:
-    """``scancel --batch --signal=USR1`` sends the driver's shell what its
-    ``--signal=B:USR1@600`` sends before the time limit."""
-    run, epochs = workspace / "runs" / "elastic-requeue", 30
-    driver = submit_driver(slurm_cluster, workspace, "elastic-requeue", "--epochs", str(epochs))
-    wait_while_running(slurm_cluster, driver, lambda _: epochs_done(run) >= 2, 300, "training")
-    slurm_cluster.run("scancel", "--batch", "--signal=USR1", str(driver))
-    job = slurm_cluster.wait(driver, 600)
-    assert_completed(job)
-    assert job.restarts == 1, job.describe()
-    log = job.log()  # --open-mode=append: both runs
-    for needle in ("SIGUSR1: time limit near", "rerun resumes (exit 3: requeue me)",
-                   f"requeueing job {driver} to resume (restart 1)", "resumed from",
-                   "training finished"):  # fmt: skip
-        assert needle in log, f"{needle!r} missing\n{job.describe()}"
-    assert [int(r["epoch"]) for r in history(run)] == list(range(1, epochs + 1))
-    assert latest_checkpoint(run)["epoch"] == epochs
 
 
 # --------------------------------------------------------------------------- bad input
