@@ -26,7 +26,7 @@ from bigearthnet.config import (
     default_threads,
     resolve,
 )
-from bigearthnet.signals import STOP, ignore_late_warnings
+from bigearthnet.signals import STOP, remember_warnings
 from bigearthnet.util import OneLineParser
 
 EXIT_REQUEUE = 3  # stopped by SIGUSR1/SIGTERM after checkpointing: resubmit to continue
@@ -95,8 +95,9 @@ def _run(cfg: TrainConfig) -> int:
 
 def cli(argv: list[str] | None = None) -> int:
     """``python train.py`` and the ``bigearthnet-train`` command: :func:`main` in a process
-    of its own, where a SIGUSR1 that comes after training stopped is ignored until exit."""
-    ignore_late_warnings()
+    of its own, where a SIGUSR1 outside the training's handlers never kills (start-up: it
+    stops training at the first step; after training stopped: ignored)."""
+    remember_warnings()
     return main(argv)
 
 

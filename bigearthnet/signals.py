@@ -27,6 +27,12 @@ class StopSignal:
     def __init__(self) -> None:
         self.requested = False
         self.training_over = False
+        self.early = False  # a SIGUSR1 before handling() began (see remember_warnings)
+
+    def _remember(self, _signum, _frame) -> None:
+        """SIGUSR1 outside handling(): kept for the next handling() (before it: start-up)
+        and harmless after it (the command is finishing)."""
+        self.early = True
 
     def _handle(self, signum, _frame) -> None:
         if self.training_over:
@@ -39,7 +45,9 @@ class StopSignal:
     def handling(self, warning_only: bool = False):
         """``warning_only``: SIGUSR1 alone (elastic runs, where horovodrun ends workers it
         no longer needs with SIGTERM, which must keep ending them)."""
-        self.requested = self.training_over = False
+        self.requested, self.training_over, self.early = self.early, False, False
+        if self.requested:
+            log.warning("SIGUSR1 during start-up: stopping at the first step to checkpoint")
         if threading.current_thread() is not threading.main_thread():
             yield  # signals can only be caught in the main thread
             return
@@ -55,10 +63,12 @@ class StopSignal:
 STOP = StopSignal()
 
 
-def ignore_late_warnings() -> None:
-    """For a command's own process: SIGUSR1 from here to the exit is ignored once no
-    :meth:`StopSignal.handling` is active. A job script passes the warning to the ranks one
-    after another; a rank that already stopped (the first one's vote is enough) would
-    otherwise die of it (exit 138) instead of exiting 3. Not for in-process callers."""
+def remember_warnings() -> None:
+    """For a command's own process: a SIGUSR1 outside :meth:`StopSignal.handling` no longer
+    kills it. One that comes during start-up (before the training set up its handlers) is
+    acted on at the first step; one that comes after training stopped is ignored - the job
+    script passes the warning to the ranks one after another, and a rank that already
+    stopped (the first one's vote is enough) would otherwise die of it (exit 138) instead of
+    exiting 3. Not for in-process callers, whose handlers stay theirs."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        signal.signal(signal.SIGUSR1, STOP._remember)

@@ -7,10 +7,11 @@ machine's short hostname, a second host to Horovod, and the training grows to 2 
 time-limit warning then stops it mid-epoch, the driver requeues itself and the next run
 finishes. A driver that finishes ends the holders still registered (and ``shrink`` cancels a
 holder still pending). The runs ask for far more epochs than can run (a YAML config the
-test lowers before the warning), so they last as long as the test needs on any machine. Then bad input: a holder without its hosts folder, a driver with a bad
-site variable, and a driver that never gets ELASTIC_MIN_NP slots and must stop after
-ELASTIC_TIMEOUT. The single test node has 2 CPUs (``CR_CPU``): a 1-CPU driver and a 1-CPU
-holder run side by side. The cluster and job helpers are those of test_slurm_jobs.py.
+test lowers before the warning), so they last as long as the test needs on any machine.
+Then bad input: a holder without its hosts folder, a driver with a bad site variable, and a
+driver that never gets ELASTIC_MIN_NP slots and must stop after ELASTIC_TIMEOUT. The single
+test node has 2 CPUs (``CR_CPU``): a 1-CPU driver and a 1-CPU holder run side by side. The
+cluster and job helpers are those of test_slurm_jobs.py.
 """
 
 from __future__ import annotations

@@ -393,6 +393,28 @@ def test_a_warning_after_training_stopped_does_not_kill_the_process(tmp_path: Pa
         assert result.returncode == expected, (entry, result.stderr[-2000:])
 
 
+def test_a_warning_during_start_up_stops_training_at_its_first_step(
+    tmp_path: Path, shards_v1: Path
+) -> None:
+    """A SIGUSR1 that comes before train.py's handlers exist (interpreter and argument
+    parsing) is remembered: training stops at its first step, checkpoints, and exits 3."""
+    argv = ["--data", str(shards_v1), "--run-dir", str(tmp_path / "run"), "--epochs", "2",
+            "--no-eval-test", *TINY_RECIPE]  # fmt: skip
+    code = (
+        "import os, signal, sys, train\n"
+        "from bigearthnet.signals import remember_warnings\n"
+        "remember_warnings()  # what train.cli does first\n"
+        "os.kill(os.getpid(), signal.SIGUSR1)\n"
+        f"sys.exit(train.main({argv!r}))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert result.returncode == train.EXIT_REQUEUE, result.stderr[-2000:]
+    assert "SIGUSR1 during start-up" in result.stderr
+    pointer = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
+    assert (pointer["epoch"], pointer["step"]) == (0, 1)
+
+
 def test_stop_on_the_last_step_finishes_the_epoch_first(tmp_path, shards_v1) -> None:
     from bigearthnet import training
     from bigearthnet.config import resolve
