@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -88,6 +89,12 @@ def median(values: Sequence[float]) -> float:
 def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> float:
     """Median of a_i / b_i over pairs measured side by side (robust to slow phases)."""
     return median([a / b for a, b in zip(numerators, denominators) if a and b])
+
+
+def knob_figure(fid: str, what: str, knob: Sequence[float], default: Sequence[float],
+                why: str) -> Figure:  # fmt: skip
+    """A knob's row: its measurements over the default's of the same repetitions."""
+    return Figure(fid, what, paired_ratio(knob, default), "x", limited_by=why)
 
 
 def interleave(
@@ -211,6 +218,20 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=2, help="interleaved repetitions")
     parser.add_argument("--json", type=Path, help="also write this benchmark's figures here")
     return parser
+
+
+def add_knob_arguments(parser: argparse.ArgumentParser, knobs: Sequence[str], what: str) -> None:
+    """``--knobs`` (which of ``knobs`` to measure, default all) and ``--knob-repeats``."""
+    parser.add_argument("--knobs", nargs="*", default=list(knobs), choices=list(knobs),
+                        help=f"{what} to measure against the default (default: all)")  # fmt: skip
+    parser.add_argument("--knob-repeats", type=int, default=1, help="repetitions of knobs")
+
+
+def at_once(measure: Callable[[int], dict], copies: int = 2) -> list[dict]:
+    """``measure(i)`` for i in 0..copies-1, all at the same time (the machine controls:
+    unrelated runs sharing the cores, without any communication between them)."""
+    with ThreadPoolExecutor(copies) as pool:
+        return list(pool.map(measure, range(copies)))
 
 
 def run_cli(parser: argparse.ArgumentParser, run: Callable) -> int:

@@ -19,7 +19,6 @@ import json
 import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import common
@@ -76,11 +75,9 @@ def run(args, work: Path) -> list[Figure]:
 
     def independent(rep: int) -> float:
         """Control: two unrelated 1-rank evaluations of the whole split at once."""
-        with ThreadPoolExecutor(2) as pool:
-            runs = list(pool.map(
-                lambda i: evaluate(trained, data, work / f"p5-solo{i}-{rep}", 1, args.split),
-                range(2),
-            ))  # fmt: skip
+        runs = common.at_once(
+            lambda i: evaluate(trained, data, work / f"p5-solo{i}-{rep}", 1, args.split)
+        )
         return max(r["seconds"] for r in runs)
 
     common.say(f"P5: evaluate_run of ResNet-50 on the {args.split} split, 1 vs 2 ranks")

@@ -93,19 +93,19 @@ def run(args, work: Path) -> list[Figure]:
             f"one gather copy per batch (bound {gb_s:.1f} GB/s here) + thread hand-off",
             details,
         ),
-        Figure(
+        common.knob_figure(
             "K-cache",
             "knob --cache none (streaming) / memory: pipeline samples/s",
-            common.paired_ratio(rates["cache none"], rates["pipeline"]),
-            "x",
-            limited_by="HDF5 reads of 16-row chunks + per-row assembly in Python",
+            rates["cache none"],
+            rates["pipeline"],
+            "HDF5 reads of 16-row chunks + per-row assembly in Python",
         ),
-        Figure(
+        common.knob_figure(
             "K-norm",
             "knob normalise on host (float32 out) / in the step: pipeline samples/s",
-            common.paired_ratio(rates["host normalize"], rates["pipeline"]),
-            "x",
-            limited_by="float conversion on the host, 2x the bytes to move",
+            rates["host normalize"],
+            rates["pipeline"],
+            "float conversion on the host, 2x the bytes to move",
         ),
     ]
 

@@ -22,7 +22,6 @@ backward passes per allreduce.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import common
@@ -60,13 +59,9 @@ def run(args, work: Path) -> list[Figure]:
 
     def independent(rep: int) -> float:
         """Control: two unrelated 1-rank runs at once - the machine's own 1 -> 2 scaling."""
-        with ThreadPoolExecutor(2) as pool:
-            runs = pool.map(
-                lambda i: common.train_run(data, work / f"p4-solo{i}-{rep}", 1, batch,
-                                           "train.py control"),
-                range(2),
-            )  # fmt: skip
-            return sum(r["samples_per_s"] for r in runs)
+        runs = common.at_once(lambda i: common.train_run(data, work / f"p4-solo{i}-{rep}", 1,
+                                                         batch, "train.py control"))  # fmt: skip
+        return sum(r["samples_per_s"] for r in runs)
 
     variants = {"1 rank": variant("1rank", 1, []), "2 ranks": variant("2ranks", 2, []),
                 "2 x 1 rank, independent": independent}  # fmt: skip
@@ -138,15 +133,7 @@ def figures(args, rates: dict, results: dict) -> list[Figure]:
     ]
     for knob in args.knobs:
         what, why = KNOB_TEXT[knob]
-        out.append(
-            Figure(
-                f"K-{knob}",
-                what,
-                common.paired_ratio(rates[knob], rates["2 ranks"]),
-                "x",
-                limited_by=why,
-            )
-        )
+        out.append(common.knob_figure(f"K-{knob}", what, rates[knob], rates["2 ranks"], why))
     return out
 
 
@@ -160,14 +147,7 @@ def build_parser():
     parser = common.base_parser(__doc__.splitlines()[0])
     parser.set_defaults(repeats=3)
     parser.add_argument("--batch-size", type=int, help="per-rank batch (default: the recipe's 8)")
-    parser.add_argument("--knob-repeats", type=int, default=1, help="repetitions of knobs")
-    parser.add_argument(
-        "--knobs",
-        nargs="*",
-        default=list(KNOBS),
-        choices=list(KNOBS),
-        help="2-rank knobs to measure against the default (default: all)",
-    )
+    common.add_knob_arguments(parser, KNOBS, "2-rank knobs")
     return parser
 
 

@@ -120,12 +120,12 @@ def run(args, work: Path) -> list[Figure]:
     }
     for knob in args.knobs:
         figures.append(
-            Figure(
+            common.knob_figure(
                 f"K-{knob}",
                 f"knob --{knob} / default: train.py samples/s, 1 rank",
-                common.paired_ratio(rates[knob], rates["train.py"]),
-                "x",
-                limited_by=notes[knob],
+                rates[knob],
+                rates["train.py"],
+                notes[knob],
             )
         )
     return figures
@@ -134,14 +134,7 @@ def run(args, work: Path) -> list[Figure]:
 def build_parser():
     parser = common.base_parser(__doc__.splitlines()[0])
     parser.set_defaults(repeats=3)
-    parser.add_argument(
-        "--knobs",
-        nargs="*",
-        default=list(KNOBS),
-        choices=list(KNOBS),
-        help="knobs to measure against the default (default: all)",
-    )
-    parser.add_argument("--knob-repeats", type=int, default=1, help="repetitions of knobs")
+    common.add_knob_arguments(parser, KNOBS, "knobs")
     parser.add_argument("--keras-worker", action="store_true", help="(internal) the baseline")
     parser.add_argument("--data", type=Path, help="(internal) shards for --keras-worker")
     parser.add_argument("--threads", type=int, default=1, help="(internal) TF threads")

@@ -36,6 +36,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -190,17 +191,23 @@ class RankData:
         shuffle: bool,
         start_step: int = 0,
         limit: int | None = None,
+        tensors: bool = False,
     ) -> Iterator:
         """Yield (images uint16, labels uint8) for steps ``start_step..steps-1`` of an epoch;
         all ``steps`` batches together cover the part exactly once - or, with ``limit``,
-        the first ``limit`` samples of the epoch's order (a capped epoch)."""
-        if self._images is not None:
-            order = epoch_order(len(self), seed, epoch, self.rank, shuffle)[:limit]
-            for idx in split_batches(order, steps)[start_step:]:
-                idx = np.sort(idx)  # sorted gathers are cache-friendlier; batch order is free
-                yield self._images[idx], self._labels[idx]
-        else:
-            yield from self._stream(steps, epoch, seed, shuffle, start_step, limit)
+        the first ``limit`` samples of the epoch's order (a capped epoch). ``tensors``: as
+        host tensors (what :meth:`dataset` hands the step), gathered by TensorFlow from the
+        memory cache."""
+        convert = tf.convert_to_tensor if tensors else np.asarray
+        if self._images is None:  # streaming: read, then (tensors) one copy into a tensor
+            for images, labels in self._stream(steps, epoch, seed, shuffle, start_step, limit):
+                yield convert(images), convert(labels)
+            return
+        order = epoch_order(len(self), seed, epoch, self.rank, shuffle)[:limit]
+        for idx in split_batches(order, steps)[start_step:]:
+            idx = np.sort(idx)  # sorted gathers are cache-friendlier; batch order is free
+            images = tf.gather(self._images_tensor, idx) if tensors else self._images[idx]
+            yield images, convert(self._labels[idx])
 
     def _stream(self, steps, epoch, seed, shuffle, start_step, limit) -> Iterator:
         order = self._stream_order(epoch, seed, shuffle)[:limit]
@@ -239,33 +246,17 @@ class RankData:
             rows.update(zip(run.tolist(), data))
         return rows
 
-    def dataset(
-        self,
-        steps: int,
-        epoch: int,
-        seed: int,
-        shuffle: bool,
-        start_step: int = 0,
-        limit: int | None = None,
-    ) -> Prefetcher:
-        """The batches of :meth:`batches` as (uint16, uint8) tensors, made by a background
-        thread ``PREFETCH`` steps ahead (reading overlaps the step); iterate it once."""
-        return Prefetcher(self._tensor_batches(steps, epoch, seed, shuffle, start_step, limit))
+    def dataset(self, *args: Any, **kwargs: Any) -> Prefetcher:
+        """The batches of :meth:`batches` (same arguments) as (uint16, uint8) tensors, made
+        by a background thread ``PREFETCH`` steps ahead (reading overlaps the step);
+        iterate it once."""
+        return Prefetcher(self._host_tensors(*args, **kwargs))
 
-    def _tensor_batches(self, steps, epoch, seed, shuffle, start_step, limit) -> Iterator:
+    def _host_tensors(self, *args: Any, **kwargs: Any) -> Iterator:
         # Host tensors, as tf.data's were: on a GPU node an eager gather would otherwise run
         # on the GPU and copy the whole cache there. The step copies each batch over.
         with tf.device("/CPU:0"):
-            if self._images_tensor is None:  # streaming: read, then one copy into a tensor
-                batches = self.batches(steps, epoch, seed, shuffle, start_step, limit)
-                for images, labels in batches:
-                    yield tf.convert_to_tensor(images), tf.convert_to_tensor(labels)
-                return
-            order = epoch_order(len(self), seed, epoch, self.rank, shuffle)[:limit]
-            for idx in split_batches(order, steps)[start_step:]:
-                idx = np.sort(idx)  # the same batches as batches(), gathered by TensorFlow
-                labels = tf.convert_to_tensor(self._labels[idx])
-                yield tf.gather(self._images_tensor, idx), labels
+            yield from self.batches(*args, tensors=True, **kwargs)
 
 
 class Prefetcher:

@@ -115,7 +115,7 @@ class ElasticTrainer(Trainer):
         """Rank 0 prepares the run dir and restores the latest checkpoint (local I/O only);
         returns where training continues: epoch and position in it (the first sync
         broadcasts rank 0's values)."""
-        position = {"epoch": 0, "consumed": 0, "batch": 0, "loss_sum": 0.0, "loss_steps": 0}
+        position = {"epoch": 0, **dict.fromkeys(POSITION, 0)}
         if not distributed.is_root():
             return position
         record = self._prepare_run_dir()

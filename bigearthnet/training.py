@@ -387,7 +387,6 @@ class Trainer:
             self.model.variables + _optimizer_variables(self.optimizer) + state
         )
         start, step = int(self.epoch_var.numpy()), int(self.step_var.numpy())
-        self._resumed_loss = (0.0, 0)
         if step and record.get("loss_steps"):
             self._resumed_loss = (float(record["loss_sum"]), int(record["loss_steps"]))
         if step and record.get("steps_per_epoch") != self.steps:
