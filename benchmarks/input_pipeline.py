@@ -31,7 +31,7 @@ def pipeline_rate(part, steps: int, rep: int, host_normalize=None) -> float:
     """Samples/s over ``EPOCHS`` epochs of the train.py pipeline (tensors materialised)."""
     start, samples = time.perf_counter(), 0
     for epoch in range(rep * EPOCHS, (rep + 1) * EPOCHS):
-        for images, _labels in part.dataset(steps, epoch, seed=0, shuffle=True):
+        for images, _labels in part.dataset(steps, epoch=epoch, seed=0, shuffle=True):
             if host_normalize is not None:
                 images = host_normalize(images.numpy())
             samples += int(images.shape[0])
@@ -59,8 +59,8 @@ def run(args, work: Path) -> list[Figure]:
 
     data = common.eval_shards(work)
     manifest = read_manifest(data)
-    memory = RankData(data, manifest, "train", 19, cache="memory", verify=False)
-    streaming = RankData(data, manifest, "train", 19, cache="none", verify=False)
+    memory = RankData(data, manifest, "train", labels=19, cache="memory", verify=False)
+    streaming = RankData(data, manifest, "train", labels=19, cache="none", verify=False)
     steps = steps_per_epoch(memory.total, 1, args.batch_size)
     buffer = np.empty((args.batch_size, *IMAGE_SHAPE), dtype=np.uint16)
     mean, std = band_stats(manifest)

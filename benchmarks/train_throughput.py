@@ -47,7 +47,7 @@ def keras_worker(data: Path, threads: int) -> None:
     from bigearthnet.shards import IMAGE_SHAPE, read_manifest
 
     manifest = read_manifest(data)
-    part = RankData(data, manifest, "train", 19, cache="memory", verify=False)
+    part = RankData(data, manifest, "train", labels=19, cache="memory", verify=False)
     mean, std = band_stats(manifest)
     x = tf.constant((part._images.astype(np.float32) - mean) / std)
     y = tf.constant(part.labels.astype(np.float32))

@@ -11,19 +11,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from bigearthnet.errors import (
+    ConfigError,
+    require_non_negative,
+    require_open_fraction,
+    require_positive,
+    require_positive_int,
+)
+from bigearthnet.util import atomic_write_text
 
-class ConfigError(ValueError):
-    """An invalid option value; the CLI prints it as one line and exits 2."""
+__all__ = ["ConfigError", "TrainConfig", "load_run_config", "resolve", "save_yaml"]
+RUN_CONFIG = "config.yaml"  # the resolved options, saved beside every run
 
 
-def _opt(default, help: str, choices=None, flag: str | None = None):
+def _opt(default: Any, help: str, choices: tuple | None = None, flag: str | None = None) -> Any:
     return field(default=default, metadata={"help": help, "choices": choices, "flag": flag})
 
 
@@ -50,7 +57,9 @@ class TrainConfig:
     )
     schedule: str = _opt("cosine", "LR schedule after warm-up", ("cosine", "step", "constant"))
     min_lr: float = _opt(0.0, "final LR of the cosine schedule")
-    step_epochs: list = _opt(None, "epochs at which the step schedule multiplies the LR by gamma")
+    step_epochs: list | None = _opt(
+        None, "epochs at which the step schedule multiplies the LR by gamma"
+    )
     gamma: float = _opt(0.1, "factor of each step of the step schedule")
     optimizer: str = _opt("sgd", "SGD with momentum (seed study) or Adam", ("sgd", "adam"))
     momentum: float = _opt(0.9, "SGD momentum")
@@ -71,14 +80,14 @@ class TrainConfig:
     backward_passes_per_step: int = _opt(
         1, "accumulate gradients over this many batches before each allreduce"
     )
-    fusion_threshold_mb: float = _opt(
+    fusion_threshold_mb: float | None = _opt(
         None, "Horovod tensor fusion buffer in MB (HOROVOD_FUSION_THRESHOLD)"
     )
-    cycle_time_ms: float = _opt(None, "Horovod cycle time in ms (HOROVOD_CYCLE_TIME)")
-    threads: int = _opt(
+    cycle_time_ms: float | None = _opt(None, "Horovod cycle time in ms (HOROVOD_CYCLE_TIME)")
+    threads: int | None = _opt(
         None, "TensorFlow intra-op threads per rank; default SLURM_CPUS_PER_TASK or all cores"
     )
-    timeline: str = _opt(
+    timeline: str | None = _opt(
         None,
         "write a Horovod timeline (chrome://tracing JSON) to this path",
         flag="horovod-timeline",  # horovodrun rejects --timeline after the command
@@ -97,14 +106,15 @@ class TrainConfig:
     commit_every: int = _opt(10, "elastic: commit the training state every N batches")
     # --- control
     resume: bool = _opt(True, "resume from RUN/checkpoints when present")
-    max_steps_per_epoch: int = _opt(
+    max_steps_per_epoch: int | None = _opt(
         None, "cap on steps per epoch: each epoch trains on that many batches (smoke tests)"
     )
     eval_test: bool = _opt(True, "evaluate the best checkpoint on the test split at the end")
     progress: bool = _opt(True, "progress bar on rank 0")
 
     def validate(self) -> None:
-        """Raise ConfigError for values no run can use."""
+        """Raise ConfigError for values no run can use (the one place options are checked:
+        flags, YAML keys and the run config read back alike)."""
         if not self.data:
             raise ConfigError("--data is required")
         if not self.run_dir:
@@ -112,28 +122,21 @@ class TrainConfig:
         if self.elastic and self.backward_passes_per_step > 1:
             raise ConfigError("--elastic works with --backward-passes-per-step 1 only")
         for name in ("epochs", "batch_size", "backward_passes_per_step", "commit_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer")
-        if self.lr <= 0:
-            raise ConfigError("--lr must be positive")
-        if self.warmup_epochs < 0:
-            raise ConfigError("--warmup-epochs must be >= 0")
-        if self.warmup_epochs > self.epochs:
-            # The default (5, the seed study's) outlasts short runs: warm up for all of it.
-            print(
-                f"note: --warmup-epochs {self.warmup_epochs} > --epochs {self.epochs}; "
-                f"warming up over all {self.epochs} epochs",
-                file=sys.stderr,
-            )
-            self.warmup_epochs = float(self.epochs)
-        if not 0.0 < self.threshold < 1.0:
-            raise ConfigError("--threshold must be inside (0, 1)")
-        if self.mixup_alpha < 0:
-            raise ConfigError("--mixup-alpha must be >= 0")
+            require_positive_int(f"--{_flag(_field(name))}", getattr(self, name))
+        require_positive("--lr", self.lr)
+        require_non_negative("--warmup-epochs", self.warmup_epochs)
+        require_open_fraction("--threshold", self.threshold)
+        require_non_negative("--mixup-alpha", self.mixup_alpha)
         for f in fields(self):
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
                 raise ConfigError(f"--{_flag(f)} must be one of {', '.join(map(str, choices))}")
+
+    @property
+    def effective_warmup_epochs(self) -> float:
+        """The warm-up actually used: the default (5, the seed study's) outlasts short runs,
+        which then warm up over all their epochs."""
+        return min(float(self.warmup_epochs), float(self.epochs))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -143,7 +146,13 @@ def _flag(f: dataclasses.Field) -> str:
     return f.metadata.get("flag") or f.name.replace("_", "-")
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, cls=TrainConfig) -> None:
+def _field(name: str) -> dataclasses.Field:
+    return next(f for f in fields(TrainConfig) if f.name == name)
+
+
+def add_config_arguments(
+    parser: argparse.ArgumentParser, cls: type[TrainConfig] = TrainConfig
+) -> None:
     """One option per field. Defaults are SUPPRESSed so only flags given override YAML."""
     parser.add_argument(
         "--config",
@@ -178,7 +187,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, cls=TrainConfig) -> No
             )
 
 
-def _field_type(f: dataclasses.Field, default):
+def _field_type(f: dataclasses.Field, default: Any) -> type:
     if default is not None:
         return type(default)
     return {
@@ -189,7 +198,7 @@ def _field_type(f: dataclasses.Field, default):
     }.get(f.name, str)
 
 
-def resolve(args: argparse.Namespace, cls=TrainConfig):
+def resolve(args: argparse.Namespace, cls: type[TrainConfig] = TrainConfig) -> TrainConfig:
     """Defaults <- YAML (--config) <- flags given on the command line."""
     values: dict[str, Any] = {}
     config_path = getattr(args, "config", None)
@@ -201,8 +210,12 @@ def resolve(args: argparse.Namespace, cls=TrainConfig):
     return cfg
 
 
-def load_yaml(path: Path, cls=TrainConfig) -> dict[str, Any]:
-    """Options from a YAML mapping; unknown keys are an error (a typo must not pass silently)."""
+def load_yaml(path: Path, cls: type[TrainConfig] = TrainConfig) -> dict[str, Any]:
+    """Options from a YAML mapping; unknown keys are an error (a typo must not pass silently).
+
+    ``yaml.safe_load`` builds plain data only: a Python tag (``!!python/object``) is refused,
+    so a config file can never run code.
+    """
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
@@ -218,10 +231,19 @@ def load_yaml(path: Path, cls=TrainConfig) -> dict[str, Any]:
     return raw
 
 
-def save_yaml(cfg, path: Path) -> None:
-    from bigearthnet.util import atomic_write_text
-
+def save_yaml(cfg: TrainConfig, path: Path) -> None:
     atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def load_run_config(run_dir: str | Path) -> TrainConfig:
+    """The options a run was trained with (``RUN/config.yaml``), as a TrainConfig."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: run folder does not exist")
+    path = run_dir / RUN_CONFIG
+    if not path.is_file():
+        raise ConfigError(f"{run_dir}: no {RUN_CONFIG} (not a training run folder)")
+    return TrainConfig(**load_yaml(path, TrainConfig))
 
 
 def default_threads() -> int | None:

@@ -43,7 +43,15 @@ import numpy as np
 import tensorflow as tf
 
 from bigearthnet import constants as C
-from bigearthnet.shards import CHUNK_ROWS, IMAGE_SHAPE, ShardError, split_shards, verify_shard
+from bigearthnet.shards import (
+    CHUNK_ROWS,
+    IMAGE_SHAPE,
+    Manifest,
+    ShardEntry,
+    ShardError,
+    split_shards,
+    verify_shard,
+)
 
 WINDOW_BLOCKS = 8  # streaming: 8 x 16 patches (44 MB) shuffled together
 PREFETCH = 2  # batches prepared ahead of the training step
@@ -91,8 +99,9 @@ class RankData:
     def __init__(
         self,
         data_dir: str | Path,
-        manifest: dict,
+        manifest: Manifest,
         split: str,
+        *,
         labels: int,
         rank: int = 0,
         size: int = 1,
@@ -102,7 +111,7 @@ class RankData:
         self.data_dir = Path(data_dir)
         self.split = split
         self.label_key = f"labels{labels}"
-        if labels == 43 and 43 not in manifest.get("label_sets", [19]):
+        if labels == 43 and 43 not in manifest.label_sets:
             raise ShardError(
                 f"{self.data_dir}: --labels 43 but these shards hold 19-class labels only"
             )
@@ -148,7 +157,7 @@ class RankData:
         out[order] = images  # back to the requested order
         return out, self._labels[positions]
 
-    def _my_entries(self, manifest: dict) -> list[dict]:
+    def _my_entries(self, manifest: Manifest) -> list[ShardEntry]:
         mine = []
         for entry, file in zip(split_shards(manifest, self.split), self.files):
             if file.start < self.stop and file.start + file.count > self.start:
@@ -186,6 +195,7 @@ class RankData:
     def batches(
         self,
         steps: int,
+        *,
         epoch: int,
         seed: int,
         shuffle: bool,
@@ -246,17 +256,17 @@ class RankData:
             rows.update(zip(run.tolist(), data))
         return rows
 
-    def dataset(self, *args: Any, **kwargs: Any) -> Prefetcher:
+    def dataset(self, steps: int, **kwargs: Any) -> Prefetcher:
         """The batches of :meth:`batches` (same arguments) as (uint16, uint8) tensors, made
         by a background thread ``PREFETCH`` steps ahead (reading overlaps the step);
         iterate it once."""
-        return Prefetcher(self._host_tensors(*args, **kwargs))
+        return Prefetcher(self._host_tensors(steps, **kwargs))
 
-    def _host_tensors(self, *args: Any, **kwargs: Any) -> Iterator:
+    def _host_tensors(self, steps: int, **kwargs: Any) -> Iterator:
         # Host tensors, as tf.data's were: on a GPU node an eager gather would otherwise run
         # on the GPU and copy the whole cache there. The step copies each batch over.
         with tf.device("/CPU:0"):
-            yield from self.batches(*args, tensors=True, **kwargs)
+            yield from self.batches(steps, tensors=True, **kwargs)
 
 
 class Prefetcher:
@@ -364,19 +374,20 @@ def _contiguous_runs(sorted_positions: np.ndarray) -> list[np.ndarray]:
     return np.split(sorted_positions, breaks)
 
 
-def _shard_files(data_dir: Path, manifest: dict, split: str) -> list[ShardFile]:
+def _shard_files(data_dir: Path, manifest: Manifest, split: str) -> list[ShardFile]:
     files, start = [], 0
     for entry in split_shards(manifest, split):
-        files.append(ShardFile(data_dir / entry["file"], start, int(entry["count"])))
-        start += int(entry["count"])
+        files.append(ShardFile(entry.path(data_dir), start, entry.count))
+        start += entry.count
     if start == 0:
         raise ShardError(f"{data_dir}: the {split} split is empty")
     return files
 
 
-def band_stats(manifest: dict) -> tuple[np.ndarray, np.ndarray]:
+def band_stats(manifest: Manifest | None) -> tuple[np.ndarray, np.ndarray]:
     """Per-band mean and std from the manifest (train split), else the v1 fallback."""
-    mean, std = manifest.get("band_mean"), manifest.get("band_std")
+    mean = manifest.band_mean if manifest is not None else None
+    std = manifest.band_std if manifest is not None else None
     if mean is None or std is None:
         mean = [C.FALLBACK_BAND_MEAN[b] for b in C.BANDS]
         std = [C.FALLBACK_BAND_STD[b] for b in C.BANDS]

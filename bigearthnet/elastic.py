@@ -35,6 +35,7 @@ Every resize is logged with the old and new sizes and appended to
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import math
 import time
@@ -88,10 +89,16 @@ class ElasticTrainer(Trainer):
         cfg = self.cfg
         # Every worker opens whole splits: after a resize it may need any sample. (No
         # collective may run before hvd.elastic.run: a worker that does not fit raises.)
-        counts = self.manifest["counts"]
-        self.check_cache_fits(sum(counts.get(split, 0) for split in SPLITS_USED))
+        self.check_cache_fits(sum(self.manifest.count(split) for split in SPLITS_USED))
         self.train_data, self.val_data = (
-            RankData(cfg.data, self.manifest, split, cfg.labels, 0, 1, cfg.cache, cfg.verify_data)
+            RankData(
+                cfg.data,
+                self.manifest,
+                split,
+                labels=cfg.labels,
+                cache=cfg.cache,
+                verify=cfg.verify_data,
+            )
             for split in SPLITS_USED
         )
         if len(self.train_data) < distributed.size():
@@ -124,12 +131,12 @@ class ElasticTrainer(Trainer):
         checkpoints.restore(self.run_dir, "latest", self.trackables())
         # Mid-epoch saves of elastic runs carry the position in the epoch's global order;
         # those of fixed-size runs (a per-rank step) cannot be mapped: that epoch restarts.
-        saved = record.get("elastic") or {}
-        position.update({key: saved[key] for key in POSITION if key in saved})
+        if record.elastic is not None:
+            position.update(dataclasses.asdict(record.elastic))
         position["epoch"] = int(self.epoch_var.numpy())
         log.info(
             "resumed from %s: epoch %d of %d, %d samples of it done",
-            record["folder"], position["epoch"] + 1, self.cfg.epochs, position["consumed"],
+            record.folder, position["epoch"] + 1, self.cfg.epochs, position["consumed"],
         )  # fmt: skip
         return position
 
@@ -195,8 +202,8 @@ class ElasticTrainer(Trainer):
         """Every worker agreed to stop after this step: rank 0 saves the position, raise."""
         if distributed.is_root():
             self.step_var.assign(0)  # a fixed-size run resuming this restarts the epoch
-            meta = self._meta(state.epoch, state.batch)
-            meta["elastic"] = {key: getattr(state, key) for key in POSITION}
+            where = checkpoints.ElasticPosition(**{key: getattr(state, key) for key in POSITION})
+            meta = self._meta(state.epoch, state.batch, elastic=where)
             checkpoints.save(self.run_dir, "latest", self.trackables(), meta)
             log.info("checkpointed epoch %d at sample %d of %d", state.epoch + 1,
                      state.consumed, len(self.train_data))  # fmt: skip

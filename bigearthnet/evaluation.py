@@ -45,10 +45,10 @@ import models
 from bigearthnet import checkpoints, distributed
 from bigearthnet import constants as C
 from bigearthnet import metrics as M
-from bigearthnet.checkpoints import CheckpointError
-from bigearthnet.config import ConfigError, TrainConfig, load_yaml
+from bigearthnet.checkpoints import CheckpointError, CheckpointRecord
+from bigearthnet.config import ConfigError, TrainConfig, load_run_config
 from bigearthnet.data import RankData, band_stats, normalize
-from bigearthnet.shards import IMAGE_SHAPE, ShardError, read_manifest
+from bigearthnet.shards import Manifest, ShardError, read_manifest
 from bigearthnet.util import atomic_path, atomic_write_json, atomic_write_text, first_line
 
 log = distributed.log
@@ -70,9 +70,9 @@ class LoadedModel:
     """A restored classifier with everything needed to score uint16 image batches."""
 
     model: tf.keras.Model
-    record: dict  # checkpoint pointer: model, num_classes, epoch, folder, ...
+    record: CheckpointRecord  # the checkpoint pointer
     prefix: Path  # checkpoint prefix the weights came from
-    config: dict  # RUN/config.yaml merged over the TrainConfig defaults
+    config: TrainConfig  # RUN/config.yaml
     mean: np.ndarray
     std: np.ndarray
     _predict: Any = field(init=False, repr=False)
@@ -83,7 +83,7 @@ class LoadedModel:
 
     @property
     def num_classes(self) -> int:
-        return int(self.record["num_classes"])
+        return self.record.num_classes
 
     @property
     def class_names(self) -> list[str]:
@@ -91,7 +91,7 @@ class LoadedModel:
 
     @property
     def epoch(self) -> int | None:
-        return self.record.get("epoch")
+        return self.record.epoch
 
     def _scores(self, images: tf.Tensor) -> tf.Tensor:
         x = normalize(images, self.mean, self.std)  # exactly the training normalisation
@@ -104,18 +104,9 @@ class LoadedModel:
         return self._predict(tf.convert_to_tensor(images)).numpy()
 
 
-def load_run_config(run_dir: str | Path) -> dict:
-    """RUN/config.yaml over the TrainConfig defaults; ConfigError when it is not a run."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise ConfigError(f"{run_dir}: run folder does not exist")
-    path = run_dir / CONFIG_FILE
-    if not path.is_file():
-        raise ConfigError(f"{run_dir}: no {CONFIG_FILE} (not a training run folder)")
-    return {**TrainConfig().to_dict(), **load_yaml(path, TrainConfig)}
-
-
-def resolve_checkpoint(run_dir: Path, spec: str, config: dict) -> tuple[Path, dict]:
+def resolve_checkpoint(
+    run_dir: Path, spec: str, config: TrainConfig
+) -> tuple[Path, CheckpointRecord]:
     """Checkpoint prefix and pointer record of ``spec``: 'best', 'latest' or a path."""
     if spec in checkpoints.TAGS:
         record = checkpoints.read_pointer(run_dir, spec)
@@ -124,7 +115,7 @@ def resolve_checkpoint(run_dir: Path, spec: str, config: dict) -> tuple[Path, di
                 f"{checkpoints.checkpoint_dir(run_dir)}: no '{spec}' checkpoint "
                 "(has training finished an epoch?)"
             )
-        return checkpoints.checkpoint_dir(run_dir) / record["folder"] / "ckpt", record
+        return checkpoints.prefix(run_dir, record), record
     path = Path(spec)
     prefix = path / "ckpt" if path.is_dir() else path
     if not Path(f"{prefix}.index").is_file():
@@ -135,7 +126,7 @@ def resolve_checkpoint(run_dir: Path, spec: str, config: dict) -> tuple[Path, di
     return prefix, _record_of_folder(prefix.parent, config)
 
 
-def _record_of_folder(folder: Path, config: dict) -> dict:
+def _record_of_folder(folder: Path, config: TrainConfig) -> CheckpointRecord:
     """The pointer naming ``folder`` if there is one, else what the run's config says."""
     if folder.parent.name == checkpoints.CKPT_DIR:
         for tag in checkpoints.TAGS:
@@ -143,48 +134,51 @@ def _record_of_folder(folder: Path, config: dict) -> dict:
                 record = checkpoints.read_pointer(folder.parent.parent, tag)
             except CheckpointError:
                 continue
-            if record is not None and record["folder"] == folder.name:
+            if record is not None and record.folder == folder.name:
                 return record
     # A copied or renamed checkpoint folder: the run's configuration says what was trained.
-    return {"model": config["model"], "num_classes": config["labels"], "folder": folder.name}
+    return CheckpointRecord(
+        epoch=0, model=config.model, num_classes=config.labels, folder=folder.name
+    )
 
 
-def check_label_set(record: dict, config: dict) -> None:
+def check_label_set(record: CheckpointRecord, config: TrainConfig) -> None:
     """CheckpointError unless the checkpoint's class count is the run's label set."""
-    classes, wanted = int(record["num_classes"]), int(config["labels"])
+    classes, wanted = record.num_classes, config.labels
     if classes not in C.CLASS_SETS:
-        raise CheckpointError(f"checkpoint {record['folder']} has {classes} classes, not 19 or 43")
+        raise CheckpointError(f"checkpoint {record.folder} has {classes} classes, not 19 or 43")
     if classes != wanted:
         raise CheckpointError(
-            f"checkpoint {record['folder']} has {classes} classes but the run's label set "
-            f"is {wanted}"
+            f"checkpoint {record.folder} has {classes} classes but the run's label set is {wanted}"
         )
 
 
-def check_data_labels(record: dict, manifest: dict, data_dir: Path) -> None:
+def check_data_labels(record: CheckpointRecord, manifest: Manifest, data_dir: Path) -> None:
     """CheckpointError unless the data holds labels of the checkpoint's class set."""
-    classes, offered = int(record["num_classes"]), manifest.get("label_sets", [19])
+    classes, offered = record.num_classes, manifest.label_sets
     if classes not in offered:
         raise CheckpointError(
-            f"checkpoint {record['folder']} has {classes} classes but {data_dir} holds only "
+            f"checkpoint {record.folder} has {classes} classes but {data_dir} holds only "
             f"{'/'.join(map(str, offered))}-class labels"
         )
 
 
-def training_band_stats(config: dict, fallback: dict | None) -> tuple[np.ndarray, np.ndarray]:
+def training_band_stats(
+    config: TrainConfig, fallback: Manifest | None
+) -> tuple[np.ndarray, np.ndarray]:
     """Band mean/std of the run's training data (what the model learned on)."""
     try:
-        return band_stats(read_manifest(config["data"]))
+        return band_stats(read_manifest(config.data))
     except ShardError:
         log.warning(
             "training data %s unavailable: normalising with the evaluated data's statistics",
-            config["data"],
+            config.data,
         )
-        return band_stats(fallback or {})
+        return band_stats(fallback)
 
 
 def load_model(
-    run_dir: str | Path, checkpoint: str = "best", manifest: dict | None = None
+    run_dir: str | Path, checkpoint: str = "best", manifest: Manifest | None = None
 ) -> LoadedModel:
     """Rebuild the run's model from its checkpoint pointer and restore the weights.
 
@@ -195,10 +189,9 @@ def load_model(
     config = load_run_config(run_dir)
     prefix, record = resolve_checkpoint(run_dir, checkpoint, config)
     check_label_set(record, config)
-    shape = tuple(record.get("input_shape") or IMAGE_SHAPE)
-    model = models.get_model(record["model"], shape, int(record["num_classes"]))
+    model = models.get_model(record.model, record.input_shape, record.num_classes)
     # partial: the checkpoint also holds the optimizer and epoch, which inference ignores.
-    checkpoints.restore_path(prefix, {"model": model}, partial=True, record=record)
+    checkpoints.restore_path(prefix, {"model": model}, partial=True)
     mean, std = training_band_stats(config, manifest)
     return LoadedModel(model, record, prefix, config, mean, std)
 
@@ -220,7 +213,9 @@ def predict_part(loaded: LoadedModel, part: RankData, batch_size: int) -> Predic
     steps = math.ceil(len(part) / batch_size)
     scores = [np.zeros((0, loaded.num_classes), dtype=np.float32)]
     labels = [np.zeros((0, loaded.num_classes), dtype=np.uint8)]
-    for images, batch_labels in part.batches(steps, 0, 0, shuffle=False) if steps else []:
+    for images, batch_labels in (
+        part.batches(steps, epoch=0, seed=0, shuffle=False) if steps else []
+    ):
         scores.append(loaded.predict(images))
         labels.append(batch_labels)
     return Predictions(part.names(), np.concatenate(labels), np.concatenate(scores))
@@ -237,9 +232,9 @@ def gather(mine: Predictions, split: str) -> Predictions:
     )
 
 
-def check_coverage(predictions: Predictions, manifest: dict, split: str) -> None:
+def check_coverage(predictions: Predictions, manifest: Manifest, split: str) -> None:
     """EvaluationError unless every sample of the split was scored exactly once."""
-    expected = int(manifest["counts"].get(split, 0))
+    expected = manifest.count(split)
     counts = {len(predictions.names), len(predictions.labels), len(predictions.scores)}
     unique = len(set(predictions.names))
     if counts != {expected} or unique != expected:
@@ -250,7 +245,7 @@ def check_coverage(predictions: Predictions, manifest: dict, split: str) -> None
 
 
 def predict_split(
-    loaded: LoadedModel, part: RankData, manifest: dict, batch_size: int
+    loaded: LoadedModel, part: RankData, manifest: Manifest, batch_size: int
 ) -> Predictions:
     """Collective: the whole split scored over all ranks, checked for exact coverage."""
     gathered = gather(predict_part(loaded, part, batch_size), part.split)
@@ -267,7 +262,7 @@ class EvalSetup:
 
     loaded: LoadedModel
     data_dir: Path
-    manifest: dict
+    manifest: Manifest
     parts: dict[str, RankData]
     threshold: float
     batch_size: int
@@ -283,22 +278,31 @@ def prepare(
 ) -> EvalSetup:
     """Read config, data and checkpoint; raises ConfigError/ShardError/CheckpointError."""
     config = load_run_config(run_dir)
-    threshold = float(config["threshold"] if threshold is None else threshold)
+    threshold = float(config.threshold if threshold is None else threshold)
     if not 0.0 < threshold < 1.0:
         raise ConfigError(f"--threshold must be inside (0, 1), got {threshold}")
-    batch_size = int(config["batch_size"] if batch_size is None else batch_size)
+    batch_size = int(config.batch_size if batch_size is None else batch_size)
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be a positive integer, got {batch_size}")
     for split in splits:
         if split not in C.SPLITS:
             raise ConfigError(f"unknown split {split!r}; use one of {', '.join(C.SPLITS)}")
-    data_dir = Path(data_dir or config["data"])
+    data_dir = Path(data_dir or config.data)
     manifest = read_manifest(data_dir)
     loaded = load_model(run_dir, checkpoint, manifest)
     check_data_labels(loaded.record, manifest, data_dir)
     rank, size = distributed.rank(), distributed.size()
     parts = {
-        split: RankData(data_dir, manifest, split, loaded.num_classes, rank, size, "none", True)
+        split: RankData(
+            data_dir,
+            manifest,
+            split,
+            labels=loaded.num_classes,
+            rank=rank,
+            size=size,
+            cache="none",
+            verify=True,
+        )
         for split in splits
     }
     return EvalSetup(loaded, data_dir, manifest, parts, threshold, batch_size)
@@ -381,7 +385,7 @@ def build_report(
         checkpoint_path=str(loaded.prefix),
         epoch=loaded.epoch,
         world_size=distributed.size(),
-        model=loaded.record["model"],
+        model=loaded.record.model,
         data=str(setup.data_dir),
         thresholds_tuned_on="val" if thresholds is not None else None,
     )

@@ -43,12 +43,16 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bigearthnet import constants as C
 from bigearthnet.resample import METHODS
 from bigearthnet.util import OneLineParser
+
+if TYPE_CHECKING:
+    from bigearthnet.shards import Manifest
 
 PIXEL_M = C.PATCH_METRES
 PROB_SCALE = 250  # probability p is stored as round(p * 250): 0..250, 250 = certain
@@ -152,7 +156,7 @@ def archive_batches(
 
 
 def shard_batches(
-    data_dir: Path, manifest: dict, splits: list[str], batch_size: int
+    data_dir: Path, manifest: Manifest, splits: list[str], batch_size: int
 ) -> tuple[int, Iterator[tuple[np.ndarray, list[Place]]]]:
     """Number of patches, and batches of (uint16 images, places) read from the shards."""
     import h5py
@@ -163,9 +167,9 @@ def shard_batches(
 
     def batches():
         for entry in entries:
-            with h5py.File(data_dir / entry["file"], "r") as f:
-                for lo in range(0, int(entry["count"]), batch_size):
-                    hi = min(lo + batch_size, int(entry["count"]))
+            with h5py.File(entry.path(data_dir), "r") as f:
+                for lo in range(0, entry.count, batch_size):
+                    hi = min(lo + batch_size, entry.count)
                     places = [
                         Place(_text(name), _text(crs), float(x), float(y))
                         for name, crs, (x, y) in zip(
@@ -174,7 +178,7 @@ def shard_batches(
                     ]
                     yield f["images"][lo:hi], places
 
-    return sum(int(e["count"]) for e in entries), batches()
+    return sum(e.count for e in entries), batches()
 
 
 def _text(value) -> str:
@@ -365,7 +369,7 @@ def write_maps(out: Path, places: list[Place], scores: np.ndarray, loaded) -> li
     tags = {
         "classes": json.dumps(classes),
         "probability_scale": f"bands 2..: round(p * {PROB_SCALE}), {NODATA} = nodata",
-        "model": loaded.record["model"],
+        "model": loaded.record.model,
         "checkpoint": str(loaded.prefix),
         "epoch": str(loaded.epoch),
     }
@@ -459,12 +463,12 @@ def _inputs(args, loaded, skipped: list) -> tuple[int, Iterator]:
     )
 
 
-def _training_resampling(config: dict) -> str:
+def _training_resampling(config) -> str:
     """Resample like the run's training data, so the model sees what it learned on."""
     from bigearthnet.shards import ShardError, read_manifest
 
     try:
-        return read_manifest(config["data"]).get("resampling", "bilinear")
+        return read_manifest(config.data).resampling
     except ShardError:
         return "bilinear"
 

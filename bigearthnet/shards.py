@@ -27,24 +27,27 @@ the split, so a shard is self-describing even without the manifest.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
 import numpy as np
 
-from bigearthnet import constants as C
-from bigearthnet.util import first_line, sha256_file
+from bigearthnet import constants
+from bigearthnet.errors import InputError
+from bigearthnet.util import atomic_write_json, first_line, sha256_file
 
 FORMAT_VERSION = 1
 CHUNK_ROWS = 16  # 16 patches = 5.5 MB: big sequential reads, still fine-grained for shuffling
 MANIFEST = "manifest.json"
 REJECTS = "rejects.csv"
-IMAGE_SHAPE = (C.PATCH_SIZE, C.PATCH_SIZE, len(C.BANDS))
+IMAGE_SHAPE = (constants.PATCH_SIZE, constants.PATCH_SIZE, len(constants.BANDS))
 
 
-class ShardError(ValueError):
+class ShardError(InputError):
     """A preprocessed dataset that cannot be used as it is."""
 
 
@@ -111,8 +114,74 @@ class ShardWriter:
         self._tmp.unlink(missing_ok=True)
 
 
-def read_manifest(data_dir: str | Path) -> dict:
-    """Load and sanity-check ``manifest.json``; ShardError with a one-line reason otherwise."""
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard as the manifest lists it."""
+
+    file: str  # a plain file name inside the data folder
+    split: str
+    count: int
+    sha256: str
+
+    def path(self, data_dir: str | Path) -> Path:
+        return Path(data_dir) / self.file
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """``manifest.json``: what preprocessing wrote and how (the only contract between
+    preprocessing and training, evaluation and maps). :func:`write_manifest` is its one
+    writer and :func:`read_manifest` its one reader."""
+
+    shards: tuple[ShardEntry, ...]
+    counts: dict[str, int]
+    label_sets: tuple[int, ...] = (19,)  # 43 too for v1 sources
+    band_mean: tuple[float, ...] | None = None  # train split, per band; None: no train split
+    band_std: tuple[float, ...] | None = None
+    resampling: str = "bilinear"
+    archive: str = ""
+    archive_version: str = ""
+    split_source: str = ""
+    seed: int | None = None
+    created: str = ""
+    command: str = ""
+    summary: dict[str, int] = field(default_factory=dict)  # found, written, rejected, excluded
+    plan_id: str = ""
+    bands: tuple[str, ...] = constants.BANDS
+    format_version: int = FORMAT_VERSION
+
+    def split_shards(self, split: str) -> list[ShardEntry]:
+        """The shards of one split, in index order."""
+        return [s for s in self.shards if s.split == split]
+
+    def count(self, split: str) -> int:
+        return int(self.counts.get(split, 0))
+
+    def to_json(self) -> dict:
+        """The manifest as written to disk (with the fixed facts readers may want)."""
+        body = dataclasses.asdict(self)
+        body.update(
+            image_shape=list(IMAGE_SHAPE),
+            dtype="uint16",
+            classes19=list(constants.CLASSES_19),
+            classes43=list(constants.CLASSES_43) if 43 in self.label_sets else None,
+        )
+        return body
+
+
+REQUIRED = ("format_version", "shards", "counts", "bands")
+
+
+def write_manifest(data_dir: str | Path, manifest: Manifest) -> Path:
+    """Write ``manifest.json`` atomically (preprocessing writes it last: its presence means
+    the folder is complete)."""
+    path = Path(data_dir) / MANIFEST
+    atomic_write_json(path, manifest.to_json())
+    return path
+
+
+def read_manifest(data_dir: str | Path) -> Manifest:
+    """Load and check ``manifest.json``; ShardError with a one-line reason otherwise."""
     data_dir = Path(data_dir)
     path = data_dir / MANIFEST
     if not data_dir.is_dir():
@@ -120,31 +189,64 @@ def read_manifest(data_dir: str | Path) -> dict:
     if not path.is_file():
         raise ShardError(f"{path}: no manifest (preprocessing not run or not finished)")
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
         raise ShardError(f"{path}: unreadable manifest ({first_line(err)})") from None
-    missing = {"format_version", "shards", "counts", "bands"} - set(manifest)
+    if not isinstance(raw, dict):
+        raise ShardError(f"{path}: not a manifest (expected a JSON object)")
+    missing = set(REQUIRED) - set(raw)
     if missing:
         raise ShardError(f"{path}: manifest lacks {', '.join(sorted(missing))}")
-    if manifest["format_version"] != FORMAT_VERSION:
+    if raw["format_version"] != FORMAT_VERSION:
         raise ShardError(
-            f"{path}: format version {manifest['format_version']}, this code reads {FORMAT_VERSION}"
+            f"{path}: format version {raw['format_version']}, this code reads {FORMAT_VERSION}"
         )
-    if list(manifest["bands"]) != list(C.BANDS):
-        raise ShardError(f"{path}: band order {manifest['bands']} differs from {list(C.BANDS)}")
-    return manifest
+    if list(raw["bands"]) != list(constants.BANDS):
+        raise ShardError(f"{path}: band order {raw['bands']} differs from {list(constants.BANDS)}")
+    try:
+        return _manifest_from_json(raw, path)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ShardError(f"{path}: malformed manifest ({first_line(err)})") from None
 
 
-def split_shards(manifest: dict, split: str) -> list[dict]:
+def _manifest_from_json(raw: dict, path: Path) -> Manifest:
+    shards = tuple(_shard_entry(s, path) for s in raw["shards"])
+    known = {f.name for f in dataclasses.fields(Manifest)}
+    values = {k: v for k, v in raw.items() if k in known}
+
+    def floats(key: str) -> tuple[float, ...] | None:
+        return tuple(float(v) for v in raw[key]) if raw.get(key) is not None else None
+
+    values.update(
+        shards=shards,
+        counts={str(k): int(v) for k, v in raw["counts"].items()},
+        label_sets=tuple(int(v) for v in raw.get("label_sets") or (19,)),
+        band_mean=floats("band_mean"),
+        band_std=floats("band_std"),
+        bands=tuple(raw["bands"]),
+        summary=dict(raw.get("summary") or {}),
+    )
+    return Manifest(**values)
+
+
+def _shard_entry(raw: dict, path: Path) -> ShardEntry:
+    name = str(raw["file"])
+    # A manifest is data, not a path to follow: a shard outside its folder is refused.
+    if Path(name).name != name or name in ("", ".", ".."):
+        raise ShardError(f"{path}: shard name {name!r} is not a plain file name")
+    return ShardEntry(name, str(raw["split"]), int(raw["count"]), str(raw["sha256"]))
+
+
+def split_shards(manifest: Manifest, split: str) -> list[ShardEntry]:
     """The manifest's shard entries of one split, in index order."""
-    return [s for s in manifest["shards"] if s["split"] == split]
+    return manifest.split_shards(split)
 
 
-def verify_shard(data_dir: str | Path, entry: dict) -> None:
+def verify_shard(data_dir: str | Path, entry: ShardEntry) -> None:
     """Check a shard exists and its sha256 matches the manifest; ShardError otherwise."""
-    path = Path(data_dir) / entry["file"]
+    path = entry.path(data_dir)
     if not path.is_file():
         raise ShardError(f"{path}: shard listed in the manifest is missing")
     digest = sha256_file(path)
-    if digest != entry["sha256"]:
+    if digest != entry.sha256:
         raise ShardError(f"{path}: sha256 {digest[:12]}... differs from the manifest's")

@@ -95,11 +95,12 @@ class Trainer:
         cfg, rank, size = self.cfg, distributed.rank(), distributed.size()
         error = None
         try:
-            counts = self.manifest["counts"]
-            self.check_cache_fits(sum(math.ceil(counts.get(s, 0) / size) for s in SPLITS_USED))
+            self.check_cache_fits(
+                sum(math.ceil(self.manifest.count(s) / size) for s in SPLITS_USED)
+            )
             self.train_data, self.val_data = (
-                RankData(cfg.data, self.manifest, split, cfg.labels, rank, size, cfg.cache,
-                         cfg.verify_data)
+                RankData(cfg.data, self.manifest, split, labels=cfg.labels, rank=rank,
+                         size=size, cache=cfg.cache, verify=cfg.verify_data)
                 for split in SPLITS_USED
             )  # fmt: skip
         except (ConfigError, ShardError, OSError) as err:
@@ -139,7 +140,7 @@ class Trainer:
             world_size=distributed.size(),
             steps_per_epoch=math.ceil(self.steps / cfg.backward_passes_per_step),
             total_epochs=cfg.epochs,
-            warmup_epochs=cfg.warmup_epochs,
+            warmup_epochs=cfg.effective_warmup_epochs,
             kind=cfg.schedule,
             min_lr=cfg.min_lr,
             step_epochs=tuple(cfg.step_epochs) if cfg.step_epochs else None,
@@ -275,9 +276,10 @@ class Trainer:
         """Every rank agreed to stop after ``steps_done`` steps of ``epoch``: save, raise."""
         self.step_var.assign(steps_done)
         if distributed.is_root():
-            meta = self._meta(epoch, steps_done)
             # The epoch's losses so far, so that the resumed run reports the whole epoch's mean.
-            meta["loss_sum"], meta["loss_steps"] = float(np.sum(losses)), len(losses)
+            meta = self._meta(
+                epoch, steps_done, loss_sum=float(np.sum(losses)), loss_steps=len(losses)
+            )
             checkpoints.save(self.run_dir, "latest", self.trackables(), meta)
             log.info("checkpointed epoch %d step %d/%d", epoch + 1, steps_done, self.steps)
         distributed.barrier()  # nobody exits before rank 0's checkpoint is on disk
@@ -286,7 +288,12 @@ class Trainer:
     def _train_epoch(self, epoch: int, start_step: int = 0) -> tuple[float, EpochTimes]:
         cfg, k = self.cfg, self.cfg.backward_passes_per_step
         dataset = self.train_data.dataset(
-            self.steps, epoch, cfg.seed, True, start_step, self.epoch_samples
+            self.steps,
+            epoch=epoch,
+            seed=cfg.seed,
+            shuffle=True,
+            start_step=start_step,
+            limit=self.epoch_samples,
         )
         batches = iter(dataset)
         times, losses = EpochTimes(), self._losses_before(start_step)
@@ -369,7 +376,7 @@ class Trainer:
     def _val_batches(self):
         """This rank's validation batches (its fixed part of the split)."""
         steps = math.ceil(len(self.val_data) / self.cfg.batch_size)
-        return self.val_data.batches(steps, 0, 0, shuffle=False) if steps else []
+        return self.val_data.batches(steps, epoch=0, seed=0, shuffle=False) if steps else []
 
     # ------------------------------------------------------------------ state
 
@@ -387,14 +394,14 @@ class Trainer:
             self.model.variables + _optimizer_variables(self.optimizer) + state
         )
         start, step = int(self.epoch_var.numpy()), int(self.step_var.numpy())
-        if step and record.get("loss_steps"):
-            self._resumed_loss = (float(record["loss_sum"]), int(record["loss_steps"]))
-        if step and record.get("steps_per_epoch") != self.steps:
+        if step and record.loss_steps:
+            self._resumed_loss = (float(record.loss_sum or 0.0), int(record.loss_steps))
+        if step and record.steps_per_epoch != self.steps:
             # Another world size or batch size: the saved position in the epoch means
             # nothing in the new partition, so that epoch starts over.
             log.warning(
                 "steps per epoch changed (%s -> %d): epoch %d starts over",
-                record.get("steps_per_epoch"),
+                record.steps_per_epoch,
                 self.steps,
                 start + 1,
             )
@@ -402,14 +409,14 @@ class Trainer:
         if record is not None:
             log.info(
                 "resumed from %s at epoch %d step %d (of %d epochs)",
-                record["folder"],
+                record.folder,
                 start,
                 step,
                 self.cfg.epochs,
             )
         return start, step
 
-    def _prepare_run_dir(self) -> dict | None:
+    def _prepare_run_dir(self) -> checkpoints.CheckpointRecord | None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if not self.cfg.resume:
             checkpoints.clear(self.run_dir)
@@ -429,20 +436,22 @@ class Trainer:
             "step": self.step_var,
         }
 
-    def _meta(self, epochs_done: int, steps_done: int = 0, row: dict | None = None) -> dict:
+    def _meta(self, epochs_done: int, steps_done: int = 0, row: dict | None = None, **extra):
         """What the checkpoint pointer records besides the tensors."""
-        meta = {
-            "epoch": epochs_done,
-            "step": steps_done,
-            "steps_per_epoch": self.steps,
-            "world_size": distributed.size(),
-            "model": self.cfg.model,
-            "num_classes": self.num_classes,
-            "input_shape": list(IMAGE_SHAPE),
-        }
+        scores = {}
         if row is not None:
-            meta.update(val_micro_f1=row["val_micro_f1"], val_macro_f1=row["val_macro_f1"])
-        return meta
+            scores = dict(val_micro_f1=row["val_micro_f1"], val_macro_f1=row["val_macro_f1"])
+        return checkpoints.CheckpointRecord(
+            epoch=epochs_done,
+            step=steps_done,
+            steps_per_epoch=self.steps,
+            world_size=distributed.size(),
+            model=self.cfg.model,
+            num_classes=self.num_classes,
+            input_shape=IMAGE_SHAPE,
+            **scores,
+            **extra,
+        )
 
     def _save_epoch(self, epoch: int, row: dict, history: list[dict], best: float) -> float:
         meta = self._meta(epoch + 1, 0, row)
@@ -627,7 +636,7 @@ def _optimizer_variables(optimizer) -> list:
 
 
 def _check_compatible(record: dict, cfg: TrainConfig, run_dir: Path) -> None:
-    saved = {"model": record.get("model"), "labels": record.get("num_classes")}
+    saved = {"model": record.model, "labels": record.num_classes}
     wanted = {"model": cfg.model, "labels": cfg.labels}
     for key in COMPATIBLE_KEYS:
         if saved[key] != wanted[key]:
@@ -657,7 +666,7 @@ def train(cfg: TrainConfig) -> dict:
     trainer = Trainer(cfg)
     row = trainer.run()
     STOP.training_over = True  # a late signal must not kill the final evaluation
-    test_count = trainer.manifest["counts"].get("test", 0)
+    test_count = trainer.manifest.count("test")
     del trainer  # free this rank's cached training data before the test split is loaded
     if cfg.eval_test and test_count:
         from bigearthnet.evaluation import evaluate_run  # evaluation imports training's deps

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import hashlib
+import io
 import json
 import os
-import tempfile
-from collections.abc import Iterator
+import secrets
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 def first_line(err: BaseException) -> str:
@@ -27,13 +29,11 @@ def atomic_path(final: str | Path) -> Iterator[Path]:
     ``.tmp-*`` file, which the next run ignores or removes.
     """
     final = Path(final)
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.tmp-", dir=final.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    # mkstemp creates 0600; give the file the mode a plain open() would (shared project dirs).
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp_path, 0o666 & ~umask)
+    tmp_path = final.with_name(f".{final.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    # Created with 0666 like a plain open(), so the kernel applies the umask (shared project
+    # folders keep their group permissions); mkstemp's 0600 would not, and reading the umask
+    # (os.umask) changes it process-wide while other threads write files.
+    os.close(os.open(tmp_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
         yield tmp_path
         os.replace(tmp_path, final)
@@ -50,8 +50,25 @@ def atomic_write_text(final: str | Path, text: str) -> None:
         os.fsync(f.fileno())
 
 
-def atomic_write_json(final: str | Path, obj) -> None:
+def atomic_write_json(final: str | Path, obj: Any) -> None:
     atomic_write_text(final, json.dumps(obj, indent=2) + "\n")
+
+
+def write_csv(final: str | Path, fields: Sequence[str], rows: Iterable[Mapping | Sequence]) -> None:
+    """The project's one CSV writer: a header of ``fields``, then ``rows`` (mappings keyed by
+    the fields, or sequences in their order), written atomically."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(fields)
+    for row in rows:
+        writer.writerow([row.get(k, "") for k in fields] if isinstance(row, Mapping) else row)
+    atomic_write_text(final, buf.getvalue())
+
+
+def read_csv(path: str | Path) -> list[dict[str, str]]:
+    """Rows of a CSV file with a header, as dicts of strings (the file is closed after)."""
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def sha256_file(path: str | Path, block: int = 1 << 22) -> str:

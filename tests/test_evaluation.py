@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -19,7 +20,7 @@ import evaluate
 from bigearthnet import constants as C
 from bigearthnet import distributed, evaluation
 from bigearthnet import metrics as M
-from bigearthnet.shards import read_manifest
+from bigearthnet.shards import Manifest, read_manifest, write_manifest
 
 PLOTS = ("f1_per_class.png", "pr_curves.png", "training_curves.png")
 
@@ -38,10 +39,9 @@ def read_predictions(out: Path) -> tuple[list[str], np.ndarray, np.ndarray, list
 def split_names(data: Path, split: str) -> list[str]:
     """Patch names of a split straight from the shards, in manifest order."""
     names = []
-    for entry in read_manifest(data)["shards"]:
-        if entry["split"] == split:
-            with h5py.File(data / entry["file"], "r") as f:
-                names += [n.decode() for n in f["names"][:]]
+    for entry in read_manifest(data).split_shards(split):
+        with h5py.File(entry.path(data), "r") as f:
+            names += [n.decode() for n in f["names"][:]]
     return names
 
 
@@ -59,7 +59,7 @@ def test_metrics_equal_sklearn_recomputed_from_predictions(test_eval: Path, shar
     assert scores.dtype == np.float32 and labels.dtype == np.uint8
     assert classes == list(C.CLASSES_19) == metrics["classes"]
     assert names == split_names(shards_v1, "test")
-    assert metrics["count"] == len(names) == read_manifest(shards_v1)["counts"]["test"]
+    assert metrics["count"] == len(names) == read_manifest(shards_v1).count("test")
     assert metrics["split"] == "test" and metrics["checkpoint"] == "best"
     assert metrics["world_size"] == 1 and metrics["epoch"] >= 1
     pred = scores >= metrics["threshold"]
@@ -174,9 +174,9 @@ def test_coverage_check_fails_loudly() -> None:
         ["a", "b", "b"], np.zeros((3, 19), np.uint8), np.zeros((3, 19), np.float32)
     )
     with pytest.raises(evaluation.EvaluationError, match="2 distinct names"):
-        evaluation.check_coverage(predictions, {"counts": {"test": 3}}, "test")
+        evaluation.check_coverage(predictions, Manifest(shards=(), counts={"test": 3}), "test")
     with pytest.raises(evaluation.EvaluationError, match="manifest counts 4"):
-        evaluation.check_coverage(predictions, {"counts": {"test": 4}}, "test")
+        evaluation.check_coverage(predictions, Manifest(shards=(), counts={"test": 4}), "test")
 
 
 # --------------------------------------------------------------------------- bad input
@@ -196,11 +196,11 @@ def data_without_test(data: Path, dest: Path) -> Path:
     """The shards with an empty test split (train and val files linked, not copied)."""
     dest.mkdir()
     manifest = read_manifest(data)
-    manifest["shards"] = [s for s in manifest["shards"] if s["split"] != "test"]
-    manifest["counts"]["test"] = 0
-    for entry in manifest["shards"]:
-        (dest / entry["file"]).symlink_to(data / entry["file"])
-    (dest / "manifest.json").write_text(json.dumps(manifest))
+    kept = tuple(s for s in manifest.shards if s.split != "test")
+    manifest = dataclasses.replace(manifest, shards=kept, counts={**manifest.counts, "test": 0})
+    for entry in manifest.shards:
+        (dest / entry.file).symlink_to(entry.path(data))
+    write_manifest(dest, manifest)
     return dest
 
 
@@ -245,8 +245,8 @@ def test_error_on_one_rank_stops_both(trained_run: Path, shards_v1: Path, tmp_pa
     """A corrupt shard only rank 1 reads: both ranks exit 2 instead of hanging."""
     data = tmp_path / "data"
     shutil.copytree(shards_v1, data)
-    last = [s for s in read_manifest(data)["shards"] if s["split"] == "test"][-1]
-    with open(data / last["file"], "r+b") as f:
+    last = read_manifest(data).split_shards("test")[-1]
+    with open(last.path(data), "r+b") as f:
         f.seek(-100, 2)
         f.write(b"\0" * 100)
     argv = ["evaluate.py", "--run-dir", str(trained_run), "--data", str(data)]

@@ -36,7 +36,7 @@ def real_map(trained_run: Path, real_v1: Path, tmp_path_factory) -> Path:
 def real_scores(trained_run: Path, real_v1: Path, shards_v1: Path) -> dict[str, np.ndarray]:
     """Scores of each real patch, predicted here independently of the map command."""
     loaded = load_model(trained_run, "best")
-    resampling = read_manifest(shards_v1)["resampling"]  # the run's training data
+    resampling = read_manifest(shards_v1).resampling  # the run's training data
     patches = [read_patch(ref, "v1") for ref in list_patches(real_v1, "v1").patches]
     scores = loaded.predict(np.stack([assemble(p, resampling) for p in patches]))
     return {p.name: s for p, s in zip(patches, scores)}
@@ -118,7 +118,7 @@ def test_map_from_shards(trained_run: Path, shards_v1: Path, tmp_path: Path) -> 
     argv = ["--run-dir", str(trained_run), "--shards", str(shards_v1), "--split", "test"]
     assert maps.main([*argv, "--out", str(tmp_path), "--no-progress"]) == 0
     index = read_index(tmp_path)
-    assert len(index) == read_manifest(shards_v1)["counts"]["test"]
+    assert len(index) == read_manifest(shards_v1).count("test")
     for tif_path in tmp_path.glob("*.tif"):
         with rasterio.open(tif_path) as tif:
             members = [r for r in index.values() if r["file"] == tif_path.name]

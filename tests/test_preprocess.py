@@ -30,28 +30,34 @@ def load_all(out: Path) -> dict[str, dict[str, np.ndarray]]:
     """name -> {images, labels19, labels43, split} over every shard of a dataset."""
     manifest = read_manifest(out)
     rows: dict[str, dict] = {}
-    for entry in manifest["shards"]:
-        with h5py.File(out / entry["file"], "r") as f:
+    for entry in manifest.shards:
+        with h5py.File(entry.path(out), "r") as f:
             names = [n.decode() for n in f["names"][:]]
-            assert len(names) == entry["count"] == f.attrs["count"]
+            assert len(names) == entry.count == f.attrs["count"]
             for i, name in enumerate(names):
                 rows[name] = {
                     "image": f["images"][i],
                     "labels19": f["labels19"][i],
                     "labels43": f["labels43"][i] if "labels43" in f else None,
-                    "split": entry["split"],
+                    "split": entry.split,
                     "crs": f["crs"][i].decode(),
                     "ulxy": f["ulxy"][i],
                 }
     return rows
 
 
+def manifest_json(out: Path) -> dict:
+    """manifest.json as written (the on-disk contract), after the reader accepted it."""
+    read_manifest(out)
+    return json.loads((out / "manifest.json").read_text())
+
+
 def shard_contents(out: Path) -> dict[str, list[str]]:
     """shard file -> patch names in order, plus the sha of each file."""
     result = {}
-    for entry in read_manifest(out)["shards"]:
-        with h5py.File(out / entry["file"], "r") as f:
-            result[entry["file"]] = [n.decode() for n in f["names"][:]]
+    for entry in read_manifest(out).shards:
+        with h5py.File(entry.path(out), "r") as f:
+            result[entry.file] = [n.decode() for n in f["names"][:]]
     return result
 
 
@@ -106,7 +112,8 @@ def test_real_10m_bands_bit_exact_and_upsampled_bands_close(real_v1, real_out) -
 
 
 def test_real_manifest_contract(real_out: Path) -> None:
-    m = read_manifest(real_out)
+    read_manifest(real_out)  # the reader accepts what the writer wrote
+    m = json.loads((real_out / "manifest.json").read_text())  # the on-disk contract
     assert m["bands"] == list(C.BANDS) and m["classes43"] == list(C.CLASSES_43)
     assert m["classes19"] == list(C.CLASSES_19) and m["archive_version"] == "v1"
     assert sum(m["counts"].values()) == 11 == m["summary"]["written"]
@@ -123,7 +130,7 @@ def test_real_manifest_contract(real_out: Path) -> None:
 def test_manifest_band_stats_match_train_split(real_out: Path) -> None:
     rows = [r["image"] for r in load_all(real_out).values() if r["split"] == "train"]
     pixels = np.stack(rows).reshape(-1, 12).astype(np.float64)
-    m = read_manifest(real_out)
+    m = manifest_json(real_out)
     np.testing.assert_allclose(m["band_mean"], pixels.mean(axis=0), rtol=1e-9)
     np.testing.assert_allclose(m["band_std"], pixels.std(axis=0), rtol=1e-6)
 
@@ -157,7 +164,7 @@ def test_upsample_preserves_constant_and_block_means(method: str) -> None:
 def test_synthetic_v1_end_to_end(synth_v1: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert preprocess(synth_v1, out, "--shard-size", "50", "--split-ratios", "0.5,0.25,0.25") == 0
-    m = read_manifest(out)
+    m = manifest_json(out)
     assert m["counts"] == {"train": 120, "val": 60, "test": 60}
     train_files = [s["file"] for s in m["shards"] if s["split"] == "train"]
     assert train_files == [f"train-{i:05d}-of-00003.h5" for i in range(3)]
@@ -170,7 +177,7 @@ def test_synthetic_v1_end_to_end(synth_v1: Path, tmp_path: Path) -> None:
 def test_synthetic_v2_end_to_end(synth_v2: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert preprocess(synth_v2, out, "--shard-size", "16") == 0
-    m = read_manifest(out)
+    m = manifest_json(out)
     table = pd.read_parquet(synth_v2 / "metadata.parquet")
     snow = pd.read_parquet(synth_v2 / "metadata_for_patches_with_snow_cloud_or_shadow.parquet")
     split_names = {"train": "train", "validation": "val", "test": "test"}
@@ -190,7 +197,7 @@ def test_synthetic_v2_end_to_end(synth_v2: Path, tmp_path: Path) -> None:
 def test_v2_include_snow_cloud(synth_v2: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert preprocess(synth_v2, out, "--include-snow-cloud") == 0
-    m = read_manifest(out)
+    m = manifest_json(out)
     assert m["summary"]["excluded"] == 0 and m["summary"]["written"] == m["summary"]["found"]
 
 
@@ -206,7 +213,7 @@ def test_official_split_files_and_exclusions(synth_v1: Path, tmp_path: Path) -> 
     exclude.write_text("\n".join(names[:10]) + "\n")
     out = tmp_path / "out"
     assert preprocess(synth_v1, out, "--splits-dir", str(splits), "--exclude", str(exclude)) == 0
-    m = read_manifest(out)
+    m = manifest_json(out)
     assert m["counts"] == {"train": 90, "val": 50, "test": 50}
     s = m["summary"]
     assert s["found"] == s["written"] + s["rejected"] + s["excluded"] == 241
@@ -281,7 +288,7 @@ def test_bad_patches_are_rejected_with_reasons(real_v1: Path, tmp_path: Path, ca
     for name, kind in broken.items():
         assert REASONS[kind] in rejects[name], (kind, rejects[name])
         assert "\n" not in rejects[name]
-    m = read_manifest(out)
+    m = manifest_json(out)
     assert m["summary"] == {"found": 11, "written": 1, "rejected": 10, "excluded": 0}
     assert "found 11 = written 1 + rejected 10 + excluded 0" in capsys.readouterr().out
     # --strict: the same run is an error.
@@ -335,8 +342,8 @@ def test_workers_and_tasks_do_not_change_contents(synth_v1: Path, tmp_path: Path
     assert preprocess(synth_v1, single, "--shard-size", "40") == 0
     assert preprocess(synth_v1, multi, "--shard-size", "40", "--workers", "2") == 0
     assert shard_contents(single) == shard_contents(multi)
-    sha = {s["file"]: s["sha256"] for s in read_manifest(single)["shards"]}
-    assert sha == {s["file"]: s["sha256"] for s in read_manifest(multi)["shards"]}
+    sha = {s["file"]: s["sha256"] for s in manifest_json(single)["shards"]}
+    assert sha == {s["file"]: s["sha256"] for s in manifest_json(multi)["shards"]}
     # Two tasks (two nodes) then a join: the same shards and manifest counts.
     tasks = tmp_path / "tasks"
     for i in range(2):
@@ -345,7 +352,7 @@ def test_workers_and_tasks_do_not_change_contents(synth_v1: Path, tmp_path: Path
     assert (tasks / "manifest.json").exists()  # the last task joined
     os.remove(tasks / "manifest.json")
     assert preprocess(synth_v1, tasks, "--shard-size", "40", "--join") == 0
-    assert {s["file"]: s["sha256"] for s in read_manifest(tasks)["shards"]} == sha
+    assert {s["file"]: s["sha256"] for s in manifest_json(tasks)["shards"]} == sha
 
 
 def test_join_before_all_tasks_finished_is_an_error(synth_v1: Path, tmp_path: Path) -> None:
@@ -379,7 +386,7 @@ def test_resume_after_kill_gives_same_shards(synth_v1: Path, tmp_path: Path) -> 
     assert preprocess(synth_v1, out, "--shard-size", "20") == 0
     assert all(p.stat().st_mtime_ns == t for p, t in mtimes.items())  # not redone
     assert shard_contents(out) == shard_contents(reference)
-    assert read_manifest(out)["counts"] == read_manifest(reference)["counts"]
+    assert read_manifest(out).counts == read_manifest(reference).counts
     assert not list(out.glob(".*.tmp-*"))
 
 
@@ -388,7 +395,7 @@ def test_rerun_with_other_options_needs_overwrite(synth_v1: Path, tmp_path: Path
     assert preprocess(synth_v1, out, "--shard-size", "60") == 0
     assert preprocess(synth_v1, out, "--shard-size", "30") == 2
     assert preprocess(synth_v1, out, "--shard-size", "30", "--overwrite") == 0
-    assert len(read_manifest(out)["shards"]) == 5 + 2 + 2  # ceil(144/30), ceil(48/30) x 2
+    assert len(manifest_json(out)["shards"]) == 5 + 2 + 2  # ceil(144/30), ceil(48/30) x 2
 
 
 def test_slurm_task_defaults() -> None:

@@ -59,20 +59,23 @@ def test_batches_are_equal_in_number_and_nearly_in_size() -> None:
 def test_ranks_see_every_training_sample_once_per_epoch(shards_v1: Path, cache: str) -> None:
     manifest = read_manifest(shards_v1)
     size, batch = 3, 7
-    parts = [RankData(shards_v1, manifest, "train", 19, r, size, cache) for r in range(size)]
+    parts = [
+        RankData(shards_v1, manifest, "train", labels=19, rank=r, size=size, cache=cache)
+        for r in range(size)
+    ]
     steps = steps_per_epoch(parts[0].total, size, batch)
     seen_by_epoch = []
     for epoch in range(2):
         names = []
         for part in parts:
-            batches = list(part.batches(steps, epoch, seed=1, shuffle=True))
+            batches = list(part.batches(steps, epoch=epoch, seed=1, shuffle=True))
             assert len(batches) == steps
             all_names = part.names()
             for images, _labels in batches:
                 assert images.dtype == np.uint16 and images.shape[1:] == (120, 120, 12)
                 names += [_name_of(part, all_names, img) for img in images]
         assert sorted(names) == sorted(n for p in parts for n in p.names())
-        assert len(set(names)) == manifest["counts"]["train"]
+        assert len(set(names)) == manifest.count("train")
         seen_by_epoch.append(names)
     assert seen_by_epoch[0] != seen_by_epoch[1]  # a new shuffle each epoch
 
@@ -85,7 +88,7 @@ def _name_of(part: RankData, names: list[str], image: np.ndarray) -> str:
 
 
 def test_resumed_epoch_skips_exactly_the_done_steps(shards_v1: Path) -> None:
-    part = RankData(shards_v1, read_manifest(shards_v1), "train", 19, 0, 1, "none")
+    part = RankData(shards_v1, read_manifest(shards_v1), "train", labels=19, cache="none")
     full = list(part.batches(10, epoch=3, seed=5, shuffle=True))
     tail = list(part.batches(10, epoch=3, seed=5, shuffle=True, start_step=6))
     assert len(tail) == 4
@@ -96,14 +99,17 @@ def test_resumed_epoch_skips_exactly_the_done_steps(shards_v1: Path) -> None:
 def test_a_capped_epoch_keeps_the_batch_size_and_varies_its_samples(
     shards_v1: Path, cache: str
 ) -> None:
-    part = RankData(shards_v1, read_manifest(shards_v1), "train", 19, 0, 1, cache)
+    part = RankData(shards_v1, read_manifest(shards_v1), "train", labels=19, cache=cache)
     steps, batch = 3, 8
     assert len(part) > 2 * steps * batch
-    epochs = [list(part.batches(steps, e, 5, True, limit=steps * batch)) for e in (0, 1)]
+    epochs = [
+        list(part.batches(steps, epoch=e, seed=5, shuffle=True, limit=steps * batch))
+        for e in (0, 1)
+    ]
     for batches in epochs:
         assert [len(images) for images, _ in batches] == [batch] * steps
     assert not np.array_equal(epochs[0][0][0], epochs[1][0][0])  # other samples next epoch
-    tensors = list(part.dataset(steps, 0, 5, True, limit=steps * batch))
+    tensors = list(part.dataset(steps, epoch=0, seed=5, shuffle=True, limit=steps * batch))
     assert all(np.array_equal(a[0], b[0].numpy()) for a, b in zip(epochs[0], tensors))
 
 
@@ -145,7 +151,7 @@ def test_a_cache_that_cannot_fit_stops_with_one_line(
 def test_single_process_learns_the_synthetic_rule(trained_run: Path, shards_v1: Path) -> None:
     rows = history(trained_run)
     assert [int(r["epoch"]) for r in rows] == list(range(1, 7))
-    labels = RankData(shards_v1, read_manifest(shards_v1), "val", 19, cache="none").labels
+    labels = RankData(shards_v1, read_manifest(shards_v1), "val", labels=19, cache="none").labels
     bar = max(0.45, chance_micro_f1(labels) + 0.2)  # chance is ~0.2 here
     assert float(rows[-1]["val_micro_f1"]) > bar
     assert float(rows[-1]["loss"]) < float(rows[0]["loss"])
@@ -155,7 +161,7 @@ def test_single_process_learns_the_synthetic_rule(trained_run: Path, shards_v1: 
     assert best["val_micro_f1"] == max(float(r["val_micro_f1"]) for r in rows)
     assert list((trained_run / "tensorboard").iterdir())
     report = json.loads((trained_run / "efficiency.json").read_text())
-    assert report["per_rank"][0]["samples"] == read_manifest(shards_v1)["counts"]["train"]
+    assert report["per_rank"][0]["samples"] == read_manifest(shards_v1).count("train")
 
 
 def test_options_yaml_then_flags(tmp_path: Path, shards_v1: Path) -> None:
@@ -355,11 +361,11 @@ def test_two_ranks_learn_with_identical_replicas(tmp_path: Path, shards_v1: Path
     assert len(digests) == 1, "replicas diverged"
     rows = history(run)
     assert {r["world_size"] for r in rows} == {"2"}
-    labels = RankData(shards_v1, read_manifest(shards_v1), "val", 19, cache="none").labels
+    labels = RankData(shards_v1, read_manifest(shards_v1), "val", labels=19, cache="none").labels
     assert float(rows[-1]["val_micro_f1"]) > max(0.45, chance_micro_f1(labels) + 0.2)
     report = json.loads((run / "efficiency.json").read_text())
     per_rank = [r["samples"] for r in report["per_rank"]]
-    assert sum(per_rank) == read_manifest(shards_v1)["counts"]["train"]  # each sample once
+    assert sum(per_rank) == read_manifest(shards_v1).count("train")  # each sample once
     assert abs(per_rank[0] - per_rank[1]) <= 1
     assert "peak LR 0.02" in result.stdout + result.stderr  # 0.01 x 2 ranks
     assert os.path.isfile(run / "checkpoints" / "best.json")

@@ -1,0 +1,100 @@
+"""One convention for every command: how it parses, prints an error, and maps it to an exit code.
+
+A command module builds a :class:`Parser` and hands it, with a handler, to :func:`run`::
+
+    def main(argv: list[str] | None = None) -> int:
+        return run(build_parser(), _handle, argv)
+
+:func:`run` parses (a bad flag is one line and exit 2; ``--help`` exits 0), calls the handler,
+and turns what it raises into one line on stderr and an exit code:
+
+==================================================  ====  ================================
+raised                                              code  meaning
+==================================================  ====  ================================
+nothing (the handler's int, or 0 for None)          0     done
+:class:`~bigearthnet.errors.RunFailed`              1     ran and failed; outputs kept
+InputError (ConfigError, ShardError, ...),          2     bad input or options: nothing
+  ValueError, OSError                                     was done
+:class:`~bigearthnet.errors.RequeueRequested`       3     checkpointed; requeue the job
+==================================================  ====  ================================
+
+Under a Horovod launcher the line carries the rank prefix (the ranks' logger prints it), so
+a job log says which rank saw the problem. Kept free of TensorFlow: ``--help`` and option
+errors answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
+
+from bigearthnet.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_REQUEUE,
+    ConfigError,
+    InputError,
+    RequeueRequested,
+    RunFailed,
+)
+from bigearthnet.util import first_line
+
+T = TypeVar("T")
+Handler = Callable[[argparse.Namespace], "int | None"]
+
+
+class UsageError(InputError):
+    """A flag argparse rejected (unknown, missing, not a number)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are raised (and then printed as one line by :func:`run`), not
+    printed with the usage block and exited on."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see --help)")
+
+
+def run(parser: argparse.ArgumentParser, handler: Handler, argv: list[str] | None) -> int:
+    """Parse ``argv``, call ``handler(args)``, return the exit code of what happened."""
+    prog = parser.prog
+    try:
+        args = parser.parse_args(argv)
+        return int(handler(args) or 0)
+    except SystemExit as exc:  # --help and --version: argparse's own, normal exit
+        return exc.code if isinstance(exc.code, int) else 0
+    except RequeueRequested as err:
+        report(prog, f"{first_line(err)} (exit {EXIT_REQUEUE}: requeue me)", warning=True)
+        return EXIT_REQUEUE
+    except RunFailed as err:
+        report(prog, f"failed: {first_line(err)}")
+        return EXIT_FAILED
+    except (InputError, ValueError, OSError) as err:
+        report(prog, f"error: {first_line(err)}")
+        return EXIT_BAD_INPUT
+
+
+def report(prog: str, message: str, *, warning: bool = False) -> None:
+    """One line ``prog: message`` on stderr; through the ranks' logger (``[rank r/n]``
+    prefix) once a distributed command has set it up."""
+    logger = logging.getLogger("bigearthnet")
+    if logger.handlers:
+        logger.log(logging.WARNING if warning else logging.ERROR, "%s: %s", prog, message)
+    else:
+        print(f"{prog}: {message}", file=sys.stderr)
+
+
+def checked(check: Callable[[str, T], T], kind: Callable[[str], T]) -> Callable[[str], T]:
+    """An argparse ``type=`` from one of :mod:`bigearthnet.errors`' checks, so a flag and the
+    YAML key of the same option are validated by the same code."""
+
+    def parse(text: str) -> T:
+        try:
+            return check("value", kind(text))
+        except (ConfigError, ValueError) as err:
+            raise argparse.ArgumentTypeError(str(err).replace("value ", "", 1)) from None
+
+    return parse
