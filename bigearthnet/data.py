@@ -40,9 +40,10 @@ from typing import Any
 
 import h5py
 import numpy as np
+import psutil
 import tensorflow as tf
 
-from bigearthnet import constants as C
+from bigearthnet import constants
 from bigearthnet.shards import (
     CHUNK_ROWS,
     IMAGE_SHAPE,
@@ -328,15 +329,13 @@ SAMPLE_BYTES = int(np.prod(IMAGE_SHAPE)) * 2  # one uint16 120x120x12 image: 345
 CACHE_SHARE = 0.8  # of the node's available memory that the image caches may take
 
 
-def memory_available(meminfo: str | Path = "/proc/meminfo") -> int | None:
-    """The kernel's MemAvailable in bytes; None where it cannot be read (not Linux)."""
+def memory_available() -> int | None:
+    """Memory the node can still give without swapping (the kernel's MemAvailable), in bytes;
+    None where psutil cannot tell."""
     try:
-        for line in Path(meminfo).read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
+        return int(psutil.virtual_memory().available)
+    except (OSError, RuntimeError, AttributeError):
         return None
-    return None
 
 
 def cache_problem(samples_per_rank: int, ranks_on_node: int, available: int | None) -> str | None:
@@ -389,8 +388,8 @@ def band_stats(manifest: Manifest | None) -> tuple[np.ndarray, np.ndarray]:
     mean = manifest.band_mean if manifest is not None else None
     std = manifest.band_std if manifest is not None else None
     if mean is None or std is None:
-        mean = [C.FALLBACK_BAND_MEAN[b] for b in C.BANDS]
-        std = [C.FALLBACK_BAND_STD[b] for b in C.BANDS]
+        mean = [constants.FALLBACK_BAND_MEAN[b] for b in constants.BANDS]
+        std = [constants.FALLBACK_BAND_STD[b] for b in constants.BANDS]
     std = np.maximum(np.asarray(std, dtype=np.float32), 1.0)  # constant bands: no division by 0
     return np.asarray(mean, dtype=np.float32), std
 

@@ -23,11 +23,14 @@ import numpy as np
 import tensorflow as tf
 from horovod.common.exceptions import HorovodInternalError
 
+from bigearthnet.errors import InputError
+
 log = logging.getLogger("bigearthnet")
 
 
-class DistributedError(RuntimeError):
-    """The processes do not form the world the launcher asked for."""
+class DistributedError(InputError):
+    """The processes do not form the world the launcher asked for (or another rank failed
+    while setting up): nothing can be trained; exit 2."""
 
 
 def init(
@@ -115,10 +118,6 @@ def size() -> int:
     return hvd.size()
 
 
-def local_rank() -> int:
-    return hvd.local_rank()
-
-
 def local_size() -> int:
     # Horovod: the ranks on this node, which share its memory.
     return hvd.local_size()
@@ -128,17 +127,12 @@ def is_root() -> bool:
     return hvd.rank() == 0
 
 
-def scaled_lr(base_lr: float) -> float:
-    # Horovod: the global batch grows with the ranks, so does the LR (Goyal et al. 2017).
-    return base_lr * hvd.size()
-
-
 def compression(fp16: bool):
     # Horovod: halve the bytes on the wire; gradients are cast back after the exchange.
     return hvd.Compression.fp16 if fp16 else hvd.Compression.none
 
 
-def allreduce_gradients(grads: list, fp16: bool = False, grouped: bool = False) -> list:
+def allreduce_gradients(grads: list, *, fp16: bool = False, grouped: bool = False) -> list:
     """Average gradients over ranks (inside a tf.function): hvd.DistributedGradientTape's
     math. By default one allreduce per gradient, which overlaps communication with the rest
     of the backward pass; ``grouped``: a single grouped allreduce after the whole pass."""
@@ -187,10 +181,6 @@ def allgather(array: np.ndarray, name: str) -> np.ndarray:
 def barrier() -> None:
     # Horovod: a tiny allreduce makes every rank wait for the slowest (e.g. before timing).
     hvd.allreduce(tf.constant(0.0), op=hvd.Sum, name="barrier")
-
-
-def shutdown() -> None:
-    hvd.shutdown()
 
 
 class _RankFilter(logging.Filter):
@@ -248,8 +238,7 @@ def average_in_place(variables: list, name: str) -> None:
     if not variables or hvd.size() == 1:
         return
     # Horovod: one grouped allreduce for all the statistics of the model.
-    means = hvd.grouped_allreduce([v.read_value() for v in variables], op=hvd.Average,
-                                  name=name)  # fmt: skip
+    means = hvd.grouped_allreduce([v.read_value() for v in variables], op=hvd.Average, name=name)
     for variable, mean in zip(variables, means):
         variable.assign(mean)
 

@@ -23,26 +23,24 @@ No TensorFlow here: the controller runs on a login node.
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 import re
 import subprocess
-import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bigearthnet.util import OneLineParser, first_line
+from bigearthnet.errors import InputError
+from bigearthnet.history import read_history
+from bigearthnet.util import jobs_dir
 
 PROG = "bigearthnet-elastic"
-REPO = Path(__file__).resolve().parents[1]
-DISCOVER = REPO / "jobs" / "elastic" / "discover_hosts.sh"
-HOLDER = REPO / "jobs" / "elastic" / "holder.sbatch"
 SCHEDULE_LINE = re.compile(r"^epoch\s+(\d+)\s*:\s*(grow|shrink)\s+to\s+(\d+)\s+workers?$")
 
 
-class ControlError(RuntimeError):
+class ControlError(InputError):
     """A problem the user must fix; printed as one line, exit 2."""
 
 
@@ -77,9 +75,21 @@ def parse_schedule(path: Path) -> list[Action]:
 class Controller:
     """Holder jobs of one elastic run, identified by their job name."""
 
-    def __init__(self, hosts_dir: Path, name: str, slots: int, holder: Path, sbatch_args=()):
+    def __init__(
+        self,
+        hosts_dir: Path,
+        *,
+        name: str,
+        slots: int,
+        holder: Path | None = None,
+        sbatch_args: Sequence[str] = (),
+    ) -> None:
+        if not hosts_dir.is_dir():
+            raise ControlError(f"{hosts_dir}: hosts folder does not exist")
         self.hosts_dir, self.name, self.slots = hosts_dir, name, slots
-        self.holder, self.sbatch_args = holder, list(sbatch_args)
+        self.jobs = jobs_dir()
+        self.holder = holder or self.jobs / "elastic" / "holder.sbatch"
+        self.sbatch_args = list(sbatch_args)
 
     @property
     def job_name(self) -> str:
@@ -88,7 +98,7 @@ class Controller:
     def discovered(self) -> dict[str, int]:
         """host -> slots, exactly as Horovod's discovery sees them."""
         env = {**os.environ, "ELASTIC_HOSTS_DIR": str(self.hosts_dir)}
-        result = _run(["bash", str(DISCOVER)], env=env)
+        result = _run(["bash", str(self.jobs / "elastic" / "discover_hosts.sh")], env=env)
         return {h: int(n) for h, n in (line.rsplit(":", 1) for line in result.splitlines())}
 
     def holders(self) -> list[tuple[str, str]]:
@@ -99,10 +109,19 @@ class Controller:
 
     def grow(self, count: int) -> list[str]:
         # Slurm runs a copy of the holder script: BEN_REPO tells it where jobs/common.sh is.
-        env = {**os.environ, "ELASTIC_HOSTS_DIR": str(self.hosts_dir.resolve()),
-               "ELASTIC_SLOTS": str(self.slots), "BEN_REPO": str(REPO)}  # fmt: skip
-        cmd = ["sbatch", "--parsable", f"--job-name={self.job_name}", *self.sbatch_args,
-               str(self.holder)]  # fmt: skip
+        env = {
+            **os.environ,
+            "ELASTIC_HOSTS_DIR": str(self.hosts_dir.resolve()),
+            "ELASTIC_SLOTS": str(self.slots),
+            "BEN_REPO": str(self.jobs.parent),
+        }
+        cmd = [
+            "sbatch",
+            "--parsable",
+            f"--job-name={self.job_name}",
+            *self.sbatch_args,
+            str(self.holder),
+        ]
         # The holder logs to logs/ here; sbatch does not create it, and a job whose log
         # cannot be opened fails without a trace.
         Path("logs").mkdir(exist_ok=True)
@@ -131,7 +150,9 @@ class Controller:
             return f"{current} slots: cancelled holders {', '.join(jobs) or '(none left)'}"
         return f"{current} slots (+{pending} pending): nothing to do"
 
-    def follow(self, run_dir: Path, actions: list[Action], poll: float, epochs: int | None):
+    def follow(
+        self, run_dir: Path, actions: list[Action], *, poll: float, epochs: int | None
+    ) -> None:
         """Apply each action once its epoch has finished; return when all are applied
         or the run reached its last epoch."""
         todo = list(actions)
@@ -140,8 +161,11 @@ class Controller:
             while todo and todo[0].epoch <= done:
                 action = todo.pop(0)
                 outcome = self.resize_to(action.workers)
-                print(f"[{PROG}] epoch {done} ({action.where}): {action.verb} to "
-                      f"{action.workers}: {outcome}", flush=True)  # fmt: skip
+                print(
+                    f"[{PROG}] epoch {done} ({action.where}): {action.verb} to "
+                    f"{action.workers}: {outcome}",
+                    flush=True,
+                )
             if todo and epochs is not None and done >= epochs:
                 print(f"[{PROG}] run finished; {len(todo)} action(s) never applied", flush=True)
                 return
@@ -150,14 +174,10 @@ class Controller:
 
 
 def finished_epochs(run_dir: Path) -> int:
-    path = run_dir / "history.csv"
-    if not path.is_file():
-        return 0
-    with path.open(newline="", encoding="utf-8") as f:
-        return max((int(row["epoch"]) for row in csv.DictReader(f)), default=0)
+    return max((row.epoch for row in read_history(run_dir)), default=0)
 
 
-def _run(cmd: list[str], env: dict | None = None) -> str:
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> str:
     try:
         result = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     except FileNotFoundError:
@@ -166,85 +186,3 @@ def _run(cmd: list[str], env: dict | None = None) -> str:
         message = (result.stderr.strip() or result.stdout.strip()).splitlines()
         raise ControlError(f"{' '.join(cmd[:2])} failed: {message[-1] if message else '?'}")
     return result.stdout
-
-
-def build_parser() -> OneLineParser:
-    p = OneLineParser(
-        prog=PROG,
-        description="Grow and shrink an elastic training run by submitting and cancelling "
-        "Slurm holder jobs (see jobs/elastic/).",
-    )
-    p.add_argument(
-        "--hosts-dir",
-        type=Path,
-        default=os.environ.get("ELASTIC_HOSTS_DIR"),
-        help="folder the holders register in (default: $ELASTIC_HOSTS_DIR)",
-    )
-    p.add_argument(
-        "--name",
-        default=os.environ.get("ELASTIC_NAME", "ben-elastic"),
-        help="run name; holder jobs are called NAME-holder (default: ben-elastic)",
-    )
-    p.add_argument(
-        "--slots",
-        type=int,
-        default=int(os.environ.get("ELASTIC_SLOTS", 1)),
-        help="workers one holder adds, e.g. GPUs per node (default: 1)",
-    )
-    p.add_argument("--holder", type=Path, default=HOLDER, help="holder job script")
-    p.add_argument(
-        "--sbatch-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="extra sbatch option for holders (repeatable), e.g. --sbatch-arg=-A=proj",
-    )
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("grow", help="submit N holder jobs").add_argument("count", type=int)
-    sub.add_parser("shrink", help="cancel the newest N holders").add_argument("count", type=int)
-    sub.add_parser("status", help="holder jobs and the slots discovery reports")
-    follow = sub.add_parser("follow", help="apply a schedule file as epochs finish")
-    follow.add_argument("--run-dir", type=Path, required=True, help="the run's folder")
-    follow.add_argument(
-        "--schedule", type=Path, required=True, help="lines 'epoch N: grow|shrink to M workers'"
-    )
-    follow.add_argument("--epochs", type=int, help="stop following after this many epochs")
-    follow.add_argument("--poll", type=float, default=10.0, help="seconds between checks")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.hosts_dir is None:
-            raise ControlError("--hosts-dir (or ELASTIC_HOSTS_DIR) is required")
-        if not args.hosts_dir.is_dir():
-            raise ControlError(f"{args.hosts_dir}: hosts folder does not exist")
-        if args.slots < 1 or getattr(args, "count", 1) < 1:
-            raise ControlError("--slots and N must be at least 1")
-        ctl = Controller(args.hosts_dir, args.name, args.slots, args.holder, args.sbatch_arg)
-        return _dispatch(ctl, args)
-    except ControlError as err:
-        print(f"{PROG}: error: {first_line(err)}", file=sys.stderr)
-        return 2
-
-
-def _dispatch(ctl: Controller, args) -> int:
-    if args.command == "grow":
-        print("submitted holder jobs:", " ".join(ctl.grow(args.count)))
-    elif args.command == "shrink":
-        print("cancelled holder jobs:", " ".join(ctl.shrink(args.count)) or "(none)")
-    elif args.command == "status":
-        slots = ctl.discovered()
-        for job, state in ctl.holders():
-            print(f"holder {job} {state}")
-        for host, n in slots.items():
-            print(f"host {host}:{n}")
-        print(f"total {sum(slots.values())} slot(s) on {len(slots)} host(s)")
-    else:
-        ctl.follow(args.run_dir, parse_schedule(args.schedule), args.poll, args.epochs)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,13 +13,14 @@
   ``step_epochs``, by default 50 % and 75 % of the epochs) or ``constant``.
 
 With ``world_size == 1`` the warm-up is flat by construction: it ramps from ``base_lr``
-to ``base_lr * 1``. That is Goyal's rule, not a bug. Set ``warmup_from="zero"`` to ramp
-from 0 instead, for example to stabilise a single-worker run with a large ``base_lr``.
+to ``base_lr * 1``. That is Goyal's rule, not a bug.
 
-:class:`LRSchedule` is the pure-Python definition (config, tests, logging, plots).
-:class:`WarmupSchedule` wraps it as a ``tf.keras`` ``LearningRateSchedule`` that the
-optimizer evaluates at its own ``iterations`` counter; the counter is part of the
-optimizer's checkpoint, so a resumed run continues at the right point of the schedule.
+:class:`LRSchedule` is the configuration (what the run asked for, and the quantities derived
+from it). :class:`WarmupSchedule` is the one formula: a ``tf.keras`` ``LearningRateSchedule``
+that the optimizer evaluates at its ``iterations`` counter; the counter is part of the
+optimizer's checkpoint, so a resumed run continues at the right point.
+:meth:`LRSchedule.lr_at` evaluates the same formula for logs, history and tests.
+
 Do not combine it with Horovod's ``LearningRateWarmupCallback`` or
 ``LearningRateScheduleCallback``, which would apply the warm-up a second time.
 """
@@ -27,13 +28,13 @@ Do not combine it with Horovod's ``LearningRateWarmupCallback`` or
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Union
 
 import tensorflow as tf
 
 KINDS = ("cosine", "step", "constant")
-WARMUP_FROM = ("base", "zero")
 
 
 def default_step_epochs(total_epochs: float) -> tuple[int, ...]:
@@ -59,7 +60,6 @@ class LRSchedule:
     min_lr: float = 0.0
     step_epochs: tuple[float, ...] | None = None  # None: default_step_epochs for "step"
     gamma: float = 0.1
-    warmup_from: str = "base"
 
     def __post_init__(self) -> None:
         if self.step_epochs is not None:
@@ -80,7 +80,6 @@ class LRSchedule:
         )
         check(finite, "numeric fields must be finite")
         check(self.kind in KINDS, f"kind must be one of {KINDS}, got {self.kind!r}")
-        check(self.warmup_from in WARMUP_FROM, f"warmup_from must be one of {WARMUP_FROM}")
         check(self.base_lr > 0, f"base_lr must be > 0, got {self.base_lr}")
         for name in ("world_size", "steps_per_epoch"):
             value = getattr(self, name)
@@ -100,7 +99,7 @@ class LRSchedule:
             f"step_epochs must increase strictly within (0, total_epochs], got {epochs}",
         )
 
-    # Derived quantities, shared by the Python and the TensorFlow implementation.
+    # Derived quantities, used by the formula and by logs.
     @property
     def peak_lr(self) -> float:
         """The linearly scaled LR reached at the end of the warm-up."""
@@ -108,8 +107,8 @@ class LRSchedule:
 
     @property
     def start_lr(self) -> float:
-        """LR at step 0: ``base_lr`` (Goyal) or 0 (``warmup_from="zero"``)."""
-        return self.base_lr if self.warmup_from == "base" else 0.0
+        """LR at step 0: ``base_lr``, the single-worker rate (Goyal)."""
+        return self.base_lr
 
     @property
     def warmup_steps(self) -> float:
@@ -125,19 +124,13 @@ class LRSchedule:
         return tuple(e * self.steps_per_epoch for e in self.step_epochs or ())
 
     def lr_at(self, step: Union[int, float]) -> float:
-        """Learning rate for optimizer step ``step`` (0-based, clamped at 0)."""
-        step = max(float(step), 0.0)
-        if step < self.warmup_steps:
-            return self.start_lr + (self.peak_lr - self.start_lr) * step / self.warmup_steps
-        if self.kind == "constant":
-            return self.peak_lr
-        if self.kind == "step":
-            decays = sum(step >= b for b in self.boundary_steps)
-            return self.peak_lr * self.gamma**decays
-        decay_steps = self.total_steps - self.warmup_steps
-        progress = min((step - self.warmup_steps) / decay_steps, 1.0) if decay_steps > 0 else 1.0
-        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
-        return self.min_lr + (self.peak_lr - self.min_lr) * cosine
+        """Learning rate for optimizer step ``step`` (0-based, clamped at 0): the value the
+        optimizer gets, evaluated in float64."""
+        return float(self._keras(tf.constant(step, tf.float64), dtype=tf.float64))
+
+    @functools.cached_property
+    def _keras(self) -> WarmupSchedule:
+        return WarmupSchedule(self)
 
     def lr_at_epoch(self, epoch: float) -> float:
         """Learning rate at a (fractional) epoch."""
@@ -149,11 +142,6 @@ class LRSchedule:
         if config["step_epochs"] is not None:
             config["step_epochs"] = list(config["step_epochs"])
         return config
-
-
-def lr_at(step: Union[int, float], schedule: LRSchedule) -> float:
-    """Functional form of :meth:`LRSchedule.lr_at`."""
-    return schedule.lr_at(step)
 
 
 @tf.keras.utils.register_keras_serializable(package="bigearthnet")
@@ -173,7 +161,7 @@ class WarmupSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
             raise TypeError(f"expected an LRSchedule, got {type(schedule).__name__}")
         self.schedule = schedule
 
-    def __call__(self, step: Any) -> tf.Tensor:
+    def __call__(self, step: Any, dtype: tf.DType = tf.float32) -> tf.Tensor:
         with tf.name_scope("WarmupSchedule"):
             s = self.schedule
             step = tf.maximum(tf.cast(step, tf.float64), 0.0)
@@ -181,7 +169,7 @@ class WarmupSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
             if s.warmup_steps > 0:
                 ramp = s.start_lr + (s.peak_lr - s.start_lr) * step / s.warmup_steps
                 lr = tf.where(step < s.warmup_steps, ramp, lr)
-            return tf.cast(lr, tf.float32)
+            return tf.cast(lr, dtype)
 
     def _after_warmup(self, step: tf.Tensor) -> tf.Tensor:
         s = self.schedule
@@ -192,6 +180,9 @@ class WarmupSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
             for boundary in s.boundary_steps:
                 decays += tf.cast(step >= boundary, tf.float64)
             return s.peak_lr * tf.pow(tf.constant(s.gamma, tf.float64), decays)
+        # Cosine from the peak down to min_lr over the steps after the warm-up. (Keras'
+        # CosineDecay computes the same but branches with tf.cond, so it cannot take a
+        # vector of steps, which plots and tests use.)
         decay_steps = s.total_steps - s.warmup_steps
         if decay_steps > 0:
             progress = tf.minimum((step - s.warmup_steps) / decay_steps, 1.0)

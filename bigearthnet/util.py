@@ -10,6 +10,7 @@ import io
 import json
 import os
 import secrets
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -69,6 +70,21 @@ def read_csv(path: str | Path) -> list[dict[str, str]]:
     """Rows of a CSV file with a header, as dicts of strings (the file is closed after)."""
     with open(path, encoding="utf-8", newline="") as f:
         return list(csv.DictReader(f))
+
+
+def jobs_dir() -> Path:
+    """The folder of the Slurm job scripts (``jobs/``): ``$BEN_JOBS_DIR``, else where an
+    installation put them (``<prefix>/share/bigearthnet-hpc/jobs``), else the checkout this
+    package runs from (editable installs)."""
+    candidates = [
+        os.environ.get("BEN_JOBS_DIR", ""),
+        str(Path(sys.prefix) / "share" / "bigearthnet-hpc" / "jobs"),
+        str(Path(__file__).resolve().parent.parent / "jobs"),
+    ]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / "elastic" / "holder.sbatch").is_file():
+            return Path(candidate)
+    raise FileNotFoundError("jobs/ not found: set BEN_JOBS_DIR to the project's jobs folder")
 
 
 def sha256_file(path: str | Path, block: int = 1 << 22) -> str:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from conftest import REPO, TINY_RECIPE
 
-from bigearthnet.elastic import global_step_take, step_slices
+from bigearthnet.batching import global_step_take, step_slices
 
 DISCOVER = REPO / "jobs" / "elastic" / "discover_hosts.sh"
 

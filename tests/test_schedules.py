@@ -13,7 +13,6 @@ from bigearthnet.schedules import (
     LRSchedule,
     WarmupSchedule,
     default_step_epochs,
-    lr_at,
     with_world_size,
 )
 
@@ -27,7 +26,7 @@ def make(**overrides: object) -> LRSchedule:
 def all_variants() -> list[LRSchedule]:
     return [
         make(kind="cosine"),
-        make(kind="cosine", min_lr=0.01, warmup_from="zero"),
+        make(kind="cosine", min_lr=0.01),
         make(kind="step"),
         make(kind="step", step_epochs=[7, 12.5, 18], gamma=0.5),
         make(kind="constant"),
@@ -49,22 +48,12 @@ def test_warmup_endpoints_and_linearity() -> None:
     ramp = np.array([s.lr_at(k) for k in range(501)])
     np.testing.assert_allclose(np.diff(ramp), 0.7 / 500, rtol=1e-9)  # linear per step
     assert s.lr_at(-3) == s.lr_at(0)
-    assert lr_at(123, s) == s.lr_at(123)
     assert s.lr_at_epoch(2.5) == s.lr_at(250)
 
 
-def test_warmup_from_zero() -> None:
-    s = make(warmup_from="zero")
-    assert s.lr_at(0) == 0.0
-    assert s.lr_at(250) == pytest.approx(0.4)
-    assert s.lr_at(500) == pytest.approx(0.8)
-
-
-def test_single_worker_warmup_is_flat_unless_from_zero() -> None:
+def test_single_worker_warmup_is_flat() -> None:
     flat = make(world_size=1, kind="constant")
     assert {flat.lr_at(k) for k in range(0, 600, 10)} == {0.1}
-    ramp = make(world_size=1, kind="constant", warmup_from="zero")
-    assert ramp.lr_at(0) == 0.0 and ramp.lr_at(250) == pytest.approx(0.05)
 
 
 # --------------------------------------------------------------------- decays
@@ -110,7 +99,9 @@ def test_constant_after_warmup() -> None:
 # --------------------------------------------------------------- TF == Python
 
 
-@pytest.mark.parametrize("schedule", all_variants(), ids=lambda s: f"{s.kind}-{s.warmup_from}")
+@pytest.mark.parametrize(
+    "schedule", all_variants(), ids=lambda s: f"{s.kind}-w{s.warmup_epochs}-min{s.min_lr}"
+)
 def test_tf_schedule_matches_python(schedule: LRSchedule) -> None:
     steps = sorted(
         set(range(0, int(schedule.total_steps) + 60, 7))
@@ -210,7 +201,6 @@ def test_serialization_round_trip() -> None:
         {"warmup_epochs": -1},
         {"warmup_epochs": 21},  # longer than the run
         {"kind": "linear"},
-        {"warmup_from": "peak"},
         {"base_lr": 0.0},
         {"base_lr": math.nan},
         {"world_size": 0},

@@ -185,6 +185,73 @@ def test_driver_ends_the_holders_left_when_training_is_over(
     assert registered(hosts) == []
 
 
+@pytest.mark.slow
+def test_follow_applies_a_schedule_as_epochs_finish(
+    slurm_cluster: SlurmCluster, workspace: Path
+) -> None:
+    """``follow --schedule`` acts on RUN/history.csv: nothing before the epoch, a holder job
+    once it finished; actions of epochs the run never reaches are reported, not applied."""
+    from bigearthnet.history import HistoryRow, write_history
+
+    hosts, run = workspace / "follow" / "hosts", workspace / "follow" / "run"
+    hosts.mkdir(parents=True)
+    run.mkdir()
+    schedule = workspace / "follow" / "ramp.txt"
+    schedule.write_text("# ramp\nepoch 1: grow to 1 worker\nepoch 9: grow to 3 workers\n")
+
+    def finish(epochs: int) -> None:
+        row = dict(
+            lr=0.1,
+            loss=0.5,
+            val_loss=0.5,
+            val_micro_f1=0.5,
+            val_macro_f1=0.5,
+            samples_per_s=1.0,
+            data_wait_fraction=0.0,
+            seconds=1.0,
+            world_size=1,
+        )
+        write_history(run, [HistoryRow(epoch=e, **row) for e in range(1, epochs + 1)])
+
+    finish(1)
+    cmd = [
+        CONTROLLER,
+        "--hosts-dir",
+        str(hosts),
+        "--name",
+        "follow",
+        "follow",
+        "--run-dir",
+        str(run),
+        "--schedule",
+        str(schedule),
+        "--epochs",
+        "2",
+        "--poll",
+        "0.2",
+    ]
+    follow = subprocess.Popen(
+        cmd,
+        cwd=workspace,
+        env=slurm_cluster.env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    first = follow.stdout.readline() if follow.stdout else ""
+    assert "epoch 1 (ramp.txt:2): grow to 1: 0 slots (+0 pending): submitted holders" in first
+    assert follow.poll() is None  # epoch 9's action is still to come: it keeps following
+    finish(2)  # the run reaches its last epoch: following ends
+    rest, errors = follow.communicate(timeout=60)
+    assert follow.returncode == 0, errors
+    assert "run finished; 1 action(s) never applied" in rest
+    status = controller(slurm_cluster, workspace, hosts, "--name", "follow", "status").stdout
+    assert status.count("holder ") == 1, status
+    shrunk = controller(slurm_cluster, workspace, hosts, "--name", "follow", "shrink", "1")
+    job = int(shrunk.stdout.split()[-1])
+    assert slurm_cluster.wait(job, JOB_TIMEOUT).state in ("CANCELLED", "COMPLETED")
+
+
 # --------------------------------------------------------------------------- bad input
 # (garbage in the hosts files: tests/test_elastic.py)
 

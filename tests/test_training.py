@@ -123,11 +123,7 @@ def test_cache_problem_only_when_the_node_lacks_memory(tmp_path: Path) -> None:
     problem = cache_problem(275_000, 4, 64 * gb)  # v1 train split on one 4-GPU node
     assert problem.startswith("--cache memory needs 354.1 GB on this node (4 rank(s) x ")
     assert "64.0 GB are available; use --cache none" in problem
-    meminfo = tmp_path / "meminfo"
-    meminfo.write_text("MemTotal:       24000000 kB\nMemAvailable:   16000000 kB\n")
-    assert memory_available(meminfo) == 16000000 * 1024
-    assert memory_available(tmp_path / "missing") is None
-    assert memory_available("/proc/meminfo") > 0  # Linux: the real file
+    assert memory_available() > 0  # psutil: the node's MemAvailable
 
 
 def test_a_cache_that_cannot_fit_stops_with_one_line(

@@ -1,0 +1,108 @@
+"""``train.py`` / ``bigearthnet-train``: data-parallel training on preprocessed shards.
+
+One process per GPU (or per CPU socket), started by any Horovod launcher::
+
+    python train.py --data shards/ --run-dir runs/r50             # 1 process
+    horovodrun -np 8 -H n1:4,n2:4 python train.py --data ...      # Gloo or MPI
+    srun --mpi=pmix python train.py --data ...                    # Slurm, MPI-built Horovod
+
+Options: defaults in code (bigearthnet/config.py), then ``--config FILE.yaml``, then flags.
+The resolved options are saved as RUN/config.yaml; rerunning with the same --run-dir
+resumes from RUN/checkpoints. Exit codes: 0 done, 1 training failed (e.g. non-finite
+loss), 2 bad input or options (nothing trained), 3 stopped by SIGUSR1/SIGTERM after
+checkpointing (a batch script requeues; the rerun continues at that step).
+
+This driver parses, sets up Horovod, and decides: fixed-size or elastic training, then the
+final evaluation of the best checkpoint on the test split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from bigearthnet.cli.common import Parser, run
+from bigearthnet.config import TrainConfig, add_config_arguments, default_threads, resolve
+from bigearthnet.errors import EXIT_REQUEUE
+from bigearthnet.signals import STOP, remember_warnings
+
+PROG = "train.py"
+__all__ = ["EXIT_REQUEUE", "build_parser", "cli", "main"]
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog=PROG,
+        description="Data-parallel (Horovod) training of a multi-label classifier on "
+        "BigEarthNet HDF5 shards made by bigearthnet-preprocess.",
+        epilog="Recipes: configs/*.yaml. Outputs in RUN/: config.yaml, checkpoints/, "
+        "history.csv, efficiency.json, tensorboard/, eval-test/. Exit codes: 0 done, "
+        "1 failed, 2 bad input, 3 checkpointed after a stop request (requeue).",
+    )
+    add_config_arguments(parser, TrainConfig)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser(), _train, argv)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """``python train.py`` and the ``bigearthnet-train`` command: :func:`main` in a process
+    of its own, where a SIGUSR1 outside the training's handlers never kills (start-up: it
+    stops training at the first step; after training stopped: ignored)."""
+    remember_warnings()
+    return main(argv)
+
+
+def _train(args: argparse.Namespace) -> int:
+    cfg = resolve(args, TrainConfig)
+    # TensorFlow's C++ INFO lines (oneDNN, CPU features) drown the rank logs; keep warnings.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    # From here on SIGUSR1/SIGTERM mean "checkpoint and stop" (requeue), never a crash:
+    # installed before TensorFlow is imported, which takes seconds on every rank. Elastic
+    # runs take SIGUSR1 alone: horovodrun ends the workers it drops with SIGTERM.
+    with STOP.handling(warning_only=cfg.elastic):
+        from bigearthnet import distributed
+
+        distributed.init(
+            threads=cfg.threads or default_threads(),
+            fusion_threshold_mb=cfg.fusion_threshold_mb,
+            cycle_time_ms=cfg.cycle_time_ms,
+            timeline=cfg.timeline,
+            elastic=cfg.elastic,
+        )
+        if cfg.elastic:
+            from bigearthnet.elastic import ElasticTrainer
+
+            # The world may change size until the last epoch; a final collective evaluation
+            # outside Elastic Horovod's protection could hang, so evaluate.py does it after.
+            ElasticTrainer(cfg).run()
+            return 0
+        _train_then_evaluate(cfg)
+    return 0
+
+
+def _train_then_evaluate(cfg: TrainConfig) -> None:
+    from bigearthnet import distributed
+    from bigearthnet.training import Trainer
+
+    trainer = Trainer(cfg)
+    trainer.run()
+    STOP.training_over = True  # a late signal must not kill the final evaluation
+    test_count = trainer.manifest.count("test")
+    del trainer  # free this rank's cached training data before the test split is loaded
+    if not cfg.eval_test:
+        return
+    if not test_count:
+        distributed.log.warning("no test split in %s: skipping the final evaluation", cfg.data)
+        return
+    from bigearthnet.evaluation import evaluate_run
+
+    # Every rank scores its part of the test split with the best checkpoint.
+    evaluate_run(cfg.run_dir, data_dir=cfg.data, split="test", checkpoint="best")
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

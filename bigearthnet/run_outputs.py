@@ -1,0 +1,143 @@
+"""What a training run leaves in its folder, written by rank 0 only.
+
+``RUN/``: ``config.yaml`` (the resolved options), ``checkpoints/`` (latest every epoch, best
+by validation micro-F1, mid-epoch ones on a requeue; see :mod:`bigearthnet.checkpoints`),
+``history.csv`` (:mod:`bigearthnet.history`), ``efficiency.json``, ``tensorboard/`` and, for
+elastic runs, ``elastic_events.csv``. Every file is written atomically; the history row of an
+epoch is written before its checkpoint, so a kill in between leaves a row the resume drops
+(it keeps rows up to the checkpoint's epoch) rather than a finished epoch without its row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+from bigearthnet import checkpoints, distributed
+from bigearthnet.checkpoints import CheckpointRecord
+from bigearthnet.config import TrainConfig, save_yaml
+from bigearthnet.errors import ConfigError
+from bigearthnet.history import HistoryRow, read_history, write_history
+from bigearthnet.util import atomic_write_json, read_csv, write_csv
+
+log = distributed.log
+EFFICIENCY = "efficiency.json"
+EVENTS = "elastic_events.csv"
+EVENT_FIELDS = ("time", "old_size", "new_size", "epoch", "consumed", "batch")
+TENSORBOARD_SCALARS = (
+    "lr",
+    "loss",
+    "val_loss",
+    "val_micro_f1",
+    "val_macro_f1",
+    "samples_per_s",
+    "data_wait_fraction",
+    "seconds",
+    "global_batch",
+    "gns_b_simple",
+    "gns_grad_sq",
+    "gns_trace",
+)
+
+
+class RunOutputs:
+    """Rank 0's writer of one run folder (the other ranks never call it)."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(cfg.run_dir)
+        self._writer: Any = None  # the TensorBoard writer, opened with the first epoch
+
+    def prepare(self) -> CheckpointRecord | None:
+        """Create the folder, clear it (``--no-resume``), save the options; returns the latest
+        checkpoint's record when the run resumes."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not self.cfg.resume:
+            checkpoints.clear(self.run_dir)
+            for name in ("history.csv", EFFICIENCY):
+                (self.run_dir / name).unlink(missing_ok=True)
+        record = checkpoints.read_pointer(self.run_dir, "latest") if self.cfg.resume else None
+        if record is not None:
+            self._check_compatible(record)
+        save_yaml(self.cfg, self.run_dir / "config.yaml")
+        return record
+
+    def _check_compatible(self, record: CheckpointRecord) -> None:
+        """A run folder cannot switch model or label set and resume."""
+        for key, saved, wanted in (
+            ("model", record.model, self.cfg.model),
+            ("labels", record.num_classes, self.cfg.labels),
+        ):
+            if saved != wanted:
+                raise ConfigError(
+                    f"{self.run_dir}: holds a run with {key}={saved}, not {wanted}; "
+                    "use another --run-dir, or --no-resume to start this one over"
+                )
+
+    def history(self, *, through_epoch: int) -> list[HistoryRow]:
+        """The rows of the epochs a resumed run keeps (up to its checkpoint's epoch)."""
+        return read_history(self.run_dir, through_epoch=through_epoch) if through_epoch else []
+
+    def save_epoch(
+        self, trackables: dict, record: CheckpointRecord, history: list[HistoryRow]
+    ) -> None:
+        """The outputs of a finished epoch: history, best and latest checkpoints, scalars."""
+        row = history[-1]
+        best = max((r.val_micro_f1 for r in history[:-1]), default=-1.0)
+        write_history(self.run_dir, history)
+        if row.val_micro_f1 > best:
+            checkpoints.save(self.run_dir, "best", trackables, record)
+        checkpoints.save(self.run_dir, "latest", trackables, record)
+        self._tensorboard(row)
+        log.info(
+            "epoch %d/%d: loss %.4f val_loss %.4f val micro-F1 %.4f macro-F1 %.4f, "
+            "%.0f samples/s, data wait %.1f%%, %.1f s",
+            row.epoch,
+            self.cfg.epochs,
+            row.loss,
+            row.val_loss,
+            row.val_micro_f1,
+            row.val_macro_f1,
+            row.samples_per_s,
+            100 * row.data_wait_fraction,
+            row.seconds,
+        )
+
+    def save_mid_epoch(self, trackables: dict, record: CheckpointRecord) -> None:
+        """A checkpoint inside an epoch (all ranks agreed to stop there)."""
+        checkpoints.save(self.run_dir, "latest", trackables, record)
+
+    def write_efficiency(self, report: dict) -> None:
+        atomic_write_json(self.run_dir / EFFICIENCY, report)
+
+    def append_event(
+        self, *, old_size: int, new_size: int, epoch: int, consumed: int, batch: int
+    ) -> None:
+        """One elastic resize as a row of ``elastic_events.csv``."""
+        path = self.run_dir / EVENTS
+        rows: list[dict] = read_csv(path) if path.is_file() else []
+        rows.append(
+            {
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "old_size": old_size,
+                "new_size": new_size,
+                "epoch": epoch,
+                "consumed": consumed,
+                "batch": batch,
+            }
+        )
+        write_csv(path, EVENT_FIELDS, rows)
+
+    def _tensorboard(self, row: HistoryRow) -> None:
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(str(self.run_dir / "tensorboard"))
+        values = dataclasses.asdict(row)
+        with self._writer.as_default():
+            for key in TENSORBOARD_SCALARS:
+                if values.get(key) is not None:
+                    tf.summary.scalar(key, float(values[key]), step=row.epoch)
+        self._writer.flush()
