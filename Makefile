@@ -30,9 +30,11 @@ test-slow: $(STAMP)  ## only the slow tests (real Slurm, elastic); CI runs them 
 test-all: $(STAMP)  ## every test, the slow multi-process and Slurm ones included
 	SHARED_DIR=$(SHARED) $(PY) -m pytest -m "slow or not slow"
 
-lint: $(STAMP)  ## ruff over the project
+lint: $(STAMP)  ## ruff, mypy, and the import layering (import-linter: no cycle, no upward import)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 bench: $(STAMP)  ## benchmarks side by side; writes benchmarks/results.json
 	$(PY) benchmarks/run_all.py

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -250,8 +250,8 @@ class RankData:
             windows.append(window[rng.permutation(len(window))])
         return np.concatenate(windows) if windows else positions
 
-    def _load_window(self, positions: np.ndarray) -> dict:
-        rows = {}
+    def _load_window(self, positions: np.ndarray) -> dict[int, np.ndarray]:
+        rows: dict[int, np.ndarray] = {}
         for run in _contiguous_runs(np.sort(positions)):
             data = self._read_rows("images", self.start + run[0], self.start + run[-1] + 1)
             rows.update(zip(run.tolist(), data))
@@ -385,13 +385,13 @@ def _shard_files(data_dir: Path, manifest: Manifest, split: str) -> list[ShardFi
 
 def band_stats(manifest: Manifest | None) -> tuple[np.ndarray, np.ndarray]:
     """Per-band mean and std from the manifest (train split), else the v1 fallback."""
-    mean = manifest.band_mean if manifest is not None else None
-    std = manifest.band_std if manifest is not None else None
+    mean: Sequence[float] | None = manifest.band_mean if manifest is not None else None
+    std: Sequence[float] | None = manifest.band_std if manifest is not None else None
     if mean is None or std is None:
         mean = [constants.FALLBACK_BAND_MEAN[b] for b in constants.BANDS]
         std = [constants.FALLBACK_BAND_STD[b] for b in constants.BANDS]
-    std = np.maximum(np.asarray(std, dtype=np.float32), 1.0)  # constant bands: no division by 0
-    return np.asarray(mean, dtype=np.float32), std
+    # Constant bands: no division by 0.
+    return np.asarray(mean, dtype=np.float32), np.maximum(np.asarray(std, np.float32), 1.0)
 
 
 def normalize(images: tf.Tensor, mean: tf.Tensor, std: tf.Tensor) -> tf.Tensor:

@@ -104,8 +104,8 @@ class Controller:
     def holders(self) -> list[tuple[str, str]]:
         """(job id, state) of this run's holder jobs, oldest first."""
         out = _run(["squeue", "--noheader", "--me", "--name", self.job_name, "--format", "%i %T"])
-        jobs = [tuple(line.split()) for line in out.splitlines() if line.strip()]
-        return sorted(jobs, key=lambda job: int(job[0].split("_")[0]))
+        jobs = [line.split(maxsplit=1) for line in out.splitlines() if line.strip()]
+        return sorted(((job, state) for job, state in jobs), key=lambda j: int(j[0].split("_")[0]))
 
     def grow(self, count: int) -> list[str]:
         # Slurm runs a copy of the holder script: BEN_REPO tells it where jobs/common.sh is.

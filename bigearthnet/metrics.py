@@ -220,7 +220,7 @@ def full_report(
         # Empty classes or samples make sklearn warn once per call; zero_division=0
         # already says what we want, so the warnings are noise here and only here.
         warnings.simplefilter("ignore", UndefinedMetricWarning)
-        report = {
+        report: dict[str, Any] = {
             f"{avg}_f1": float(f1_score(truth, pred, average=avg, zero_division=0))
             for avg in ("micro", "macro", "samples", "weighted")
         }

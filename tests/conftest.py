@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import REPO, TINY_RECIPE, horovodrun, preprocess  # noqa: F401 (re-exported)
 
-REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 
@@ -66,22 +64,12 @@ def synth_v2(tmp_path_factory) -> Path:
     return out
 
 
-def preprocess(archive: Path, out: Path, *extra: str) -> int:
-    from bigearthnet.preprocess import main
-
-    return main([str(archive), str(out), "--no-progress", *extra])
-
-
 @pytest.fixture(scope="session")
 def shards_v1(synth_v1: Path, tmp_path_factory) -> Path:
     """``synth_v1`` preprocessed into shards of 32 patches (train 144, val 48, test 48)."""
     out = tmp_path_factory.mktemp("shards") / "v1"
     assert preprocess(synth_v1, out, "--shard-size", "32") == 0
     return out
-
-
-TINY_RECIPE = ["--model", "tiny", "--optimizer", "adam", "--lr", "0.01", "--batch-size", "8",
-               "--warmup-epochs", "0", "--threads", "1", "--no-progress"]  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -93,13 +81,3 @@ def trained_run(shards_v1: Path, tmp_path_factory) -> Path:
     argv = ["--data", str(shards_v1), "--run-dir", str(run), "--epochs", "6", "--no-eval-test"]
     assert train.main(argv + TINY_RECIPE) == 0
     return run
-
-
-def horovodrun(np_: int, *argv: str, timeout: int = 600, env: dict | None = None):
-    """Run ``python argv...`` on ``np_`` local ranks through horovodrun (Gloo)."""
-    launcher = Path(sys.executable).with_name("horovodrun")  # installed by `make setup`
-    cmd = [str(launcher), "-np", str(np_), "-H", f"localhost:{np_}", "--gloo", sys.executable,
-           *argv]  # fmt: skip
-    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1", **(env or {})}
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env=full_env)  # fmt: skip

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 BENCH = REPO / "benchmarks"
 sys.path.insert(0, str(BENCH))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, TINY_RECIPE
+from helpers import REPO, TINY_RECIPE
 
 from bigearthnet.batching import global_step_take, step_slices
 

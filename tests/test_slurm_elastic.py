@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import preprocess
+from helpers import preprocess
 from slurm_cluster import (
     Job,
     SlurmCluster,

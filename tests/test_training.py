@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import REPO, TINY_RECIPE, horovodrun, preprocess
+from helpers import REPO, TINY_RECIPE, horovodrun, preprocess
 
 import train
 from bigearthnet import distributed
