@@ -91,8 +91,9 @@ def paired_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> 
     return median([a / b for a, b in zip(numerators, denominators) if a and b])
 
 
-def knob_figure(fid: str, what: str, knob: Sequence[float], default: Sequence[float],
-                why: str) -> Figure:  # fmt: skip
+def knob_figure(
+    fid: str, what: str, knob: Sequence[float], default: Sequence[float], why: str
+) -> Figure:
     """A knob's row: its measurements over the default's of the same repetitions."""
     return Figure(fid, what, paired_ratio(knob, default), "x", limited_by=why)
 
@@ -222,8 +223,13 @@ def base_parser(description: str) -> argparse.ArgumentParser:
 
 def add_knob_arguments(parser: argparse.ArgumentParser, knobs: Sequence[str], what: str) -> None:
     """``--knobs`` (which of ``knobs`` to measure, default all) and ``--knob-repeats``."""
-    parser.add_argument("--knobs", nargs="*", default=list(knobs), choices=list(knobs),
-                        help=f"{what} to measure against the default (default: all)")  # fmt: skip
+    parser.add_argument(
+        "--knobs",
+        nargs="*",
+        default=list(knobs),
+        choices=list(knobs),
+        help=f"{what} to measure against the default (default: all)",
+    )
     parser.add_argument("--knob-repeats", type=int, default=1, help="repetitions of knobs")
 
 

@@ -59,12 +59,18 @@ def run(args, work: Path) -> list[Figure]:
 
     def independent(rep: int) -> float:
         """Control: two unrelated 1-rank runs at once - the machine's own 1 -> 2 scaling."""
-        runs = common.at_once(lambda i: common.train_run(data, work / f"p4-solo{i}-{rep}", 1,
-                                                         batch, "train.py control"))  # fmt: skip
+        runs = common.at_once(
+            lambda i: common.train_run(
+                data, work / f"p4-solo{i}-{rep}", 1, batch, "train.py control"
+            )
+        )
         return sum(r["samples_per_s"] for r in runs)
 
-    variants = {"1 rank": variant("1rank", 1, []), "2 ranks": variant("2ranks", 2, []),
-                "2 x 1 rank, independent": independent}  # fmt: skip
+    variants = {
+        "1 rank": variant("1rank", 1, []),
+        "2 ranks": variant("2ranks", 2, []),
+        "2 x 1 rank, independent": independent,
+    }
     for label, (name, ranks) in TIMED.items():
         variants[label] = variant(name, ranks, ["--comm-timing"])
     for knob in args.knobs:

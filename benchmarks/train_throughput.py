@@ -58,8 +58,15 @@ def keras_worker(data: Path, threads: int) -> None:
         loss=tf.keras.losses.BinaryCrossentropy(from_logits=True),
     )
     timer = epoch_timer()
-    model.fit(x, y, batch_size=common.TRAIN_BATCH, epochs=common.TRAIN_EPOCHS, shuffle=True,
-              verbose=0, callbacks=[timer])  # fmt: skip
+    model.fit(
+        x,
+        y,
+        batch_size=common.TRAIN_BATCH,
+        epochs=common.TRAIN_EPOCHS,
+        shuffle=True,
+        verbose=0,
+        callbacks=[timer],
+    )
     rate = common.median([len(part) / s for s in timer.seconds[1:]])  # as train_run
     print(json.dumps({"samples_per_s": rate}), flush=True)
 

@@ -52,9 +52,18 @@ CLIENTS = ("sbatch", "scontrol", "squeue", "scancel", "sinfo", "srun")
 DAEMONS = ("munged", "slurmctld", "slurmd")
 # States a job does not leave (a requeued job passes through REQUEUED back to PENDING).
 FINAL_STATES = frozenset(
-    ["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-     "DEADLINE", "OUT_OF_MEMORY"]
-)  # fmt: skip
+    [
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    ]
+)
 MARKER = "BEN_TEST_SLURM_ROOT"  # in the environment of slurmd, its steps and every job
 SYSTEM_MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 PR_SET_PDEATHSIG = 1
@@ -216,10 +225,14 @@ class SlurmCluster:
         for path in (folder, key):
             shutil.chown(path, "munge", "munge")
         args = [
-            "munged", "--foreground", f"--socket={self.munge_socket}", f"--key-file={key}",
-            f"--pid-file={folder / 'munged.pid'}", f"--log-file={folder / 'munged.log'}",
+            "munged",
+            "--foreground",
+            f"--socket={self.munge_socket}",
+            f"--key-file={key}",
+            f"--pid-file={folder / 'munged.pid'}",
+            f"--log-file={folder / 'munged.log'}",
             f"--seed-file={folder / 'munged.seed'}",
-        ]  # fmt: skip
+        ]
         self._spawn("munged", args, user="munge")
         try:
             self._wait_for(self._munge_ok, 15, "munged to answer")
@@ -246,8 +259,9 @@ class SlurmCluster:
         sock = f"--socket={self.munge_socket}"
         try:
             cred = subprocess.run(["munge", "-n", sock], capture_output=True, timeout=10)
-            check = subprocess.run(["unmunge", sock], input=cred.stdout, capture_output=True,
-                                   timeout=10)  # fmt: skip
+            check = subprocess.run(
+                ["unmunge", sock], input=cred.stdout, capture_output=True, timeout=10
+            )
         except subprocess.TimeoutExpired:
             return False
         return cred.returncode == 0 and check.returncode == 0

@@ -18,14 +18,25 @@ sys.path.insert(0, str(BENCH))
 import common  # noqa: E402
 import run_all  # noqa: E402
 
-SCRIPTS = ["preprocess.py", "input_pipeline.py", "train_throughput.py", "scaling.py",
-           "evaluation.py", "run_all.py"]  # fmt: skip
+SCRIPTS = [
+    "preprocess.py",
+    "input_pipeline.py",
+    "train_throughput.py",
+    "scaling.py",
+    "evaluation.py",
+    "run_all.py",
+]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_benchmark_answers_help(script: str) -> None:
-    result = subprocess.run([sys.executable, str(BENCH / script), "--help"], cwd=REPO,
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(BENCH / script), "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "usage:" in result.stdout and "--work-dir" in result.stdout
 
@@ -93,8 +104,9 @@ def test_efficiency_report_factors_multiply_to_parallel_efficiency() -> None:
     assert report["load_balance"] == pytest.approx(7.0 / 8.0)
     assert report["communication_efficiency"] == pytest.approx(8.0 / 10.0)
     assert report["input_efficiency"] == pytest.approx(10.0 / 11.0)
-    product = (report["load_balance"] * report["communication_efficiency"]
-               * report["input_efficiency"])  # fmt: skip
+    product = (
+        report["load_balance"] * report["communication_efficiency"] * report["input_efficiency"]
+    )
     assert report["parallel_efficiency"] == pytest.approx(product)
     assert report["samples_per_s_total"] == pytest.approx(160 / 11.0)
     assert report["per_rank"][1]["communication_s"] == 3.0

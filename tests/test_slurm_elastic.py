@@ -69,17 +69,29 @@ def controller(
     cluster: SlurmCluster, workspace: Path, hosts: Path, *args: str
 ) -> subprocess.CompletedProcess:
     """``bigearthnet-elastic --hosts-dir HOSTS ARGS`` from the submission folder."""
-    return subprocess.run([CONTROLLER, "--hosts-dir", str(hosts), *args], capture_output=True,
-                          text=True, timeout=60, cwd=workspace, env=cluster.env())  # fmt: skip
+    return subprocess.run(
+        [CONTROLLER, "--hosts-dir", str(hosts), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=workspace,
+        env=cluster.env(),
+    )
 
 
-def submit_driver(cluster: SlurmCluster, workspace: Path, experiment: str, *args: str,
-                  **env: str) -> int:  # fmt: skip
+def submit_driver(
+    cluster: SlurmCluster, workspace: Path, experiment: str, *args: str, **env: str
+) -> int:
     """The driver with one worker (one CPU), leaving the node's other CPU to a holder."""
     return cluster.submit(
-        "elastic/train_elastic", "--ntasks-per-node=1", "--", *ELASTIC, *args, cwd=workspace,
+        "elastic/train_elastic",
+        "--ntasks-per-node=1",
+        "--",
+        *ELASTIC,
+        *args,
+        cwd=workspace,
         env=job_env(cluster, workspace, EXPERIMENT=experiment, **env),
-    )  # fmt: skip
+    )
 
 
 def log_says(text: str):
@@ -106,25 +118,33 @@ def test_holder_jobs_grow_and_shrink_the_training_then_a_warning_requeues_it(
     config = workspace / "elastic.yaml"
     config.write_text(f"epochs: {ENDLESS_EPOCHS}\n")
     driver = submit_driver(slurm_cluster, workspace, "elastic", TRAIN_CONFIG=str(config))
-    wait_while_running(slurm_cluster, driver, lambda _: epochs_done(run) >= 2, 240,
-                       "training on 1 worker")  # fmt: skip
+    wait_while_running(
+        slurm_cluster, driver, lambda _: epochs_done(run) >= 2, 240, "training on 1 worker"
+    )
     assert registered(hosts) == [f"{driver}.hosts"]
 
     grown = controller(slurm_cluster, workspace, hosts, "grow", "1")
     assert grown.returncode == 0, grown.stderr
     holder = int(grown.stdout.split()[-1])  # "submitted holder jobs: <id>"
-    wait_while_running(slurm_cluster, driver, log_says("world size 1 -> 2"), RESIZE_TIMEOUT,
-                       "growth to 2 workers")  # fmt: skip
-    wait_while_running(slurm_cluster, driver, log_says("[rank 0/2] epoch"), RESIZE_TIMEOUT,
-                       "an epoch on 2 workers")  # fmt: skip
+    wait_while_running(
+        slurm_cluster, driver, log_says("world size 1 -> 2"), RESIZE_TIMEOUT, "growth to 2 workers"
+    )
+    wait_while_running(
+        slurm_cluster, driver, log_says("[rank 0/2] epoch"), RESIZE_TIMEOUT, "an epoch on 2 workers"
+    )
     status = controller(slurm_cluster, workspace, hosts, "status")
     assert f"holder {holder} RUNNING" in status.stdout, status.stdout + status.stderr
     assert "total 2 slot(s) on 2 host(s)" in status.stdout, status.stdout
 
     shrunk = controller(slurm_cluster, workspace, hosts, "shrink", "1")
     assert shrunk.returncode == 0 and str(holder) in shrunk.stdout, shrunk.stderr
-    wait_while_running(slurm_cluster, driver, log_says("world size 2 -> 1"), RESIZE_TIMEOUT,
-                       "shrinking to 1 worker")  # fmt: skip
+    wait_while_running(
+        slurm_cluster,
+        driver,
+        log_says("world size 2 -> 1"),
+        RESIZE_TIMEOUT,
+        "shrinking to 1 worker",
+    )
 
     epochs = epochs_done(run) + 1 + EPOCHS_AFTER_WARNING  # the stop comes within an epoch
     config.write_text(f"epochs: {epochs}\n")
@@ -135,9 +155,13 @@ def test_holder_jobs_grow_and_shrink_the_training_then_a_warning_requeues_it(
     log = job.log()  # --open-mode=append: both runs
     assert "--min-np 1 --max-np 2 --elastic-timeout 60 --network-interface lo" in log, log
     assert f"registered localhost:1 in {hosts}/{driver}.hosts" in log
-    for needle in ("SIGUSR1: time limit near", STOPPED,
-                   f"requeueing job {driver} to resume (restart 1)", "resumed from",
-                   "training finished"):  # fmt: skip
+    for needle in (
+        "SIGUSR1: time limit near",
+        STOPPED,
+        f"requeueing job {driver} to resume (restart 1)",
+        "resumed from",
+        "training finished",
+    ):
         assert needle in log, f"{needle!r} missing\n{job.describe()}"
     holder_job = slurm_cluster.wait(holder, JOB_TIMEOUT)
     assert_completed(holder_job)  # left on SIGTERM: a normal end
@@ -167,8 +191,13 @@ def test_driver_ends_the_holders_left_when_training_is_over(
     driver = submit_driver(slurm_cluster, workspace, "release", TRAIN_CONFIG=str(config))
     wait_while_running(slurm_cluster, driver, lambda _: hosts.is_dir(), 120, "registration")
     first = int(controller(slurm_cluster, workspace, hosts, "grow", "1").stdout.split()[-1])
-    wait_while_running(slurm_cluster, driver, lambda _: (hosts / f"{first}.hosts").exists(),
-                       60, "the holder's registration")  # fmt: skip
+    wait_while_running(
+        slurm_cluster,
+        driver,
+        lambda _: (hosts / f"{first}.hosts").exists(),
+        60,
+        "the holder's registration",
+    )
     second = int(controller(slurm_cluster, workspace, hosts, "grow", "1").stdout.split()[-1])
     status = controller(slurm_cluster, workspace, hosts, "status").stdout
     assert f"holder {second} PENDING" in status, status  # the node's 2 CPUs are taken
@@ -268,8 +297,9 @@ def test_holder_without_its_hosts_folder_fails_with_one_clear_line(
         == f"bigearthnet-elastic: error: {missing}: hosts folder does not exist"
     )
     # Submitted by hand, the holder stops at once and says why.
-    env = slurm_cluster.env(ELASTIC_HOSTS_DIR=str(missing), ELASTIC_SLOTS="1",
-                            BEN_REPO=str(JOBS.parent))  # fmt: skip
+    env = slurm_cluster.env(
+        ELASTIC_HOSTS_DIR=str(missing), ELASTIC_SLOTS="1", BEN_REPO=str(JOBS.parent)
+    )
     job_id = slurm_cluster.sbatch(str(JOBS / "elastic" / "holder.sbatch"), cwd=workspace, env=env)
     assert_failed_clearly(
         slurm_cluster.wait(job_id, JOB_TIMEOUT), f"ELASTIC_HOSTS_DIR={missing}: no such folder"
@@ -279,9 +309,11 @@ def test_holder_without_its_hosts_folder_fails_with_one_clear_line(
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("variable", "value", "phrase"),
-    [("ELASTIC_IFACE", "", "ELASTIC_IFACE is not set: set it in jobs/sites/local.env"),
-     ("ELASTIC_MIN_NP", "two", "ELASTIC_MIN_NP=two: expected a whole number >= 1")],
-)  # fmt: skip
+    [
+        ("ELASTIC_IFACE", "", "ELASTIC_IFACE is not set: set it in jobs/sites/local.env"),
+        ("ELASTIC_MIN_NP", "two", "ELASTIC_MIN_NP=two: expected a whole number >= 1"),
+    ],
+)
 def test_driver_with_a_bad_site_variable_fails_with_one_clear_line(
     slurm_cluster: SlurmCluster, workspace: Path, variable: str, value: str, phrase: str
 ) -> None:
@@ -297,8 +329,15 @@ def test_driver_without_enough_slots_stops_after_the_elastic_timeout(
 ) -> None:
     timeout = 15
     run = workspace / "runs" / "too-few"
-    job_id = submit_driver(slurm_cluster, workspace, "too-few", "--epochs", "2",
-                           ELASTIC_MIN_NP="2", ELASTIC_TIMEOUT=str(timeout))  # fmt: skip
+    job_id = submit_driver(
+        slurm_cluster,
+        workspace,
+        "too-few",
+        "--epochs",
+        "2",
+        ELASTIC_MIN_NP="2",
+        ELASTIC_TIMEOUT=str(timeout),
+    )
     job: Job = slurm_cluster.wait(job_id, JOB_TIMEOUT)
     assert (job.state, job.exit_code) == ("FAILED", "1:0"), job.describe()
     errors = [line for line in job.log().splitlines() if "ERROR:" in line]

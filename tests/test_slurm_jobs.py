@@ -38,8 +38,17 @@ SCRIPTS = sorted([*JOBS.glob("**/*.sbatch"), *JOBS.glob("**/*.sh")])
 PROFILES = sorted((JOBS / "sites").glob("*.env"))
 PATCHES = 40  # 24 train / 8 val / 8 test with the default 0.6/0.2/0.2 split
 SHARD_SIZE = 8  # -> 5 shards, so each of the 2 preprocessing tasks has some
-TINY = ["--model", "tiny", "--batch-size", "4", "--warmup-epochs", "0", "--threads", "1",
-        "--no-eval-test"]  # fmt: skip
+TINY = [
+    "--model",
+    "tiny",
+    "--batch-size",
+    "4",
+    "--warmup-epochs",
+    "0",
+    "--threads",
+    "1",
+    "--no-eval-test",
+]
 JOB_TIMEOUT = 300  # seconds for any one ordinary job (they take 10-30 s here)
 
 
@@ -48,9 +57,16 @@ JOB_TIMEOUT = 300  # seconds for any one ordinary job (they take 10-30 s here)
 
 def test_job_scripts_pass_bash_n_and_shellcheck() -> None:
     assert {p.name for p in SCRIPTS} >= {
-        "common.sh", "submit.sh", "preprocess.sbatch", "train.sbatch", "train_gloo.sbatch",
-        "evaluate.sbatch", "train_elastic.sbatch", "holder.sbatch", "discover_hosts.sh",
-    }  # fmt: skip
+        "common.sh",
+        "submit.sh",
+        "preprocess.sbatch",
+        "train.sbatch",
+        "train_gloo.sbatch",
+        "evaluate.sbatch",
+        "train_elastic.sbatch",
+        "holder.sbatch",
+        "discover_hosts.sh",
+    }
     assert {p.stem for p in PROFILES} >= {"local", "juwels-booster", "lumi-g"}
     for path in [*SCRIPTS, *PROFILES]:
         result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
@@ -244,9 +260,12 @@ def test_missing_site_profile_fails_the_job_with_one_clear_line(
     env = job_env(slurm_cluster, workspace, SITE="atlantis", BEN_REPO=str(REPO))
     # jobs/submit.sh refuses before anything is queued ...
     submit = subprocess.run(
-        ["bash", str(JOBS / "submit.sh"), "train"], capture_output=True, text=True, env=env,
+        ["bash", str(JOBS / "submit.sh"), "train"],
+        capture_output=True,
+        text=True,
+        env=env,
         cwd=workspace,
-    )  # fmt: skip
+    )
     assert submit.returncode == 2
     assert "site profile" in submit.stderr and "atlantis.env not found" in submit.stderr
     # ... and a job submitted with plain sbatch stops at once, saying why.
