@@ -30,8 +30,15 @@ __all__ = ["ConfigError", "TrainConfig", "load_run_config", "resolve", "save_yam
 RUN_CONFIG = "config.yaml"  # the resolved options, saved beside every run
 
 
-def _opt(default: Any, help: str, choices: tuple | None = None, flag: str | None = None) -> Any:
-    return field(default=default, metadata={"help": help, "choices": choices, "flag": flag})
+def _opt(
+    default: Any,
+    help: str,
+    choices: tuple | None = None,
+    flag: str | None = None,
+    const: Any = None,
+) -> Any:
+    metadata = {"help": help, "choices": choices, "flag": flag, "const": const}
+    return field(default=default, metadata=metadata)
 
 
 @dataclass
@@ -41,10 +48,17 @@ class TrainConfig:
     run_dir: str = _opt("", "run folder: checkpoints, history, logs; an existing one resumes")
     labels: int = _opt(19, "label set: 19 (BigEarthNet-19) or 43 (v1 CORINE classes)", (19, 43))
     cache: str = _opt(
-        "memory",
-        "memory: keep this rank's part of the data in RAM as uint16; none: read the shards "
-        "every epoch",
-        ("memory", "none"),
+        "auto",
+        "where this rank's part of the data lives as uint16: device (accelerator memory: "
+        "batches gathered, normalised and augmented there, nothing moved per step; "
+        "'device!' fails instead of falling back when it does not fit), memory (host RAM), "
+        "none (read the shards every epoch), auto (device where it fits, else memory)",
+        ("auto", "device", "device!", "memory", "none"),
+    )
+    loader_threads: int | None = _opt(
+        None,
+        "host threads gathering each batch from the memory cache, ahead of the step; default "
+        "from the rank's CPU share (SLURM_CPUS_PER_TASK, else the cores this rank may use)",
     )
     verify_data: bool = _opt(True, "check the sha256 of this rank's shards against the manifest")
     # --- model and optimisation
@@ -69,7 +83,14 @@ class TrainConfig:
     seed: int = _opt(42, "seed of weights, shuffling and augmentation")
     threshold: float = _opt(0.5, "score threshold for validation F1")
     # --- performance
-    amp: bool = _opt(False, "mixed precision (float16 compute, float32 logits and loss)")
+    amp: str = _opt(
+        "off",
+        "mixed precision, logits and loss stay float32: bf16 (bfloat16, no loss scaling: the "
+        "A100/H100 default), fp16 (float16 with dynamic loss scaling: V100); a bare --amp "
+        "means fp16",
+        ("off", "fp16", "bf16"),
+        const="fp16",
+    )
     xla: bool = _opt(False, "compile the training step with XLA")
     fp16_allreduce: bool = _opt(False, "compress gradients to float16 for the allreduce")
     grouped_allreduce: bool = _opt(
@@ -112,6 +133,11 @@ class TrainConfig:
     eval_test: bool = _opt(True, "evaluate the best checkpoint on the test split at the end")
     progress: bool = _opt(True, "progress bar on rank 0")
 
+    def __post_init__(self) -> None:
+        # Run folders and YAML files written before --amp took a value say true/false.
+        if isinstance(self.amp, bool):
+            self.amp = "fp16" if self.amp else "off"
+
     def validate(self) -> None:
         """Raise ConfigError for values no run can use (the one place options are checked:
         flags, YAML keys and the run config read back alike)."""
@@ -123,6 +149,8 @@ class TrainConfig:
             raise ConfigError("--elastic works with --backward-passes-per-step 1 only")
         for name in ("epochs", "batch_size", "backward_passes_per_step", "commit_every"):
             require_positive_int(f"--{_flag(_field(name))}", getattr(self, name))
+        if self.loader_threads is not None:
+            require_positive_int("--loader-threads", self.loader_threads)
         require_positive("--lr", self.lr)
         require_non_negative("--warmup-epochs", self.warmup_epochs)
         require_open_fraction("--threshold", self.threshold)
@@ -184,7 +212,14 @@ def add_config_arguments(
                 default=argparse.SUPPRESS,
                 choices=f.metadata.get("choices"),
                 help=help_text,
+                **_bare_flag(f),
             )
+
+
+def _bare_flag(f: dataclasses.Field) -> dict[str, Any]:
+    """``--amp`` alone means ``--amp fp16``: the flag was a switch before it took a value."""
+    const = f.metadata.get("const")
+    return {} if const is None else {"nargs": "?", "const": const}
 
 
 def _field_type(f: dataclasses.Field, default: Any) -> type:
@@ -194,6 +229,7 @@ def _field_type(f: dataclasses.Field, default: Any) -> type:
         "fusion_threshold_mb": float,
         "cycle_time_ms": float,
         "threads": int,
+        "loader_threads": int,
         "max_steps_per_epoch": int,
     }.get(f.name, str)
 

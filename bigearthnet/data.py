@@ -44,6 +44,7 @@ import psutil
 import tensorflow as tf
 
 from bigearthnet import constants
+from bigearthnet.loader import RowGather
 from bigearthnet.shards import (
     CHUNK_ROWS,
     IMAGE_SHAPE,
@@ -107,6 +108,8 @@ class RankData:
         rank: int = 0,
         size: int = 1,
         cache: str = "memory",
+        device: str = "/CPU:0",
+        threads: int = 1,
         verify: bool = True,
     ):
         self.data_dir = Path(data_dir)
@@ -121,15 +124,21 @@ class RankData:
         self.start, self.stop = rank_range(self.total, rank, size)
         self.rank = rank
         self.cache = cache
+        self.device = device
         if verify:
             for entry in self._my_entries(manifest):
                 verify_shard(self.data_dir, entry)
         self._images: np.ndarray | None = None
-        self._images_tensor: tf.Tensor | None = None
+        self._on_device: tf.Tensor | None = None
+        self._gather: RowGather | None = None
         self._labels = self._read_rows(self.label_key, self.start, self.stop)
-        if cache == "memory":
-            self._images = self._read_images_aligned()
-            self._images_tensor = _tensor_view(self._images) if len(self) else None
+        if cache in ("memory", "device"):
+            images = self._read_images_aligned()
+            self._images = images
+            self._gather = RowGather(images, threads=threads, empty=aligned_empty)
+            if cache == "device" and len(self):
+                with tf.device(device):  # one copy to the accelerator, for the whole run
+                    self._on_device = tf.identity(_tensor_view(images))
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -207,8 +216,8 @@ class RankData:
         """Yield (images uint16, labels uint8) for steps ``start_step..steps-1`` of an epoch;
         all ``steps`` batches together cover the part exactly once - or, with ``limit``,
         the first ``limit`` samples of the epoch's order (a capped epoch). ``tensors``: as
-        host tensors (what :meth:`dataset` hands the step), gathered by TensorFlow from the
-        memory cache."""
+        tensors (what :meth:`dataset` hands the step): gathered on the device from the device
+        cache, else by the row-copy threads from the memory cache."""
         convert = tf.convert_to_tensor if tensors else np.asarray
         if self._images is None:  # streaming: read, then (tensors) one copy into a tensor
             for images, labels in self._stream(steps, epoch, seed, shuffle, start_step, limit):
@@ -217,8 +226,16 @@ class RankData:
         order = epoch_order(len(self), seed, epoch, self.rank, shuffle)[:limit]
         for idx in split_batches(order, steps)[start_step:]:
             idx = np.sort(idx)  # sorted gathers are cache-friendlier; batch order is free
-            images = tf.gather(self._images_tensor, idx) if tensors else self._images[idx]
-            yield images, convert(self._labels[idx])
+            yield self._batch_images(idx, tensors=tensors), convert(self._labels[idx])
+
+    def _batch_images(self, idx: np.ndarray, *, tensors: bool):
+        gather = self._gather
+        assert gather is not None  # made with the cache; without one, batches() streams
+        if not tensors:
+            return gather.images[idx]
+        if self._on_device is not None:
+            return tf.gather(self._on_device, idx)
+        return _tensor_view(gather(idx))
 
     def _stream(self, steps, epoch, seed, shuffle, start_step, limit) -> Iterator:
         order = self._stream_order(epoch, seed, shuffle)[:limit]
@@ -264,9 +281,9 @@ class RankData:
         return Prefetcher(self._host_tensors(steps, **kwargs))
 
     def _host_tensors(self, steps: int, **kwargs: Any) -> Iterator:
-        # Host tensors, as tf.data's were: on a GPU node an eager gather would otherwise run
-        # on the GPU and copy the whole cache there. The step copies each batch over.
-        with tf.device("/CPU:0"):
+        # Pinned to the cache's device: on a GPU node an eager op would otherwise run on the
+        # GPU and copy a host cache there. From a host cache the step copies each batch over.
+        with tf.device(self.device):
             yield from self.batches(steps, tensors=True, **kwargs)
 
 

@@ -41,7 +41,13 @@ from bigearthnet.loop import train_epoch
 from bigearthnet.replica import Replica, StepResult
 from bigearthnet.run_outputs import RunOutputs
 from bigearthnet.shards import read_manifest
-from bigearthnet.training import SPLITS_USED, EpochEnd, check_cache_fits, make_schedule, open_splits
+from bigearthnet.training import (
+    SPLITS_USED,
+    EpochEnd,
+    choose_rank_cache,
+    make_schedule,
+    open_splits,
+)
 
 log = distributed.log
 POSITION = tuple(f.name for f in dataclasses.fields(ElasticPosition))
@@ -55,8 +61,9 @@ class ElasticTrainer:
         manifest = read_manifest(cfg.data)
         # Every worker opens whole splits: after a resize it may need any sample. (No
         # collective may run before hvd.elastic.run: a worker that does not fit raises.)
-        check_cache_fits(cfg, samples_per_rank=sum(manifest.count(s) for s in SPLITS_USED))
-        self.train_data, self.val_data = open_splits(cfg, manifest, rank=0, size=1)
+        whole = sum(manifest.count(s) for s in SPLITS_USED)
+        cache = choose_rank_cache(cfg, samples_per_rank=whole)
+        self.train_data, self.val_data = open_splits(cfg, manifest, rank=0, size=1, cache=cache)
         if len(self.train_data) < distributed.size():
             raise ValueError(f"{len(self.train_data)} training samples for more workers")
         self.order = GlobalOrder(self.train_data, batch_size=cfg.batch_size, seed=cfg.seed)

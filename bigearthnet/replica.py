@@ -32,6 +32,9 @@ from bigearthnet.data import normalize
 from bigearthnet.schedules import LRSchedule, WarmupSchedule
 from bigearthnet.shards import IMAGE_SHAPE
 
+# --amp -> Keras policy. Both mixed policies keep variables, logits and the loss in float32.
+PRECISION_POLICY = {"off": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
+
 log = distributed.log
 
 
@@ -61,8 +64,8 @@ class Replica:
         self.cfg = cfg
         self.num_classes = num_classes
         self.mean, self.std = tf.constant(band_mean), tf.constant(band_std)
-        if cfg.amp:
-            tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        tf.keras.mixed_precision.set_global_policy(PRECISION_POLICY[cfg.amp])
+        self.loss_scaling = cfg.amp == "fp16"  # bfloat16 has float32's range: no scaling
         tf.keras.utils.set_random_seed(cfg.seed)
         self.model = models.get_model(
             cfg.model, IMAGE_SHAPE, num_classes, weight_decay=cfg.weight_decay
@@ -190,10 +193,10 @@ class Replica:
             logits = self.model(x, training=True)
             loss = tf.reduce_mean(bce_loss(y, logits))
             total = loss + tf.add_n(self.model.losses) if self.model.losses else loss
-            if self.cfg.amp:
+            if self.loss_scaling:
                 total = self.optimizer.get_scaled_loss(total)
         grads = tape.gradient(total, self.model.trainable_variables)
-        if self.cfg.amp:
+        if self.loss_scaling:
             grads = self.optimizer.get_unscaled_gradients(grads)
         return loss, grads
 
@@ -236,7 +239,7 @@ def _make_optimizer(cfg: TrainConfig, lr: WarmupSchedule) -> tf.keras.optimizers
         opt = tf.keras.optimizers.legacy.SGD(learning_rate=lr, momentum=cfg.momentum)
     else:
         opt = tf.keras.optimizers.legacy.Adam(learning_rate=lr)
-    if cfg.amp:
+    if cfg.amp == "fp16":  # float16 gradients underflow without a loss scale
         opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
     return opt
 

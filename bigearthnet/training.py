@@ -16,6 +16,7 @@ after the steps of an epoch.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -27,10 +28,23 @@ from bigearthnet import checkpoints, distributed
 from bigearthnet.batching import RankPartition
 from bigearthnet.checkpoints import CheckpointRecord
 from bigearthnet.config import TrainConfig
-from bigearthnet.data import RankData, band_stats, cache_problem, memory_available
+from bigearthnet.data import (
+    SAMPLE_BYTES,
+    RankData,
+    band_stats,
+    cache_problem,
+    memory_available,
+)
 from bigearthnet.efficiency import efficiency_line, efficiency_report
 from bigearthnet.errors import ConfigError, RequeueRequested
 from bigearthnet.history import HistoryRow
+from bigearthnet.loader import (
+    CacheChoice,
+    accelerator,
+    accelerator_free_bytes,
+    choose_cache,
+    loader_threads,
+)
 from bigearthnet.loop import EpochOutcome, TrainingError, train_epoch, validate
 from bigearthnet.replica import Replica
 from bigearthnet.run_outputs import RunOutputs
@@ -57,19 +71,27 @@ def make_schedule(cfg: TrainConfig, *, world_size: int, updates_per_epoch: int) 
     )
 
 
-def check_cache_fits(cfg: TrainConfig, *, samples_per_rank: int) -> None:
-    """ConfigError when ``--cache memory`` would not fit in this node's memory."""
-    if cfg.cache != "memory":
-        return
-    problem = cache_problem(samples_per_rank, distributed.local_size(), memory_available())
-    if problem:
-        raise ConfigError(problem)
+def choose_rank_cache(cfg: TrainConfig, *, samples_per_rank: int) -> CacheChoice:
+    """Where this rank's images live for the run (``--cache``), logged with the reason;
+    ConfigError when the cache asked for cannot be had."""
+    device = accelerator()
+    choice = choose_cache(
+        cfg.cache,
+        part_bytes=samples_per_rank * SAMPLE_BYTES,
+        host_problem=cache_problem(samples_per_rank, distributed.local_size(), memory_available()),
+        device=device,
+        device_free=accelerator_free_bytes() if device else None,
+    )
+    level = logging.WARNING if choice.fell_back else logging.INFO
+    log.log(level, "cache: %s on %s (%s)", choice.kind, choice.device, choice.reason)
+    return choice
 
 
 def open_splits(
-    cfg: TrainConfig, manifest: Manifest, *, rank: int, size: int
+    cfg: TrainConfig, manifest: Manifest, *, rank: int, size: int, cache: CacheChoice
 ) -> tuple[RankData, RankData]:
     """This rank's part of the train and val splits (``size`` 1: the whole splits)."""
+    threads = loader_threads(cfg.loader_threads, ranks_on_node=distributed.local_size())
     train, val = (
         RankData(
             cfg.data,
@@ -78,7 +100,9 @@ def open_splits(
             labels=cfg.labels,
             rank=rank,
             size=size,
-            cache=cfg.cache,
+            cache=cache.kind,
+            device=cache.device,
+            threads=threads,
             verify=cfg.verify_data,
         )
         for split in SPLITS_USED
@@ -171,8 +195,10 @@ class Trainer:
         error = None
         try:
             part = sum(math.ceil(self.manifest.count(s) / size) for s in SPLITS_USED)
-            check_cache_fits(cfg, samples_per_rank=part)
-            self.train_data, self.val_data = open_splits(cfg, self.manifest, rank=rank, size=size)
+            cache = choose_rank_cache(cfg, samples_per_rank=part)
+            self.train_data, self.val_data = open_splits(
+                cfg, self.manifest, rank=rank, size=size, cache=cache
+            )
         except (ConfigError, ShardError, OSError) as err:
             error = err
         distributed.raise_if_any_failed(error, "loading data")
