@@ -10,6 +10,11 @@ Side by side in one process, epochs interleaved, no model:
 Knobs measured on the same data: ``--cache none`` (streaming from the shards every epoch)
 and normalisation on the host (float32 batches out of the pipeline, twice the bytes) instead
 of inside the training step.
+
+P7, the loader's supply (#13): the same pipeline with ``--loader-threads 2`` and with
+``--cache device`` (on this CPU the device is the CPU: ``tf.gather`` from the cache tensor),
+each over the same single-thread memory bound; the per-thread rate in the details. Beside
+them in ``benchmarks/README.md``: what one H100 consumes (measured elsewhere).
 """
 
 from __future__ import annotations
@@ -59,8 +64,14 @@ def run(args, work: Path) -> list[Figure]:
 
     data = common.eval_shards(work)
     manifest = read_manifest(data)
-    memory = RankData(data, manifest, "train", labels=19, cache="memory", verify=False)
-    streaming = RankData(data, manifest, "train", labels=19, cache="none", verify=False)
+
+    def part(cache: str, threads: int = 1) -> RankData:
+        return RankData(
+            data, manifest, "train", labels=19, cache=cache, threads=threads, verify=False
+        )
+
+    memory, streaming = part("memory"), part("none")
+    two_threads, on_device = part("memory", threads=2), part("device")
     steps = steps_per_epoch(memory.total, 1, args.batch_size)
     buffer = np.empty((args.batch_size, *IMAGE_SHAPE), dtype=np.uint16)
     mean, std = band_stats(manifest)
@@ -75,6 +86,8 @@ def run(args, work: Path) -> list[Figure]:
             "bound": lambda ep: bound_rate(memory, steps, ep, buffer),
             "cache none": lambda ep: pipeline_rate(streaming, steps, ep),
             "host normalize": lambda ep: pipeline_rate(memory, steps, ep, host_normalize),
+            "2 threads": lambda ep: pipeline_rate(two_threads, steps, ep),
+            "device cache": lambda ep: pipeline_rate(on_device, steps, ep),
         },
         args.repeats,
         common.say,
@@ -82,6 +95,10 @@ def run(args, work: Path) -> list[Figure]:
     )
     details = {k: v for k, v in rates.items()} | {"batch": args.batch_size, "samples": len(memory)}
     gb_s = common.median(rates["bound"]) * memory._images[0].nbytes / 1e9
+    return [*_p2(rates, details, gb_s), *_p7(rates, details)]
+
+
+def _p2(rates: dict, details: dict, gb_s: float) -> list[Figure]:
     return [
         Figure(
             "P2",
@@ -106,6 +123,35 @@ def run(args, work: Path) -> list[Figure]:
             rates["host normalize"],
             rates["pipeline"],
             "float conversion on the host, 2x the bytes to move",
+        ),
+    ]
+
+
+def _p7(rates: dict, details: dict) -> list[Figure]:
+    per_thread = {
+        "1 thread": common.median(rates["pipeline"]),
+        "2 threads, per thread": common.median(rates["2 threads"]) / 2,
+    }
+    return [
+        Figure(
+            "P7-1t",
+            "loader supply, memory cache, 1 thread / numpy memory bound (1 thread)",
+            common.paired_ratio(rates["pipeline"], rates["bound"]),
+            limited_by="= P2: one row copy per sample into a fresh aligned buffer",
+            details=details,
+        ),
+        Figure(
+            "P7-2t",
+            "loader supply, memory cache, --loader-threads 2 / numpy memory bound (1 thread)",
+            common.paired_ratio(rates["2 threads"], rates["bound"]),
+            limited_by="2 vCPUs shared with the consumer thread and co-tenants",
+            details={"samples_per_s": per_thread},
+        ),
+        Figure(
+            "P7-dev",
+            "loader supply, --cache device (CPU device here) / numpy memory bound (1 thread)",
+            common.paired_ratio(rates["device cache"], rates["bound"]),
+            limited_by="tf.gather on the CPU device; on a GPU the gather runs in device memory",
         ),
     ]
 

@@ -21,11 +21,10 @@ The pipeline yields uint16 images and uint8 labels; conversion to float, normali
 augmentation happen in the training step on the device, so the host only moves uint16.
 
 Speed. A background thread prepares the batches ``PREFETCH`` steps ahead of the training
-step. The memory cache is read into a 64-byte aligned array that TensorFlow views without
-a copy (DLPack), so a batch costs one gather (``tf.gather``) straight into the tensor the
-step consumes. The former ``tf.data.from_generator`` pipeline (a numpy gather, then a second
-copy into a tensor, then tf.data's hand-offs) reached 0.24 of a plain numpy gather's
-samples/s; this one 0.65 in the same run (benchmarks/README.md, P2).
+step. The memory cache is read into a 64-byte aligned array; ``--loader-threads`` threads
+copy a batch's rows into a fresh aligned buffer that TensorFlow views without a copy
+(DLPack). With the device cache the batch is gathered where the cache lives
+(:mod:`bigearthnet.loader`). Figures: benchmarks/README.md, P2 and P7.
 """
 
 from __future__ import annotations
