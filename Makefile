@@ -1,6 +1,10 @@
 # bigearthnet-hpc: the commands a user and CI run. `make help` lists them.
 SHELL := /bin/bash
-VENV ?= .venv
+PYTHON ?= python3
+# The TensorFlow stack for this Python (scripts/stack.sh): 2.15 on Python 3.9-3.11 unless
+# TF_STACK=2.18; 2.18 on 3.12. Each stack has its own venv: .venv (2.15), .venv-tf2.18.
+STACK := $(shell PYTHON=$(PYTHON) TF_STACK=$(TF_STACK) bash scripts/stack.sh)
+VENV ?= $(if $(filter 2.15,$(STACK)),.venv,.venv-tf$(STACK))
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 DEMO_DIR ?= demo
@@ -11,11 +15,12 @@ SHARED ?= ../shared
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-setup: $(STAMP)  ## build .venv (TensorFlow 2.15 + Horovod 0.28.1); does nothing when up to date
+setup: $(STAMP)  ## build the venv (TF 2.15 or, TF_STACK=2.18, TF 2.18 + Horovod 0.28.1); no-op when up to date
 
 # Re-run only when what the environment is built from changed.
 $(STAMP): setup.cfg pyproject.toml scripts/setup_env.sh
-	VENV=$(VENV) bash scripts/setup_env.sh
+	@test -n "$(STACK)" || exit 2  # scripts/stack.sh said why above
+	VENV=$(VENV) PYTHON=$(PYTHON) STACK=$(STACK) bash scripts/setup_env.sh
 	touch $@
 
 demo: $(STAMP)  ## synthetic archive -> preprocess -> 2-rank training -> evaluation -> report

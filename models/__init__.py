@@ -17,6 +17,7 @@ from typing import Any
 
 import tensorflow as tf
 
+import bigearthnet  # noqa: F401  (first: it selects Keras 2 before TensorFlow loads Keras)
 from models.resnet import DEFAULT_INPUT_SHAPE, resnet18, resnet50
 from models.tiny import tiny_cnn
 

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Build the project's virtual environment at $VENV (default .venv): TensorFlow 2.15 (Keras 2),
-# the project in editable mode with its dev tools, then Horovod 0.28.1 compiled against that
-# TensorFlow with Gloo (and MPI when an MPI compiler wrapper is on PATH).
+# Build the project's virtual environment at $VENV (default .venv): one TensorFlow stack
+# (STACK=2.15: TF 2.15, Keras 2, NumPy 1; STACK=2.18: TF 2.18 + tf-keras, NumPy 2; see
+# scripts/stack.sh), the project in editable mode with its dev tools, then Horovod 0.28.1
+# compiled against that TensorFlow with Gloo (and MPI when an MPI compiler wrapper is on PATH).
 # Called by `make setup`, which only re-runs it when setup.cfg or this script changed.
 set -euo pipefail
 
 VENV=${VENV:-.venv}
 PYTHON=${PYTHON:-python3}
+STACK=${STACK:-$(PYTHON=$PYTHON bash scripts/stack.sh)}
 HOROVOD_VERSION=0.28.1
-# GPU clusters: TF_PACKAGE='tensorflow[and-cuda]==2.15.1' make setup
-TF_PACKAGE=${TF_PACKAGE:-tensorflow-cpu==2.15.1}
+# GPU clusters: TF_DEVICE=cuda make setup (the stack's tensorflow[and-cuda] pin)
+TF_DEVICE=${TF_DEVICE:-cpu}
+# TF 2.16+ make Keras 3 their tf.keras; Horovod 0.28.1 and the project need Keras 2 (tf-keras).
+# The project sets this itself when imported (bigearthnet/tfcompat.py); the build needs it too.
+export TF_USE_LEGACY_KERAS=1
 
 log() { echo "[setup] $*"; }
 
@@ -21,8 +26,8 @@ pip() { "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
 
 # cmake<4: Horovod 0.28.1's CMakeLists predate the policies CMake 4 removed.
 pip install -q --upgrade "pip>=23" "setuptools>=61" wheel "cmake<4"
-pip install -q "$TF_PACKAGE" "numpy<2"
-pip install -q -e ".[dev]"
+log "stack $STACK ($TF_DEVICE) with $("$VENV/bin/python" --version)"
+pip install -q -e ".[dev,$TF_DEVICE-$STACK]"
 
 tf_version=$("$VENV/bin/python" -c 'import tensorflow as tf; print(tf.__version__)' 2>/dev/null)
 with_mpi=0
@@ -44,9 +49,10 @@ PY
 if horovod_ok; then
   log "horovod $HOROVOD_VERSION already built for TF $tf_version (mpi=$with_mpi)"
 else
-  # Wheels are cached per TF version and controller set, so a fresh clone on the same
+  # Wheels are cached per Python, TF version and controller set, so a fresh clone on the same
   # machine skips the ~3 minute compile, and an MPI install later triggers a rebuild.
-  wheel_dir=${HOROVOD_WHEEL_CACHE:-$HOME/.cache/bigearthnet-hpc}/horovod-$HOROVOD_VERSION-tf$tf_version-mpi$with_mpi-gpu$gpu_ops
+  py_version=$("$VENV/bin/python" -c 'import sys; print("%d%d" % sys.version_info[:2])')
+  wheel_dir=${HOROVOD_WHEEL_CACHE:-$HOME/.cache/bigearthnet-hpc}/horovod-$HOROVOD_VERSION-py$py_version-tf$tf_version-mpi$with_mpi-gpu$gpu_ops
   if ! ls "$wheel_dir"/horovod-*.whl >/dev/null 2>&1; then
     log "compiling horovod $HOROVOD_VERSION against TF $tf_version (gloo, mpi=$with_mpi, gpu=$gpu_ops); takes a few minutes"
     mkdir -p "$wheel_dir"

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO, TINY_RECIPE, horovodrun, preprocess  # noqa: F401 (re-exported)
 
+import bigearthnet  # noqa: F401  (selects Keras 2 before any test module imports TensorFlow)
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 
