@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import tensorflow as tf
 
-from bigearthnet.data import RankData, rank_range, steps_per_epoch
+from bigearthnet.data import RankData
+from bigearthnet.partition import epoch_plan, rank_range, updates_per_epoch
 
 
 @dataclass(frozen=True)
@@ -51,12 +52,9 @@ class RankPartition:
         max_steps: int | None = None,
     ) -> None:
         self.data, self.seed, self.passes = data, seed, passes_per_update
-        self.steps = steps_per_epoch(data.total, world_size, batch_size)
-        self.samples: int | None = None  # per rank and epoch; None: the whole part
-        if max_steps and max_steps < self.steps:
-            # A capped epoch trains on the first steps x batch samples of its shuffled
-            # order (other samples each epoch), in batches of the usual size.
-            self.steps, self.samples = max_steps, max_steps * batch_size
+        self.steps, self.samples = epoch_plan(
+            data.total, world_size=world_size, batch_size=batch_size, max_steps=max_steps
+        )
         if len(data) < self.steps:
             raise ValueError(
                 f"rank {data.rank} holds {len(data)} training samples but an epoch has "
@@ -66,7 +64,7 @@ class RankPartition:
 
     @property
     def updates_per_epoch(self) -> int:
-        return math.ceil(self.steps / self.passes)
+        return updates_per_epoch(self.steps, self.passes)
 
     def batches(self, epoch: int, *, start_step: int = 0) -> Iterator[StepBatch]:
         source = self.data.dataset(

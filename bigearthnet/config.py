@@ -130,6 +130,11 @@ class TrainConfig:
     max_steps_per_epoch: int | None = _opt(
         None, "cap on steps per epoch: each epoch trains on that many batches (smoke tests)"
     )
+    target_f1: float | None = _opt(
+        None,
+        "stop once validation micro-F1 reaches this after an epoch (a batch-size study's "
+        "target; fixed-size runs)",
+    )
     eval_test: bool = _opt(True, "evaluate the best checkpoint on the test split at the end")
     progress: bool = _opt(True, "progress bar on rank 0")
 
@@ -154,6 +159,8 @@ class TrainConfig:
         require_positive("--lr", self.lr)
         require_non_negative("--warmup-epochs", self.warmup_epochs)
         require_open_fraction("--threshold", self.threshold)
+        if self.target_f1 is not None:
+            require_open_fraction("--target-f1", self.target_f1)
         require_non_negative("--mixup-alpha", self.mixup_alpha)
         for f in fields(self):
             choices = f.metadata.get("choices")
@@ -230,6 +237,7 @@ def _field_type(f: dataclasses.Field, default: Any) -> type:
         "cycle_time_ms": float,
         "threads": int,
         "loader_threads": int,
+        "target_f1": float,
         "max_steps_per_epoch": int,
     }.get(f.name, str)
 

@@ -44,6 +44,7 @@ import tensorflow as tf
 
 from bigearthnet import constants
 from bigearthnet.loader import RowGather
+from bigearthnet.partition import epoch_order, rank_range, split_batches
 from bigearthnet.shards import (
     CHUNK_ROWS,
     IMAGE_SHAPE,
@@ -57,34 +58,6 @@ from bigearthnet.shards import (
 WINDOW_BLOCKS = 8  # streaming: 8 x 16 patches (44 MB) shuffled together
 PREFETCH = 2  # batches prepared ahead of the training step
 ALIGN = 64  # bytes: TensorFlow's CPU tensors must be aligned so (EIGEN_MAX_ALIGN_BYTES)
-
-
-def rank_range(total: int, rank: int, size: int) -> tuple[int, int]:
-    """[start, stop) of rank's contiguous part of ``total`` samples."""
-    return rank * total // size, (rank + 1) * total // size
-
-
-def steps_per_epoch(total: int, size: int, batch_size: int) -> int:
-    """Steps every rank takes per epoch: enough batches for the largest part."""
-    largest = math.ceil(total / size)
-    return max(1, math.ceil(largest / batch_size))
-
-
-def epoch_order(part_len: int, seed: int, epoch: int, rank: int, shuffle: bool) -> np.ndarray:
-    """Positions 0..part_len-1 in this epoch's order (a permutation when shuffling)."""
-    if not shuffle:
-        return np.arange(part_len)
-    return np.random.default_rng([seed, epoch, rank]).permutation(part_len)
-
-
-def split_batches(order: np.ndarray, steps: int) -> list[np.ndarray]:
-    """``steps`` consecutive, non-empty slices of ``order`` whose sizes differ by <= 1."""
-    if len(order) < steps:
-        raise ValueError(
-            f"this rank holds {len(order)} samples, fewer than the {steps} steps of an epoch; "
-            "use a larger batch size or fewer ranks"
-        )
-    return np.array_split(order, steps)
 
 
 @dataclass(frozen=True)

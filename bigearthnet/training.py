@@ -185,6 +185,20 @@ class EpochEnd:
             log.info("%s", efficiency_line(report))
 
 
+def reached_target(cfg: TrainConfig, row: HistoryRow) -> bool:
+    """Whether ``--target-f1`` is met (the same on every rank: the scores come from
+    allreduced counts), logged once when it is."""
+    if cfg.target_f1 is None or row.val_micro_f1 < cfg.target_f1:
+        return False
+    log.info(
+        "validation micro-F1 %.4f reached --target-f1 %g after epoch %d: done",
+        row.val_micro_f1,
+        cfg.target_f1,
+        row.epoch,
+    )
+    return True
+
+
 class Trainer:
     """Fixed-size training: set up data, replica and outputs; :meth:`run` trains."""
 
@@ -257,6 +271,8 @@ class Trainer:
             if outcome.stop_after and epoch + 1 < self.cfg.epochs:
                 distributed.barrier()  # rank 0's epoch checkpoint is on disk
                 raise RequeueRequested(f"stopped after epoch {epoch + 1}; rerun resumes")
+            if reached_target(self.cfg, row):
+                break
         return row
 
     def _val_batches(self) -> Iterable[tuple]:

@@ -4,6 +4,7 @@ training recipe, in-process preprocessing, and 2-rank runs through horovodrun.""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,14 @@ def horovodrun(np_: int, *argv: str, timeout: int = 600, env: dict | None = None
     return subprocess.run(
         cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout, env=full_env
     )
+
+
+# TensorFlow's own C++ log lines ("2026-01-01 10:00:00.000000: E external/...", absl's
+# "E0000 00:00:..."): TF 2.18's CPU wheel logs failed CUDA probes at import, at E level.
+TF_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d [\d:.]+: [EWIF] |[EWIF]\d{4} \d\d:\d\d:)")
+
+
+def error_lines(stderr: str) -> list[str]:
+    """The lines of ``stderr`` that report an error, TensorFlow's start-up log left out."""
+    lines = stderr.splitlines()
+    return [line for line in lines if "error" in line.lower() and not TF_LOG_LINE.match(line)]

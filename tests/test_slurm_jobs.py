@@ -63,6 +63,7 @@ def test_job_scripts_pass_bash_n_and_shellcheck() -> None:
         "train.sbatch",
         "train_gloo.sbatch",
         "evaluate.sbatch",
+        "batch_study.sbatch",
         "train_elastic.sbatch",
         "holder.sbatch",
         "discover_hosts.sh",

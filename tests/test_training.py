@@ -15,12 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers import REPO, TINY_RECIPE, horovodrun, preprocess
+from helpers import REPO, TINY_RECIPE, error_lines, horovodrun, preprocess
 
 import train
 from bigearthnet import distributed
 from bigearthnet.config import TrainConfig
-from bigearthnet.data import RankData, rank_range, split_batches, steps_per_epoch
+from bigearthnet.data import RankData
+from bigearthnet.partition import rank_range, split_batches, steps_per_epoch
 from bigearthnet.shards import read_manifest
 
 
@@ -304,7 +305,7 @@ def test_bad_input_is_one_line_exit_2(case, message, tmp_path, shards_v1, shards
            "1", "--model", "tiny", "--no-progress", *extra]  # fmt: skip
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    errors = error_lines(result.stderr)
     assert len(errors) == 1 and message in errors[0] and "Traceback" not in result.stderr
     assert not (run / "checkpoints").exists() or case == "other model in run dir"
 
