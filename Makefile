@@ -10,7 +10,7 @@ STAMP := $(VENV)/.setup-stamp
 DEMO_DIR ?= demo
 SHARED ?= ../shared
 
-.PHONY: help setup demo test test-slow test-all lint bench clean-demo
+.PHONY: help setup demo test test-slow test-all lint bench bench-stacks clean-demo
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -43,6 +43,10 @@ lint: $(STAMP)  ## ruff, mypy, and the import layering (import-linter: no cycle,
 
 bench: $(STAMP)  ## benchmarks side by side; writes benchmarks/results.json
 	$(PY) benchmarks/run_all.py
+
+bench-stacks: $(STAMP)  ## P3 on both TensorFlow stacks in one run (builds the 2.18 venv first)
+	$(MAKE) setup TF_STACK=2.18
+	$(PY) benchmarks/train_throughput.py --other-python .venv-tf2.18/bin/python --json benchmarks/results-stacks.json
 
 clean-demo:  ## remove the demo outputs
 	rm -rf $(DEMO_DIR)

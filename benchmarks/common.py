@@ -27,6 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from bigearthnet.history import read_history
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results.json"
 PYTHON = sys.executable
@@ -401,9 +403,12 @@ def horovodrun(ranks: int, argv: Sequence[str]) -> list[str]:
     return [HOROVODRUN, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", PYTHON, *argv]
 
 
-def launch(ranks: int, argv: Sequence[str], env: dict | None = None) -> Result:
-    """``python argv`` directly for one rank, through horovodrun for several."""
-    cmd = [PYTHON, *argv] if ranks == 1 else horovodrun(ranks, argv)
+def launch(
+    ranks: int, argv: Sequence[str], env: dict | None = None, python: str = PYTHON
+) -> Result:
+    """``python argv`` directly for one rank (``python``: another stack's interpreter),
+    through horovodrun for several."""
+    cmd = [python, *argv] if ranks == 1 else horovodrun(ranks, argv)
     return run(cmd, env=env)
 
 
@@ -411,7 +416,12 @@ def launch(ranks: int, argv: Sequence[str], env: dict | None = None) -> Result:
 
 
 def train_run(
-    data: Path, run_dir: Path, ranks: int = 1, extra: Sequence[str] = (), what: str = "train.py"
+    data: Path,
+    run_dir: Path,
+    ranks: int = 1,
+    extra: Sequence[str] = (),
+    what: str = "train.py",
+    python: str = PYTHON,
 ) -> dict:
     """Run train.py with the benchmark recipe; the measured (last) epoch's figures.
 
@@ -420,24 +430,17 @@ def train_run(
     efficiency.json.
     """
     argv = ["train.py", "--data", str(data), "--run-dir", str(run_dir), *TRAIN_RECIPE, *extra]
-    result = launch(ranks, argv).check(f"{what} ({ranks} rank(s))")
-    rows = read_history(run_dir / "history.csv")
+    result = launch(ranks, argv, python=python).check(f"{what} ({ranks} rank(s))")
+    rows = read_history(run_dir)
     efficiency = json.loads((run_dir / "efficiency.json").read_text())
     measured = rows[1:] or rows
     return {
-        "samples_per_s": median([float(r["samples_per_s"]) for r in measured]),
-        "data_wait_fraction": median([float(r["data_wait_fraction"]) for r in measured]),
+        "samples_per_s": median([r.samples_per_s for r in measured]),
+        "data_wait_fraction": median([r.data_wait_fraction for r in measured]),
         "efficiency": efficiency,
         "wall_s": result.wall_s,
         "peak_rss_mb": result.peak_rss_mb,
     }
-
-
-def read_history(path: Path) -> list[dict]:
-    import csv
-
-    with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
 
 
 def parse_number(pattern: str, text: str) -> float | None:

@@ -12,6 +12,10 @@ Each run's rate is the median over its epochs after the first (which traces grap
 warms up). Knobs are measured the same way against the train.py default, in the first
 ``--knob-repeats`` repetitions: XLA (``--xla``) and mixed precision
 (``--amp``; float16 has no fast path on this CPU, it is a GPU knob).
+
+``--other-python`` (``make bench-stacks``): the same two runs with the other TensorFlow
+stack's interpreter too (e.g. ``.venv-tf2.18/bin/python``), interleaved with this one's:
+P3 on each stack and K-stack, the other stack's train.py rate over this one's.
 """
 
 from __future__ import annotations
@@ -28,10 +32,10 @@ from common import Figure
 KNOBS = {"xla": ["--xla"], "amp": ["--amp"]}
 
 
-def keras_rate(data: Path, threads: int = 1) -> float:
+def keras_rate(data: Path, threads: int = 1, python: str = common.PYTHON) -> float:
     """Run the Keras baseline in a fresh process; its epoch-2 samples/s."""
     argv = [str(Path(__file__)), "--keras-worker", "--data", str(data), "--threads", str(threads)]
-    result = common.launch(1, argv).check("Keras baseline")
+    result = common.launch(1, argv, python=python).check("Keras baseline")
     return float(json.loads(result.stdout.strip().splitlines()[-1])["samples_per_s"])
 
 
@@ -93,15 +97,20 @@ def run(args, work: Path) -> list[Figure]:
     data = common.train_shards(work)
     results: dict[str, list[dict]] = {}
 
-    def train_variant(name: str, extra: list[str]):
+    def train_variant(name: str, extra: list[str], python: str = common.PYTHON):
         def measure(rep: int) -> float:
-            out = common.train_run(data, work / f"p3-{name}-{rep}", 1, extra, f"train.py {name}")
+            run_dir = work / f"p3-{name}-{rep}"
+            out = common.train_run(data, run_dir, 1, extra, f"train.py {name}", python=python)
             results.setdefault(name, []).append(out)
             return out["samples_per_s"]
 
         return measure
 
     variants = {"train.py": train_variant("default", []), "keras fit": lambda rep: keras_rate(data)}
+    other = str(args.other_python) if args.other_python else None
+    if other:
+        variants["train.py other"] = train_variant("other", [], python=other)
+        variants["keras fit other"] = lambda rep: keras_rate(data, python=other)
     for knob in args.knobs:
         variants[knob] = train_variant(knob, KNOBS[knob])
     common.say(f"P3: ResNet-50, batch {common.TRAIN_BATCH}, 1 rank x 1 thread, knobs {args.knobs}")
@@ -125,6 +134,8 @@ def run(args, work: Path) -> list[Figure]:
         "xla": "XLA on CPU: fused elementwise ops, slower convolutions than oneDNN",
         "amp": "float16 is emulated on this CPU (no AVX512-FP16): a GPU knob",
     }
+    if other:
+        figures += stack_figures(rates, this=stack_of(common.PYTHON), other=stack_of(other))
     for knob in args.knobs:
         figures.append(
             common.knob_figure(
@@ -138,10 +149,45 @@ def run(args, work: Path) -> list[Figure]:
     return figures
 
 
+def stack_of(python: str) -> str:
+    """The TensorFlow version an interpreter imports (for the figures' labels)."""
+    code = "import os; os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'; import bigearthnet, "
+    code += "tensorflow as tf; print(tf.__version__)"
+    result = common.run([python, "-c", code]).check(f"{python}: TensorFlow version")
+    return "TF " + result.stdout.strip().splitlines()[-1]
+
+
+def stack_figures(rates: dict[str, list[float]], *, this: str, other: str) -> list[Figure]:
+    """P3 on the other stack, and the other stack's train.py rate over this one's."""
+    return [
+        Figure(
+            "P3-other",
+            f"train.py samples/s / Keras model.fit, 1 rank, ResNet-50, on {other}",
+            common.paired_ratio(rates["train.py other"], rates["keras fit other"]),
+            "x",
+            ">=",
+            0.95,
+            "as P3, with the other stack's TensorFlow and Horovod",
+        ),
+        Figure(
+            "K-stack",
+            f"train.py samples/s on {other} / on {this}, 1 rank, ResNet-50",
+            common.paired_ratio(rates["train.py other"], rates["train.py"]),
+            "x",
+            limited_by="the two TensorFlow builds' oneDNN kernels (same model, data and steps)",
+        ),
+    ]
+
+
 def build_parser():
     parser = common.base_parser(__doc__.splitlines()[0])
     parser.set_defaults(repeats=3)
     common.add_knob_arguments(parser, KNOBS, "knobs")
+    parser.add_argument(
+        "--other-python",
+        type=Path,
+        help="also measure with this interpreter (the other TensorFlow stack's venv)",
+    )
     parser.add_argument("--keras-worker", action="store_true", help="(internal) the baseline")
     parser.add_argument("--data", type=Path, help="(internal) shards for --keras-worker")
     parser.add_argument("--threads", type=int, default=1, help="(internal) TF threads")
