@@ -11,12 +11,18 @@ This controller submits and cancels holders:
     bigearthnet-elastic --hosts-dir H shrink 1        # cancel the newest holder
     bigearthnet-elastic --hosts-dir H status          # holders and discovered slots
     bigearthnet-elastic --hosts-dir H follow --run-dir RUN --schedule ramp.txt
+    bigearthnet-elastic --hosts-dir H follow --run-dir RUN --policy gns --max-workers 8
 
 A schedule file says, line by line, what to do once an epoch has finished::
 
     # a batch-size ramp: small world early, more workers once training is stable
     epoch 3: grow to 4 workers
     epoch 8: shrink to 2 workers
+
+``--policy gns`` decides after every epoch from the gradient noise scale the run measures
+(:mod:`bigearthnet.gns_policy`) and writes each decision, with the numbers behind it, to
+``RUN/elastic_decisions.csv`` (the controller's own file; the run itself records the resizes
+that happened in ``RUN/elastic_events.csv``).
 
 No TensorFlow here: the controller runs on a login node.
 """
@@ -33,10 +39,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bigearthnet.errors import InputError
+from bigearthnet.gns_policy import Decision, PolicySettings, decide
 from bigearthnet.history import read_history
-from bigearthnet.util import jobs_dir
+from bigearthnet.util import jobs_dir, read_csv, write_csv
 
 PROG = "bigearthnet-elastic"
+DECISIONS = "elastic_decisions.csv"
+DECISION_FIELDS = [
+    "time",
+    "epoch",
+    "verb",
+    "workers_before",
+    "workers_after",
+    "b_simple",
+    "global_batch_before",
+    "global_batch_after",
+    "reason",
+    "outcome",
+]
 SCHEDULE_LINE = re.compile(r"^epoch\s+(\d+)\s*:\s*(grow|shrink)\s+to\s+(\d+)\s+workers?$")
 
 
@@ -171,6 +191,53 @@ class Controller:
                 return
             if todo:
                 time.sleep(poll)
+
+    def follow_policy(
+        self, run_dir: Path, settings: PolicySettings, *, poll: float, epochs: int
+    ) -> None:
+        """Decide after every finished epoch (:func:`~bigearthnet.gns_policy.decide`), resize
+        when the decision says so, record it; return once ``epochs`` epochs are done."""
+        seen, last_change = 0, 0
+        while seen < epochs:
+            rows = read_history(run_dir)
+            decision = decide(rows, settings, last_change_epoch=last_change)
+            if decision is not None and decision.epoch > seen:
+                seen = decision.epoch
+                outcome = "-"
+                if decision.verb != "stay":
+                    outcome = self.resize_to(decision.workers_after)
+                    last_change = decision.epoch
+                print(
+                    f"[{PROG}] epoch {decision.epoch}: {decision.verb} "
+                    f"{decision.workers_before} -> {decision.workers_after} workers "
+                    f"({decision.reason}); {outcome}",
+                    flush=True,
+                )
+                record_decision(run_dir, decision, outcome=outcome)
+            if seen < epochs:
+                time.sleep(poll)
+
+
+def record_decision(run_dir: Path, decision: Decision, *, outcome: str) -> None:
+    """Append one decision to ``RUN/elastic_decisions.csv`` (written atomically)."""
+    path = run_dir / DECISIONS
+    rows: list[dict] = read_csv(path) if path.is_file() else []
+    b_simple = "" if decision.b_simple is None else f"{decision.b_simple:.1f}"
+    rows.append(
+        {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "epoch": decision.epoch,
+            "verb": decision.verb,
+            "workers_before": decision.workers_before,
+            "workers_after": decision.workers_after,
+            "b_simple": b_simple,
+            "global_batch_before": decision.global_batch_before,
+            "global_batch_after": decision.global_batch_after,
+            "reason": decision.reason,
+            "outcome": outcome,
+        }
+    )
+    write_csv(path, DECISION_FIELDS, rows)
 
 
 def finished_epochs(run_dir: Path) -> int:

@@ -345,3 +345,81 @@ def test_driver_without_enough_slots_stops_after_the_elastic_timeout(
     assert "fewer than ELASTIC_MIN_NP=2 worker slots for ELASTIC_TIMEOUT=15 s" in errors[0]
     assert timeout <= run_seconds(job) < timeout + 45, job.describe()  # ended, did not hang
     assert registered(run / "hosts") == []
+
+
+@pytest.mark.slow
+def test_follow_policy_grows_when_the_measured_noise_scale_allows(
+    slurm_cluster: SlurmCluster, workspace: Path
+) -> None:
+    """``follow --policy gns`` reads B_simple from RUN/history.csv: it stays while the next
+    world's batch would exceed it, submits a holder once it does not, records both."""
+    from bigearthnet.elastic_controller import DECISIONS
+    from bigearthnet.history import HistoryRow, write_history
+    from bigearthnet.util import read_csv
+
+    hosts, run = workspace / "policy" / "hosts", workspace / "policy" / "run"
+    hosts.mkdir(parents=True)
+    run.mkdir()
+
+    def finish(*b_simple: float) -> None:  # one epoch per value, 1 worker x batch 64
+        rows = [
+            HistoryRow(
+                epoch=e,
+                lr=0.1,
+                loss=0.5,
+                val_loss=0.5,
+                val_micro_f1=0.5 + e / 100,
+                val_macro_f1=0.5,
+                samples_per_s=1.0,
+                data_wait_fraction=0.0,
+                seconds=1.0,
+                world_size=1,
+                global_batch=64,
+                gns_b_simple=noise,
+            )
+            for e, noise in enumerate(b_simple, start=1)
+        ]
+        write_history(run, rows)
+
+    finish(40.0)  # B_simple below the 2-worker batch of 128: stay
+    cmd = [
+        CONTROLLER,
+        "--hosts-dir",
+        str(hosts),
+        "--name",
+        "policy",
+        "follow",
+        "--run-dir",
+        str(run),
+        "--policy",
+        "gns",
+        "--max-workers",
+        "2",
+        "--dwell-epochs",
+        "1",
+        "--epochs",
+        "2",
+        "--poll",
+        "0.2",
+    ]
+    follow = subprocess.Popen(
+        cmd,
+        cwd=workspace,
+        env=slurm_cluster.env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    first = follow.stdout.readline() if follow.stdout else ""
+    assert "epoch 1: stay 1 -> 1 workers" in first, first
+    finish(40.0, 400.0)  # smoothed B_simple 220 >= 128: grow to 2
+    rest, errors = follow.communicate(timeout=60)
+    assert follow.returncode == 0, errors
+    assert "epoch 2: grow 1 -> 2 workers" in rest and "submitted holders" in rest, rest
+    decisions = read_csv(run / DECISIONS)
+    assert [d["verb"] for d in decisions] == ["stay", "grow"]
+    assert decisions[1]["b_simple"] == "220.0" and decisions[1]["global_batch_after"] == "128"
+    # No holder had registered (the synthetic run's worker is not in the hosts folder), so
+    # reaching 2 workers' slots takes 2 holders.
+    status = controller(slurm_cluster, workspace, hosts, "--name", "policy", "status").stdout
+    assert status.count("holder ") == 2, status

@@ -4,6 +4,7 @@
     bigearthnet-elastic --hosts-dir H shrink 1        # cancel the newest holder
     bigearthnet-elastic --hosts-dir H status          # holders and discovered slots
     bigearthnet-elastic --hosts-dir H follow --run-dir RUN --schedule ramp.txt
+    bigearthnet-elastic --hosts-dir H follow --run-dir RUN --policy gns --max-workers 8
 
 See :mod:`bigearthnet.elastic_controller` for how holders work. No TensorFlow here: the
 controller runs on a login node.
@@ -17,8 +18,10 @@ import sys
 from pathlib import Path
 
 from bigearthnet.cli.common import Parser, checked, run
+from bigearthnet.config import load_run_config
 from bigearthnet.elastic_controller import PROG, Controller, parse_schedule
 from bigearthnet.errors import ConfigError, require_positive, require_positive_int
+from bigearthnet.gns_policy import PolicySettings
 
 POSITIVE = checked(require_positive_int, int)
 
@@ -62,12 +65,39 @@ def build_parser() -> Parser:
     shrink = sub.add_parser("shrink", help="cancel the newest N holders")
     shrink.add_argument("count", type=POSITIVE, help="holder jobs to cancel")
     sub.add_parser("status", help="holder jobs and the slots discovery reports")
-    follow = sub.add_parser("follow", help="apply a schedule file as epochs finish")
-    follow.add_argument("--run-dir", type=Path, required=True, help="the run's folder")
-    follow.add_argument(
-        "--schedule", type=Path, required=True, help="lines 'epoch N: grow|shrink to M workers'"
+    follow = sub.add_parser(
+        "follow", help="resize as epochs finish: by a schedule file or by the noise scale"
     )
-    follow.add_argument("--epochs", type=POSITIVE, help="stop following after this many epochs")
+    follow.add_argument("--run-dir", type=Path, required=True, help="the run's folder")
+    how = follow.add_mutually_exclusive_group(required=True)
+    how.add_argument("--schedule", type=Path, help="lines 'epoch N: grow|shrink to M workers'")
+    how.add_argument(
+        "--policy",
+        choices=("gns",),
+        help="gns: grow while the global batch stays below the measured gradient noise "
+        "scale B_simple, shrink when it falls below or validation F1 plateaus",
+    )
+    follow.add_argument(
+        "--epochs",
+        type=POSITIVE,
+        help="stop following after this many epochs (--policy: default the run's epochs)",
+    )
+    follow.add_argument("--max-workers", type=POSITIVE, help="--policy: the largest world")
+    follow.add_argument(
+        "--min-workers", type=POSITIVE, default=1, help="--policy: the smallest world (default 1)"
+    )
+    follow.add_argument(
+        "--margin",
+        type=checked(require_positive, float),
+        default=1.0,
+        help="--policy: grow only while global batch x margin <= B_simple (default: 1)",
+    )
+    follow.add_argument(
+        "--dwell-epochs",
+        type=POSITIVE,
+        default=2,
+        help="--policy: epochs between two resizes (default: 2)",
+    )
     follow.add_argument(
         "--poll",
         type=checked(require_positive, float),
@@ -102,10 +132,27 @@ def _control(args: argparse.Namespace) -> int:
         for host, n in slots.items():
             print(f"host {host}:{n}")
         print(f"total {sum(slots.values())} slot(s) on {len(slots)} host(s)")
-    else:
+    elif args.schedule is not None:
         actions = parse_schedule(args.schedule)
         ctl.follow(args.run_dir, actions, poll=args.poll, epochs=args.epochs)
+    else:
+        _follow_policy(ctl, args)
     return 0
+
+
+def _follow_policy(ctl: Controller, args: argparse.Namespace) -> None:
+    if args.max_workers is None:
+        raise ConfigError("--policy gns needs --max-workers")
+    if args.min_workers > args.max_workers:
+        raise ConfigError("--min-workers must not exceed --max-workers")
+    settings = PolicySettings(
+        max_workers=args.max_workers,
+        min_workers=args.min_workers,
+        margin=args.margin,
+        dwell_epochs=args.dwell_epochs,
+    )
+    epochs = args.epochs or load_run_config(args.run_dir).epochs
+    ctl.follow_policy(args.run_dir, settings, poll=args.poll, epochs=epochs)
 
 
 if __name__ == "__main__":
