@@ -46,7 +46,7 @@ bench: $(STAMP)  ## benchmarks side by side; writes benchmarks/results.json
 
 bench-stacks: $(STAMP)  ## P3 on both TensorFlow stacks in one run (builds the 2.18 venv first)
 	$(MAKE) setup TF_STACK=2.18
-	$(PY) benchmarks/train_throughput.py --other-python .venv-tf2.18/bin/python --json benchmarks/results-stacks.json
+	$(PY) benchmarks/train_throughput.py --knobs --other-python .venv-tf2.18/bin/python --json benchmarks/results-stacks.json
 
 clean-demo:  ## remove the demo outputs
 	rm -rf $(DEMO_DIR)
