@@ -32,6 +32,21 @@ def rank_log(caplog):
     logger.removeHandler(caplog.handler)
 
 
+@pytest.fixture
+def reported_errors(capsys, rank_log):
+    """A callable giving the error lines a command reported: through the ranks' logger once
+    some test has set it up, else printed on stderr (``cli.common.report``'s two ways)."""
+
+    def lines() -> list[str]:
+        # A record can reach caplog twice: by rank_log's handler and by propagation.
+        records = {id(r): r for r in rank_log.records if r.levelno >= logging.ERROR}
+        logged = [r.getMessage() for r in records.values()]
+        printed = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        return logged or printed
+
+    return lines
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     path = _shared_dir()

@@ -159,13 +159,11 @@ def test_a_tiny_study_runs_end_to_end(tmp_path: Path, shards_v1: Path) -> None:
     ],
 )
 def test_bad_input_is_one_line_exit_2(
-    extra: list[str], message: str, tmp_path: Path, shards_v1: Path, capsys, rank_log
+    extra: list[str], message: str, tmp_path: Path, shards_v1: Path, reported_errors
 ) -> None:
     argv = ["--data", str(shards_v1), "--out", str(tmp_path), "--target-f1", "0.5", *extra]
     assert cli.main(argv) == 2
-    # One line, on stderr or (after an in-process training set it up) the ranks' logger.
-    logged = [r.getMessage() for r in rank_log.records if r.levelname == "ERROR"]
-    err = logged + capsys.readouterr().err.strip().splitlines()
+    err = reported_errors()
     assert len(err) == 1 and message in err[0], err
     assert (
         cli.main(

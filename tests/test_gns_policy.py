@@ -103,9 +103,10 @@ def test_decisions_are_recorded_with_their_numbers(tmp_path: Path) -> None:
     assert first["outcome"] == "submitted holders 12"
 
 
-def test_policy_needs_max_workers_one_line_exit_2(tmp_path: Path, capsys) -> None:
+def test_policy_needs_max_workers_one_line_exit_2(tmp_path: Path, reported_errors) -> None:
     argv = ["--hosts-dir", str(tmp_path), "follow", "--run-dir", str(tmp_path), "--policy", "gns"]
     assert cli.main(argv) == 2
-    assert "--policy gns needs --max-workers" in capsys.readouterr().err
+    errors = reported_errors()
+    assert len(errors) == 1 and "--policy gns needs --max-workers" in errors[0], errors
     both = [*argv, "--schedule", str(tmp_path / "s.txt")]
     assert cli.main(both) == 2  # a schedule or a policy, not both

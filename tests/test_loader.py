@@ -153,12 +153,11 @@ def test_amp_flag_alone_and_old_yaml_values_mean_fp16(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("threads", ["0", str(len(os.sched_getaffinity(0)) + 1)])
 def test_bad_loader_threads_is_one_line_exit_2(
-    threads: str, tmp_path: Path, shards_v1: Path, rank_log, capsys
+    threads: str, tmp_path: Path, shards_v1: Path, reported_errors
 ) -> None:
     run = tmp_path / "run"
     argv = ["--data", str(shards_v1), "--run-dir", str(run), *TINY_RECIPE, "--loader-threads"]
     assert train.main([*argv, threads]) == 2
-    logged = [r.getMessage() for r in rank_log.records if r.levelname == "ERROR"]
-    errors = logged + capsys.readouterr().err.splitlines()
+    errors = reported_errors()
     assert len(errors) == 1 and "--loader-threads must be" in errors[0], errors
     assert not (run / "checkpoints").exists()
