@@ -58,10 +58,15 @@ def _discover(tmp_path: Path, files: dict[str, str]):
 
 def test_discovery_sums_slots_and_skips_bad_lines(tmp_path: Path) -> None:
     me = socket.gethostname().split(".")[0]
-    result = _discover(tmp_path, {"job1.hosts": f"localhost:2\n{me}:1\n",
-                                  "job2.hosts": "localhost:1\nnot a host line\n",
-                                  "job3.hosts": "no-such-host.invalid:4\n",
-                                  "notes.txt": "localhost:99\n"})  # fmt: skip
+    result = _discover(
+        tmp_path,
+        {
+            "job1.hosts": f"localhost:2\n{me}:1\n",
+            "job2.hosts": "localhost:1\nnot a host line\n",
+            "job3.hosts": "no-such-host.invalid:4\n",
+            "notes.txt": "localhost:99\n",
+        },
+    )
     assert result.returncode == 0
     assert result.stdout.splitlines() == sorted([f"{me}:1", "localhost:3"])
     assert "ignoring 'not a host line' in job2.hosts" in result.stderr
@@ -120,11 +125,34 @@ def test_grow_then_lose_a_worker_then_finish(tmp_path: Path, shards_v1: Path) ->
     assert second != "localhost"
     run, log_path = tmp_path / "run", tmp_path / "horovodrun.log"
     epochs = 14
-    cmd = [str(Path(sys.executable).with_name("horovodrun")), "-np", "1", "--min-np", "1",
-           "--max-np", "2", "--host-discovery-script", str(DISCOVER), "--network-interface",
-           "lo", "--gloo", sys.executable, "train.py", "--elastic", "--data", str(shards_v1),
-           "--run-dir", str(run), "--epochs", str(epochs), "--commit-every", "4",
-           *TINY_RECIPE, "--batch-size", "2"]  # fmt: skip
+    cmd = [
+        str(Path(sys.executable).with_name("horovodrun")),
+        "-np",
+        "1",
+        "--min-np",
+        "1",
+        "--max-np",
+        "2",
+        "--host-discovery-script",
+        str(DISCOVER),
+        "--network-interface",
+        "lo",
+        "--gloo",
+        sys.executable,
+        "train.py",
+        "--elastic",
+        "--data",
+        str(shards_v1),
+        "--run-dir",
+        str(run),
+        "--epochs",
+        str(epochs),
+        "--commit-every",
+        "4",
+        *TINY_RECIPE,
+        "--batch-size",
+        "2",
+    ]
     env = {**os.environ, "ELASTIC_HOSTS_DIR": str(hosts), "TF_CPP_MIN_LOG_LEVEL": "1"}
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -151,18 +179,46 @@ def test_grow_then_lose_a_worker_then_finish(tmp_path: Path, shards_v1: Path) ->
     assert {"1", "2"} <= {r["world_size"] for r in rows}
     assert all(np.isfinite(float(r["loss"])) for r in rows)
     assert json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"] == epochs
-    evaluation = subprocess.run([sys.executable, "evaluate.py", "--run-dir", str(run)],
-                                cwd=REPO, capture_output=True, text=True, env=env)  # fmt: skip
+    evaluation = subprocess.run(
+        [sys.executable, "evaluate.py", "--run-dir", str(run)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert evaluation.returncode == 0, evaluation.stderr[-2000:]
     assert json.loads((run / "eval-test" / "metrics.json").read_text())["count"] == 48
 
 
 def _elastic_command(run: Path, np_: int, epochs: int) -> list[str]:
-    return [str(Path(sys.executable).with_name("horovodrun")), "-np", str(np_), "--min-np",
-            "1", "--max-np", "2", "--host-discovery-script", str(DISCOVER),
-            "--network-interface", "lo", "--gloo", sys.executable, "train.py", "--elastic",
-            "--data", str(str(run.parent / "shards")), "--run-dir", str(run), "--epochs",
-            str(epochs), "--commit-every", "4", *TINY_RECIPE, "--batch-size", "2"]  # fmt: skip
+    return [
+        str(Path(sys.executable).with_name("horovodrun")),
+        "-np",
+        str(np_),
+        "--min-np",
+        "1",
+        "--max-np",
+        "2",
+        "--host-discovery-script",
+        str(DISCOVER),
+        "--network-interface",
+        "lo",
+        "--gloo",
+        sys.executable,
+        "train.py",
+        "--elastic",
+        "--data",
+        str(str(run.parent / "shards")),
+        "--run-dir",
+        str(run),
+        "--epochs",
+        str(epochs),
+        "--commit-every",
+        "4",
+        *TINY_RECIPE,
+        "--batch-size",
+        "2",
+    ]
 
 
 @pytest.mark.slow
@@ -180,8 +236,13 @@ def test_warning_stops_every_worker_and_the_rerun_resumes_at_that_sample(
     env = {**os.environ, "ELASTIC_HOSTS_DIR": str(hosts), "TF_CPP_MIN_LOG_LEVEL": "1"}
     (hosts / "driver.hosts").write_text("localhost:2\n")
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(_elastic_command(run, 2, epochs), cwd=REPO, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            _elastic_command(run, 2, epochs),
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         try:
             _wait_for_text(log_path, "[rank 0/2] epoch 2/", proc, 240)
             os.kill(_worker_on("localhost", run), signal.SIGUSR1)
@@ -203,8 +264,14 @@ def test_warning_stops_every_worker_and_the_rerun_resumes_at_that_sample(
         resumed = f"epoch {done + 1} of {epochs}, 0 samples of it done"
 
     (hosts / "driver.hosts").write_text("localhost:1\n")
-    second = subprocess.run(_elastic_command(run, 1, epochs), cwd=REPO, env=env,
-                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    second = subprocess.run(
+        _elastic_command(run, 1, epochs),
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     output = second.stdout + second.stderr
     assert second.returncode == 0, output[-4000:]
     assert resumed in output, output[-4000:]
