@@ -171,6 +171,7 @@ def read_patch(ref: PatchRef, version: str) -> Patch:
     else:
         labels43 = None
         labels19 = _labels_vector(ref.labels19 or (), C.CLASSES_19)
+    assert geo is not None  # B02 is one of C.BANDS: the loop above set it
     return Patch(ref.name, bands, labels19, labels43, geo.crs, geo.ulx, geo.uly)
 
 

@@ -55,7 +55,8 @@ log = distributed.log
 CONFIG_FILE = "config.yaml"
 HISTORY_FILE = "history.csv"
 PER_CLASS_FIELDS = ("class", "index", "support", "precision", "recall", "f1", "ap")
-STEPS = {"drawstyle": "steps-post"}  # PR curves are step functions (as sklearn draws them)
+# PR curves are step functions (as sklearn draws them)
+STEPS: dict[str, Any] = {"drawstyle": "steps-post"}
 
 
 class EvaluationError(RuntimeError):
@@ -335,6 +336,7 @@ def evaluate_run(
     except (ValueError, OSError) as err:  # ConfigError, ShardError, CheckpointError, h5py
         error = err
     distributed.raise_if_any_failed(error, "preparing evaluation")
+    assert setup is not None  # raise_if_any_failed raised on every rank otherwise
     scored = {
         name: predict_split(setup.loaded, part, setup.manifest, setup.batch_size)
         for name, part in setup.parts.items()

@@ -115,7 +115,7 @@ def class_colours(num_classes: int) -> np.ndarray:
     """(C, 3) uint8 fixed colours; a 19-class gets the colour of its first 43-class source."""
     if num_classes == 43:
         return np.asarray(CLC_COLOURS_43, dtype=np.uint8)
-    first_source = {}
+    first_source: dict[int, int] = {}
     for idx43, idx19 in sorted(C.MAP_43_TO_19.items()):
         first_source.setdefault(idx19, idx43)
     return np.asarray([CLC_COLOURS_43[first_source[c]] for c in range(19)], dtype=np.uint8)

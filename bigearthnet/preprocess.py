@@ -269,7 +269,11 @@ def write_shard(
 def _read_block(refs, version, resampling, rejects, sums, with43) -> dict | None:
     # Patches are assembled straight into the block that is written (no per-patch copies).
     images = np.empty((len(refs), *IMAGE_SHAPE), dtype=np.uint16)
-    names, labels19, labels43, crs, ulxy = [], [], [], [], []
+    names: list[str] = []
+    labels19: list[np.ndarray] = []
+    labels43: list[np.ndarray] = []
+    crs: list[str] = []
+    ulxy: list[tuple[float, float]] = []
     for ref in refs:
         try:
             patch = read_patch(ref, version)
@@ -279,7 +283,8 @@ def _read_block(refs, version, resampling, rejects, sums, with43) -> dict | None
         assemble(patch, resampling, out=images[len(names)])
         names.append(patch.name)
         labels19.append(patch.labels19)
-        labels43.append(patch.labels43)
+        if patch.labels43 is not None:  # v1 archives (with43); v2 patches have none
+            labels43.append(patch.labels43)
         crs.append(patch.crs)
         ulxy.append((patch.ulx, patch.uly))
     if not names:
@@ -457,6 +462,7 @@ def _init_worker(queue) -> None:
 
 
 def _pool_task(shard, out, version, resampling, plan_id) -> dict:
+    assert _QUEUE is not None  # set by _init_worker in every pool process
     return write_shard(shard, out, version, resampling, plan_id, progress=_QUEUE.put)
 
 
