@@ -13,11 +13,18 @@ HOROVOD_VERSION=0.28.1
 # GPU clusters: TF_DEVICE=cuda make setup (the stack's tensorflow[and-cuda] pin)
 TF_DEVICE=${TF_DEVICE:-cpu}
 # TF 2.16+ make Keras 3 their tf.keras; Horovod 0.28.1 and the project need Keras 2 (tf-keras).
-# The project sets this itself when imported (bigearthnet/tfcompat.py); the build needs it too.
-export TF_USE_LEGACY_KERAS=1
+# The project sets this itself when imported (bigearthnet/__init__.py); the build and the
+# build check need it too - on 2.18 only: TF 2.15 without tf-keras breaks with it set.
+if [ "$STACK" = 2.18 ]; then export TF_USE_LEGACY_KERAS=1; else unset TF_USE_LEGACY_KERAS; fi
 
 log() { echo "[setup] $*"; }
 
+# A venv whose pip no longer imports (seen once in CI: a pip self-upgrade cut short) is
+# rebuilt rather than left to fail the same way on every later `make setup`.
+if [ -x "$VENV/bin/python" ] && ! "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+  log "$VENV has a broken pip: rebuilding it"
+  rm -rf "$VENV"
+fi
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating $VENV with $($PYTHON --version)"
   "$PYTHON" -m venv "$VENV"
@@ -25,7 +32,12 @@ fi
 pip() { "$VENV/bin/python" -m pip --disable-pip-version-check "$@"; }
 
 # cmake<4: Horovod 0.28.1's CMakeLists predate the policies CMake 4 removed.
-pip install -q --upgrade "pip>=23" "setuptools>=61" wheel "cmake<4"
+if ! pip install -q --upgrade "pip>=23" "setuptools>=61" wheel "cmake<4" || ! pip --version >/dev/null; then
+  log "upgrading pip failed: recreating $VENV once and retrying"
+  rm -rf "$VENV"
+  "$PYTHON" -m venv "$VENV"
+  pip install -q --upgrade "pip>=23" "setuptools>=61" wheel "cmake<4"
+fi
 log "stack $STACK ($TF_DEVICE) with $("$VENV/bin/python" --version)"
 pip install -q -e ".[dev,$TF_DEVICE-$STACK]"
 
