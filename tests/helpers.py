@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bigearthnet.history import HistoryRow
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -63,3 +65,20 @@ def error_lines(stderr: str) -> list[str]:
     """The lines of ``stderr`` that report an error, TensorFlow's start-up log left out."""
     lines = stderr.splitlines()
     return [line for line in lines if "error" in line.lower() and not TF_LOG_LINE.match(line)]
+
+
+def history_row(epoch: int, **fields) -> HistoryRow:
+    """A ``history.csv`` row for tests of what reads histories: plausible defaults,
+    ``fields`` overriding them (val_micro_f1, world_size, gns_b_simple, ...)."""
+    values = dict(
+        lr=0.1,
+        loss=0.5,
+        val_loss=0.4,
+        val_micro_f1=0.5,
+        val_macro_f1=0.5,
+        samples_per_s=1.0,
+        data_wait_fraction=0.0,
+        seconds=1.0,
+        world_size=1,
+    )
+    return HistoryRow(epoch=epoch, **{**values, **fields})

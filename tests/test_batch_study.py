@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from helpers import history_row
 
 from bigearthnet.batch_study import (
     STUDY_CSV,
@@ -78,19 +79,7 @@ def test_command_gives_train_py_the_per_rank_lr_and_the_evaluation_interval(
 
 
 def _row(epoch: int, f1: float, loss: float = 0.5, noise: float | None = None) -> HistoryRow:
-    return HistoryRow(
-        epoch=epoch,
-        lr=0.1,
-        loss=loss,
-        val_loss=0.4,
-        val_micro_f1=f1,
-        val_macro_f1=f1,
-        samples_per_s=1.0,
-        data_wait_fraction=0.0,
-        seconds=1.0,
-        world_size=1,
-        gns_b_simple=noise,
-    )
+    return history_row(epoch, loss=loss, val_micro_f1=f1, val_macro_f1=f1, gns_b_simple=noise)
 
 
 def test_result_counts_steps_to_the_first_evaluation_at_target(shards_v1: Path) -> None:

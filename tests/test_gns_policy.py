@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import history_row
 
 from bigearthnet.cli import elastic as cli
 from bigearthnet.elastic_controller import DECISIONS, record_decision
@@ -19,16 +20,10 @@ PER_WORKER = 64
 def _history(*epochs: tuple[int, float | None, float]) -> list[HistoryRow]:
     """Rows (world size, B_simple, val micro-F1), one per epoch."""
     return [
-        HistoryRow(
-            epoch=i,
-            lr=0.1,
-            loss=0.5,
-            val_loss=0.4,
+        history_row(
+            i,
             val_micro_f1=f1,
             val_macro_f1=f1,
-            samples_per_s=1.0,
-            data_wait_fraction=0.0,
-            seconds=1.0,
             world_size=world,
             global_batch=world * PER_WORKER,
             gns_b_simple=noise,

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import preprocess
+from helpers import history_row, preprocess
 from slurm_cluster import (
     Job,
     SlurmCluster,
@@ -220,7 +220,7 @@ def test_follow_applies_a_schedule_as_epochs_finish(
 ) -> None:
     """``follow --schedule`` acts on RUN/history.csv: nothing before the epoch, a holder job
     once it finished; actions of epochs the run never reaches are reported, not applied."""
-    from bigearthnet.history import HistoryRow, write_history
+    from bigearthnet.history import write_history
 
     hosts, run = workspace / "follow" / "hosts", workspace / "follow" / "run"
     hosts.mkdir(parents=True)
@@ -229,18 +229,7 @@ def test_follow_applies_a_schedule_as_epochs_finish(
     schedule.write_text("# ramp\nepoch 1: grow to 1 worker\nepoch 9: grow to 3 workers\n")
 
     def finish(epochs: int) -> None:
-        row = dict(
-            lr=0.1,
-            loss=0.5,
-            val_loss=0.5,
-            val_micro_f1=0.5,
-            val_macro_f1=0.5,
-            samples_per_s=1.0,
-            data_wait_fraction=0.0,
-            seconds=1.0,
-            world_size=1,
-        )
-        write_history(run, [HistoryRow(epoch=e, **row) for e in range(1, epochs + 1)])
+        write_history(run, [history_row(e) for e in range(1, epochs + 1)])
 
     finish(1)
     cmd = [
@@ -354,7 +343,7 @@ def test_follow_policy_grows_when_the_measured_noise_scale_allows(
     """``follow --policy gns`` reads B_simple from RUN/history.csv: it stays while the next
     world's batch would exceed it, submits a holder once it does not, records both."""
     from bigearthnet.elastic_controller import DECISIONS
-    from bigearthnet.history import HistoryRow, write_history
+    from bigearthnet.history import write_history
     from bigearthnet.util import read_csv
 
     hosts, run = workspace / "policy" / "hosts", workspace / "policy" / "run"
@@ -363,20 +352,7 @@ def test_follow_policy_grows_when_the_measured_noise_scale_allows(
 
     def finish(*b_simple: float) -> None:  # one epoch per value, 1 worker x batch 64
         rows = [
-            HistoryRow(
-                epoch=e,
-                lr=0.1,
-                loss=0.5,
-                val_loss=0.5,
-                val_micro_f1=0.5 + e / 100,
-                val_macro_f1=0.5,
-                samples_per_s=1.0,
-                data_wait_fraction=0.0,
-                seconds=1.0,
-                world_size=1,
-                global_batch=64,
-                gns_b_simple=noise,
-            )
+            history_row(e, val_micro_f1=0.5 + e / 100, global_batch=64, gns_b_simple=noise)
             for e, noise in enumerate(b_simple, start=1)
         ]
         write_history(run, rows)
