@@ -75,9 +75,21 @@ class TrainConfig:
         None, "epochs at which the step schedule multiplies the LR by gamma"
     )
     gamma: float = _opt(0.1, "factor of each step of the step schedule")
-    optimizer: str = _opt("sgd", "SGD with momentum (seed study) or Adam", ("sgd", "adam"))
-    momentum: float = _opt(0.9, "SGD momentum")
-    weight_decay: float = _opt(0.0, "L2 weight decay on convolution and dense kernels")
+    optimizer: str = _opt(
+        "sgd",
+        "sgd (with momentum: the seed study), adam, adamw (decoupled weight decay: the reBEN "
+        "recipe), lars or lamb (layer-wise trust ratio for large global batches)",
+        ("sgd", "adam", "adamw", "lars", "lamb"),
+    )
+    momentum: float = _opt(0.9, "momentum of sgd and lars")
+    weight_decay: float = _opt(
+        0.0,
+        "weight decay of convolution and dense kernels (BatchNorm parameters and biases "
+        "never): an L2 loss term for sgd/adam, part of the update for adamw/lars/lamb",
+    )
+    trust_coefficient: float = _opt(
+        0.001, "lars: the trust coefficient eta of the layer-wise LR (You et al. 2017)"
+    )
     mixup_alpha: float = _opt(0.0, "mix-up Beta(alpha, alpha) parameter; 0 turns mix-up off")
     augment: bool = _opt(True, "random flips and 90-degree rotations of training batches")
     seed: int = _opt(42, "seed of weights, shuffling and augmentation")
@@ -157,6 +169,8 @@ class TrainConfig:
         if self.loader_threads is not None:
             require_positive_int("--loader-threads", self.loader_threads)
         require_positive("--lr", self.lr)
+        require_positive("--trust-coefficient", self.trust_coefficient)
+        require_non_negative("--weight-decay", self.weight_decay)
         require_non_negative("--warmup-epochs", self.warmup_epochs)
         require_open_fraction("--threshold", self.threshold)
         if self.target_f1 is not None:

@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 import models
-from bigearthnet import distributed, metrics
+from bigearthnet import distributed, metrics, optimizers
 from bigearthnet.augment import mixup, random_dihedral
 from bigearthnet.config import TrainConfig
 from bigearthnet.data import normalize
@@ -68,7 +68,10 @@ class Replica:
         self.loss_scaling = cfg.amp == "fp16"  # bfloat16 has float32's range: no scaling
         tf.keras.utils.set_random_seed(cfg.seed)
         self.model = models.get_model(
-            cfg.model, IMAGE_SHAPE, num_classes, weight_decay=cfg.weight_decay
+            cfg.model,
+            IMAGE_SHAPE,
+            num_classes,
+            weight_decay=cfg.weight_decay if optimizers.decay_in_loss(cfg.optimizer) else 0.0,
         )
         self.schedule = schedule
         self.optimizer = _make_optimizer(cfg, WarmupSchedule(schedule))
@@ -125,7 +128,11 @@ class Replica:
         """Create the optimizer's slots now (a zero update), so they can be restored and
         broadcast before the first real step; then reset the step counter."""
         variables = self.model.trainable_variables
+        before = [v.read_value() for v in variables]
         self.optimizer.apply_gradients(zip([tf.zeros_like(v) for v in variables], variables))
+        # A zero gradient still moves the weights under decoupled weight decay: put them back.
+        for variable, value in zip(variables, before):
+            variable.assign(value)
         self.optimizer.iterations.assign(0)
 
     # ------------------------------------------------------------------ steps
@@ -234,11 +241,13 @@ class Replica:
 
 
 def _make_optimizer(cfg: TrainConfig, lr: WarmupSchedule) -> tf.keras.optimizers.Optimizer:
-    # Legacy Keras optimizers: Horovod 0.28's Keras integration and its examples target them.
-    if cfg.optimizer == "sgd":
-        opt = tf.keras.optimizers.legacy.SGD(learning_rate=lr, momentum=cfg.momentum)
-    else:
-        opt = tf.keras.optimizers.legacy.Adam(learning_rate=lr)
+    opt = optimizers.make(
+        cfg.optimizer,
+        learning_rate=lr,
+        momentum=cfg.momentum,
+        weight_decay=cfg.weight_decay,
+        trust_coefficient=cfg.trust_coefficient,
+    )
     if cfg.amp == "fp16":  # float16 gradients underflow without a loss scale
         opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
     return opt
