@@ -130,6 +130,14 @@ class TrainConfig:
         "time each step's gradient computation and its allreduce+update apart (one more host "
         "sync per step): compute and communication times in RUN/efficiency.json",
     )
+    gns: bool = _opt(
+        True,
+        "measure the gradient noise scale B_simple every update (one gradient norm per rank "
+        "and a scalar in the loss allreduce; needs 2+ ranks or --backward-passes-per-step 2+)",
+    )
+    gns_decay: float = _opt(
+        0.99, "per-update decay of the noise scale's moving averages (0.99: ~100 updates)"
+    )
     # --- elastic (malleable) training
     elastic: bool = _opt(
         False,
@@ -171,6 +179,8 @@ class TrainConfig:
         require_positive("--lr", self.lr)
         require_positive("--trust-coefficient", self.trust_coefficient)
         require_non_negative("--weight-decay", self.weight_decay)
+        if not 0.0 <= self.gns_decay < 1.0:
+            raise ConfigError(f"--gns-decay must be in [0, 1), got {self.gns_decay}")
         require_non_negative("--warmup-epochs", self.warmup_epochs)
         require_open_fraction("--threshold", self.threshold)
         if self.target_f1 is not None:

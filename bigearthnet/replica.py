@@ -29,6 +29,7 @@ from bigearthnet import distributed, metrics, optimizers
 from bigearthnet.augment import mixup, random_dihedral
 from bigearthnet.config import TrainConfig
 from bigearthnet.data import normalize
+from bigearthnet.gns import NoiseSample, NoiseScaleMonitor
 from bigearthnet.schedules import LRSchedule, WarmupSchedule
 from bigearthnet.shards import IMAGE_SHAPE
 
@@ -44,6 +45,7 @@ class StepResult:
 
     loss: float  # the batch loss averaged over ranks
     stop: bool  # some rank asked to stop (a Slurm warning)
+    noise: NoiseSample | None = None  # an update's gradient norms (--gns)
     compute_s: float = 0.0  # --comm-timing: forward + backward on this rank
     comm_s: float = 0.0  # --comm-timing: allreduce (incl. waiting for the slowest) + update
 
@@ -82,6 +84,9 @@ class Replica:
             if cfg.backward_passes_per_step > 1
             else []
         )
+        # The sum of the accumulated micro-batches' squared gradient norms (--gns).
+        self._micro_sq = tf.Variable(0.0, trainable=False, name="micro_sq")
+        self.noise = NoiseScaleMonitor(decay=cfg.gns_decay)
         self._create_optimizer_state()
         self._compile()
         log.info(
@@ -152,8 +157,8 @@ class Replica:
         exchange = apply or not self._accumulated
         if not self.cfg.comm_timing:
             fn = self._train_fn if exchange else self._accumulate_fn
-            loss, votes = fn(images, labels, seed, stop_flag).numpy()
-            return StepResult(loss=float(loss), stop=votes > 0)
+            outputs = fn(images, labels, seed, stop_flag).numpy()
+            return self._result(outputs, rows=int(images.shape[0]), exchange=exchange)
         # --comm-timing: the same step cut in two, gradients first, then the rest, with a
         # host sync in between so that compute and communication are timed apart.
         t0 = time.perf_counter()
@@ -163,10 +168,29 @@ class Replica:
         grads[0].numpy()
         t1 = time.perf_counter()
         fn = self._exchange_fn if exchange else self._add_up_fn
-        loss, votes = fn(loss, grads, stop_flag).numpy()
-        return StepResult(
-            loss=float(loss), stop=votes > 0, compute_s=t1 - t0, comm_s=time.perf_counter() - t1
+        outputs = fn(loss, grads, stop_flag).numpy()
+        t2 = time.perf_counter()
+        return self._result(
+            outputs, rows=int(images.shape[0]), exchange=exchange, compute_s=t1 - t0, comm_s=t2 - t1
         )
+
+    def _result(
+        self, outputs: np.ndarray, *, rows: int, exchange: bool, **times: float
+    ) -> StepResult:
+        """The step's outputs (loss, stop votes[, |g_small|^2, |g_big|^2]) as a StepResult;
+        an update's gradient norms go to the noise-scale monitor."""
+        loss, votes = outputs[:2]
+        noise = None
+        if exchange and self.cfg.gns:
+            passes = self.cfg.backward_passes_per_step
+            noise = NoiseSample(
+                small_sq=float(outputs[2]),
+                big_sq=float(outputs[3]),
+                b_small=rows,
+                b_big=rows * distributed.size() * passes,
+            )
+            self.noise.add(noise)
+        return StepResult(loss=float(loss), stop=bool(votes > 0), noise=noise, **times)
 
     def eval_step(
         self, images: tf.Tensor, labels: tf.Tensor, threshold: float
@@ -216,8 +240,14 @@ class Replica:
         return self._add_up(loss, grads, stop)
 
     def _exchange(self, loss, grads, stop):
-        """Average the gradients over ranks, apply them, agree on loss and stop."""
+        """Average the gradients over ranks, apply them, agree on loss and stop. With
+        ``--gns`` the output also carries the mean over ranks and micro-batches of the local
+        squared gradient norm (a scalar in the allreduce the step makes anyway) and the
+        squared norm of the allreduced gradient."""
         passes = self.cfg.backward_passes_per_step
+        if self.cfg.gns:  # this (micro-)batch's norm, before anything is averaged into it
+            small_sq = (_squared_norm(grads) + self._micro_sq) / passes
+            self._micro_sq.assign(0.0)
         if passes > 1:  # local aggregation: this batch plus the passes-1 accumulated ones
             grads = [(g + a) / passes for g, a in zip(grads, self._accumulated)]
         grads = distributed.allreduce_gradients(
@@ -226,11 +256,16 @@ class Replica:
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
         for a in self._accumulated:
             a.assign(tf.zeros_like(a))
-        return distributed.allreduce_mean(tf.stack([loss, stop]), name="loss_and_stop")
+        if not self.cfg.gns:
+            return distributed.allreduce_mean(tf.stack([loss, stop]), name="loss_and_stop")
+        agreed = distributed.allreduce_mean(tf.stack([loss, stop, small_sq]), name="loss_and_stop")
+        return tf.concat([agreed, [_squared_norm(grads)]], axis=0)
 
     def _add_up(self, loss, grads, stop):
         for a, g in zip(self._accumulated, grads):
             a.assign_add(g)
+        if self.cfg.gns:
+            self._micro_sq.assign_add(_squared_norm(grads))
         return distributed.allreduce_mean(tf.stack([loss, stop]), name="loss_and_stop")
 
     def _evaluate(self, images, labels, threshold):
@@ -251,6 +286,11 @@ def _make_optimizer(cfg: TrainConfig, lr: WarmupSchedule) -> tf.keras.optimizers
     if cfg.amp == "fp16":  # float16 gradients underflow without a loss scale
         opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
     return opt
+
+
+def _squared_norm(tensors: list[tf.Tensor]) -> tf.Tensor:
+    """sum of squares over all tensors, in float32 (gradients may come back as float16)."""
+    return tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors])
 
 
 def _optimizer_variables(optimizer: tf.keras.optimizers.Optimizer) -> list:

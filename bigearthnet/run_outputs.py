@@ -21,6 +21,7 @@ from bigearthnet import checkpoints, distributed
 from bigearthnet.checkpoints import CheckpointRecord
 from bigearthnet.config import TrainConfig, save_yaml
 from bigearthnet.errors import ConfigError
+from bigearthnet.gns import NoiseEstimate
 from bigearthnet.history import HistoryRow, read_history, write_history
 from bigearthnet.util import atomic_write_json, read_csv, write_csv
 
@@ -132,12 +133,24 @@ class RunOutputs:
         )
         write_csv(path, EVENT_FIELDS, rows)
 
-    def _tensorboard(self, row: HistoryRow) -> None:
+    def write_noise_points(self, points: list[tuple[int, NoiseEstimate]]) -> None:
+        """The noise scale every few updates, to TensorBoard (x axis: updates averaged)."""
+        with self._tensorboard_writer().as_default():
+            for update, estimate in points:
+                tf.summary.scalar("gns/b_simple", estimate.b_simple, step=update)
+                tf.summary.scalar("gns/grad_sq", estimate.grad_sq, step=update)
+                tf.summary.scalar("gns/trace", estimate.trace, step=update)
+        self._tensorboard_writer().flush()
+
+    def _tensorboard_writer(self) -> Any:
         if self._writer is None:
             self._writer = tf.summary.create_file_writer(str(self.run_dir / "tensorboard"))
+        return self._writer
+
+    def _tensorboard(self, row: HistoryRow) -> None:
         values = dataclasses.asdict(row)
-        with self._writer.as_default():
+        with self._tensorboard_writer().as_default():
             for key in TENSORBOARD_SCALARS:
                 if values.get(key) is not None:
                     tf.summary.scalar(key, float(values[key]), step=row.epoch)
-        self._writer.flush()
+        self._tensorboard_writer().flush()

@@ -16,6 +16,7 @@ after the steps of an epoch.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -37,6 +38,7 @@ from bigearthnet.data import (
 )
 from bigearthnet.efficiency import efficiency_line, efficiency_report
 from bigearthnet.errors import ConfigError, RequeueRequested
+from bigearthnet.gns import noise_report, verdict
 from bigearthnet.history import HistoryRow
 from bigearthnet.loader import (
     CacheChoice,
@@ -148,6 +150,7 @@ class EpochEnd:
             world_size=distributed.size(),
             global_batch=global_batch,
         )
+        row = self._with_noise_scale(row)
         history.append(row)
         self.replica.epoch.assign(epoch + 1)
         self.replica.step.assign(0)
@@ -159,7 +162,24 @@ class EpochEnd:
                 val_macro_f1=row.val_macro_f1,
             )
             self.outputs.save_epoch(self.replica.trackables, record, history)
+            self.outputs.write_noise_points(self.replica.noise.take_points())
         self._efficiency(epoch, outcome, seconds)
+        return row
+
+    def _with_noise_scale(self, row: HistoryRow) -> HistoryRow:
+        """The row with the run's gradient noise scale so far, logged beside the batch (the
+        estimate is the same on every rank: it comes from allreduced norms)."""
+        if not self.cfg.gns:
+            return row
+        estimate = self.replica.noise.estimate()
+        if estimate is not None:
+            row = dataclasses.replace(
+                row,
+                gns_b_simple=estimate.b_simple,
+                gns_grad_sq=estimate.grad_sq,
+                gns_trace=estimate.trace,
+            )
+        log.info("%s", verdict(row.gns_b_simple, row.global_batch or 0))
         return row
 
     def record(self, *, epochs_done: int, steps_per_epoch: int, **extra) -> CheckpointRecord:
@@ -181,6 +201,7 @@ class EpochEnd:
         table = distributed.allgather(mine, name="efficiency")
         if self.outputs is not None:
             report = efficiency_report(table, epoch + 1, measured_comm=self.cfg.comm_timing)
+            report["gradient_noise"] = noise_report(self.replica.noise, enabled=self.cfg.gns)
             self.outputs.write_efficiency(report)
             log.info("%s", efficiency_line(report))
 

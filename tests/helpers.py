@@ -8,8 +8,14 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from bigearthnet.history import HistoryRow
+
+if TYPE_CHECKING:  # TensorFlow loads only in the tests that build a model
+    import tensorflow as tf
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -82,3 +88,67 @@ def history_row(epoch: int, **fields) -> HistoryRow:
         world_size=1,
     )
     return HistoryRow(epoch=epoch, **{**values, **fields})
+
+
+def pooled_linear(input_shape, num_classes, *, name: str = "pooled_linear", **_) -> tf.keras.Model:
+    """A model without BatchNorm (per-band means -> dense logits): each sample's gradient is
+    its own, so per-example gradients give the gradient noise scale exactly."""
+    import tensorflow as tf
+
+    inputs = tf.keras.Input(shape=(None, None, input_shape[-1]))  # any patch size
+    pooled = tf.keras.layers.GlobalAveragePooling2D()(inputs)
+    logits = tf.keras.layers.Dense(num_classes, kernel_initializer="glorot_uniform")(pooled)
+    return tf.keras.Model(inputs, logits, name=name)
+
+
+def pooled_linear_replica(*, batch_size: int, passes: int, lr: float, gns_decay: float = 0.99):
+    """A :class:`~bigearthnet.replica.Replica` of :func:`pooled_linear` (registered for the
+    call) with plain SGD, no augmentation: its update is a fixed function of its batches."""
+    import models
+    from bigearthnet.config import TrainConfig
+    from bigearthnet.replica import Replica
+    from bigearthnet.schedules import LRSchedule
+
+    models.MODELS.setdefault("pooled_linear", pooled_linear)
+    cfg = TrainConfig(
+        model="pooled_linear",
+        batch_size=batch_size,
+        backward_passes_per_step=passes,
+        optimizer="sgd",
+        momentum=0.0,
+        lr=lr,
+        augment=False,
+        gns_decay=gns_decay,
+        seed=1,
+    )
+    schedule = LRSchedule(
+        base_lr=lr,
+        world_size=1,
+        steps_per_epoch=1,
+        total_epochs=1,
+        warmup_epochs=0,
+        kind="constant",
+    )
+    bands = len(SYNTHETIC_BAND_MEANS)
+    return Replica(
+        cfg,
+        num_classes=SYNTHETIC_CLASSES,
+        band_mean=np.full(bands, 1000.0, np.float32),
+        band_std=np.full(bands, 300.0, np.float32),
+        schedule=schedule,
+    )
+
+
+SYNTHETIC_CLASSES = 5
+SYNTHETIC_BAND_MEANS = np.linspace(600, 1400, 12)
+
+
+def synthetic_batch(count: int, *, seed: int, size: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """``count`` small uint16 images whose band levels decide their labels (noisily): a
+    fixed function of ``seed``."""
+    rng = np.random.default_rng(seed)
+    levels = rng.normal(SYNTHETIC_BAND_MEANS, 300.0, size=(count, 1, 1, len(SYNTHETIC_BAND_MEANS)))
+    images = levels + rng.normal(0.0, 50.0, size=(count, size, size, len(SYNTHETIC_BAND_MEANS)))
+    scores = levels[:, 0, 0, :SYNTHETIC_CLASSES] - SYNTHETIC_BAND_MEANS[:SYNTHETIC_CLASSES]
+    labels = (scores + rng.normal(0.0, 200.0, size=scores.shape)) > 0
+    return np.clip(images, 0, 65535).astype(np.uint16), labels.astype(np.uint8)
