@@ -24,6 +24,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("train_throughput.py", ["--knobs", "xla"]),
     ("scaling.py", []),
     ("evaluation.py", []),
+    ("noise_cost.py", []),
 ]
 
 

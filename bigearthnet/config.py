@@ -94,6 +94,12 @@ class TrainConfig:
     augment: bool = _opt(True, "random flips and 90-degree rotations of training batches")
     seed: int = _opt(42, "seed of weights, shuffling and augmentation")
     threshold: float = _opt(0.5, "score threshold for validation F1")
+    precise_bn_samples: int = _opt(
+        4096,
+        "before each validation and checkpoint, set the BatchNorm statistics to the exact "
+        "means/variances of this many training samples (all ranks together) under the current "
+        "weights (precise BN); 0: the moving averages, averaged over ranks",
+    )
     # --- performance
     amp: str = _opt(
         "off",
@@ -179,6 +185,7 @@ class TrainConfig:
         require_positive("--lr", self.lr)
         require_positive("--trust-coefficient", self.trust_coefficient)
         require_non_negative("--weight-decay", self.weight_decay)
+        require_non_negative("--precise-bn-samples", self.precise_bn_samples)
         if not 0.0 <= self.gns_decay < 1.0:
             raise ConfigError(f"--gns-decay must be in [0, 1), got {self.gns_decay}")
         require_non_negative("--warmup-epochs", self.warmup_epochs)

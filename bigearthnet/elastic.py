@@ -47,6 +47,7 @@ from bigearthnet.training import (
     choose_rank_cache,
     make_schedule,
     open_splits,
+    precise_bn_batches,
 )
 
 log = distributed.log
@@ -144,6 +145,13 @@ class ElasticTrainer:
                 epoch=epoch,
                 outcome=outcome,
                 val_batches=self._val_batches(),
+                bn_batches=precise_bn_batches(
+                    self.train_data,
+                    self.cfg,
+                    epoch=epoch,
+                    rank=distributed.rank(),
+                    size=size,
+                ),
                 started=started,
                 history=history,
                 steps_per_epoch=self.order.steps(size),

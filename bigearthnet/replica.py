@@ -18,6 +18,7 @@ broadcast. Large-batch optimizers and per-step gradient statistics plug in here.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from bigearthnet.augment import mixup, random_dihedral
 from bigearthnet.config import TrainConfig
 from bigearthnet.data import normalize
 from bigearthnet.gns import NoiseSample, NoiseScaleMonitor
+from bigearthnet.precise_bn import PreciseBatchNorm
 from bigearthnet.schedules import LRSchedule, WarmupSchedule
 from bigearthnet.shards import IMAGE_SHAPE
 
@@ -87,6 +89,7 @@ class Replica:
         # The sum of the accumulated micro-batches' squared gradient norms (--gns).
         self._micro_sq = tf.Variable(0.0, trainable=False, name="micro_sq")
         self.noise = NoiseScaleMonitor(decay=cfg.gns_decay)
+        self._precise_bn: PreciseBatchNorm | None = None  # built with its first use
         self._create_optimizer_state()
         self._compile()
         log.info(
@@ -121,6 +124,17 @@ class Replica:
         """BatchNorm's moving statistics are updated from each rank's batches and drift
         apart; averaged once per epoch, every replica describes the same model."""
         distributed.average_in_place(self.model.non_trainable_variables, "bn_stats")
+
+    def recompute_batchnorm(self, batches: Iterable[tuple]) -> int:
+        """Collective, precise BN: the BatchNorm statistics of ``batches`` (this rank's
+        share of (images, labels) from the training split) with the current weights, the
+        same on every rank. Returns the samples used over all ranks."""
+        if self._precise_bn is None:
+            self._precise_bn = PreciseBatchNorm(self.model)
+        prepared = (
+            normalize(tf.convert_to_tensor(images), self.mean, self.std) for images, _ in batches
+        )
+        return self._precise_bn.recompute(prepared)
 
     def use_schedule(self, schedule: LRSchedule, *, updates_done: int) -> None:
         """Switch to ``schedule`` (an elastic resize) at optimizer update ``updates_done``."""

@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -48,12 +48,20 @@ from bigearthnet.loader import (
     loader_threads,
 )
 from bigearthnet.loop import EpochOutcome, TrainingError, train_epoch, validate
+from bigearthnet.precise_bn import per_rank, sample_positions
 from bigearthnet.replica import Replica
 from bigearthnet.run_outputs import RunOutputs
 from bigearthnet.schedules import LRSchedule
 from bigearthnet.shards import IMAGE_SHAPE, Manifest, ShardError, read_manifest
 
-__all__ = ["EpochEnd", "RequeueRequested", "Trainer", "TrainingError", "make_schedule"]
+__all__ = [
+    "EpochEnd",
+    "RequeueRequested",
+    "Trainer",
+    "TrainingError",
+    "make_schedule",
+    "precise_bn_batches",
+]
 log = distributed.log
 SPLITS_USED = ("train", "val")  # what training reads (test: the final evaluation)
 
@@ -118,6 +126,7 @@ class EpochEnd:
 
     def __init__(self, cfg: TrainConfig, replica: Replica, outputs: RunOutputs | None) -> None:
         self.cfg, self.replica, self.outputs = cfg, replica, outputs
+        self._batchnorm: dict[str, float] = {}  # this epoch's BatchNorm statistics: cost
 
     def finish(
         self,
@@ -125,13 +134,22 @@ class EpochEnd:
         epoch: int,
         outcome: EpochOutcome,
         val_batches: Iterable[tuple],
+        bn_batches: Iterable[tuple],
         started: float,
         history: list[HistoryRow],
         steps_per_epoch: int,
         global_batch: int,
     ) -> HistoryRow:
-        """Collective: validate ``epoch`` (0-based) and save it; returns its history row."""
-        self.replica.average_batchnorm_statistics()
+        """Collective: BatchNorm statistics (precise BN from ``bn_batches``, this rank's
+        share of training batches, else the moving averages averaged over ranks), then
+        validate ``epoch`` (0-based) and save it; returns its history row."""
+        bn_started = time.perf_counter()
+        if self.cfg.precise_bn_samples:
+            bn_samples = self.replica.recompute_batchnorm(bn_batches)
+        else:
+            self.replica.average_batchnorm_statistics()
+            bn_samples = 0
+        self._batchnorm = {"samples": bn_samples, "seconds": time.perf_counter() - bn_started}
         val = validate(self.replica, val_batches, threshold=self.cfg.threshold)
         seconds = time.perf_counter() - started
         times = outcome.times
@@ -202,8 +220,23 @@ class EpochEnd:
         if self.outputs is not None:
             report = efficiency_report(table, epoch + 1, measured_comm=self.cfg.comm_timing)
             report["gradient_noise"] = noise_report(self.replica.noise, enabled=self.cfg.gns)
+            report["precise_bn"] = self._batchnorm  # samples 0: the moving averages
             self.outputs.write_efficiency(report)
             log.info("%s", efficiency_line(report))
+
+
+def precise_bn_batches(
+    data: RankData, cfg: TrainConfig, *, epoch: int, rank: int, size: int
+) -> Iterator[tuple]:
+    """This rank's share of ``--precise-bn-samples`` training samples, in batches: from its
+    own part (fixed-size runs: ``rank`` 0 of ``size`` 1 of that part) or, elastic, its deal
+    of the whole split."""
+    share = per_rank(cfg.precise_bn_samples, size=distributed.size())
+    positions = sample_positions(
+        len(data), per_rank=share, rank=rank, size=size, seed=cfg.seed, epoch=epoch
+    )
+    for start in range(0, len(positions), cfg.batch_size):
+        yield data.take(positions[start : start + cfg.batch_size])
 
 
 def reached_target(cfg: TrainConfig, row: HistoryRow) -> bool:
@@ -284,6 +317,9 @@ class Trainer:
                 epoch=epoch,
                 outcome=outcome,
                 val_batches=self._val_batches(),
+                bn_batches=precise_bn_batches(
+                    self.train_data, self.cfg, epoch=epoch, rank=0, size=1
+                ),
                 started=started,
                 history=history,
                 steps_per_epoch=self.steps,

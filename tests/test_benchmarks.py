@@ -24,6 +24,7 @@ SCRIPTS = [
     "train_throughput.py",
     "scaling.py",
     "evaluation.py",
+    "noise_cost.py",
     "run_all.py",
 ]
 

@@ -83,3 +83,21 @@ def test_every_flag_passes_through_horovodrun(monkeypatch) -> None:
             command = ["python", parser.prog, flag, "value"]
             monkeypatch.setattr(sys, "argv", ["horovodrun", "-np", "2", *command])
             assert launch.parse_args().command == command, flag
+
+
+def test_every_recipe_in_configs_resolves() -> None:
+    """configs/*.yaml: known keys, valid values; the seed table's global batches and peak
+    LRs are what their comments say."""
+    from bigearthnet.config import resolve
+
+    recipes = sorted((Path(__file__).parents[1] / "configs").glob("*.yaml"))
+    assert len(recipes) >= 10
+    peaks = {}
+    for recipe in recipes:
+        args = train.build_parser().parse_args(
+            ["--config", str(recipe), "--data", "d", "--run-dir", "r"]
+        )
+        cfg = resolve(args, TrainConfig)
+        peaks[recipe.stem] = cfg.lr
+    assert peaks["seed-study-sgd-32k"] * 512 == 12.8
+    assert round(peaks["lamb-32k"] * 512, 4) == 0.008
