@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     # TensorFlow's C++ INFO lines (oneDNN, CPU features) drown the rank logs; keep warnings.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     # Imported after parsing so that --help and option errors answer without TensorFlow.
-    from bigearthnet import distributed, evaluation
+    from bigearthnet import distributed, evaluation, runlock
     from bigearthnet.config import default_threads
     from bigearthnet.util import first_line
 
@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, distributed.DistributedError) as err:
         print(f"{PROG}: error: {first_line(err)}", file=sys.stderr)
         return 2
+    finally:
+        runlock.release_all()
     return 0
 
 

@@ -18,22 +18,34 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import tensorflow as tf
 
 from bigearthnet import constants
-from bigearthnet.errors import InputError
-from bigearthnet.util import atomic_write_json
+from bigearthnet.errors import InputError, RunFailed
+from bigearthnet.util import atomic_write_json, first_line
 
 CKPT_DIR = "checkpoints"
 TAGS = ("latest", "best")
+RECORD = "record.json"  # inside each checkpoint folder: its pointer, for fallbacks
+# What TensorFlow raises for a damaged checkpoint: a truncated data file gives IndexError
+# ("Read less bytes than requested"), a corrupt index DataLossError (an OpError).
+UNREADABLE = (tf.errors.OpError, InputError, ValueError, IndexError, KeyError)
+log = logging.getLogger("bigearthnet")
 
 
 class CheckpointError(InputError):
     """A checkpoint that cannot be found or does not fit the model."""
+
+
+class CheckpointWriteError(RunFailed):
+    """A checkpoint could not be written (disk full, quota): training stops, the previous
+    checkpoint stays the latest."""
 
 
 @dataclass(frozen=True)
@@ -120,15 +132,33 @@ def save(
         folder += f"-s{record.step:06d}"  # mid-epoch (a requeue): a distinct folder
     tmp = root / f".{folder}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    tf.train.Checkpoint(**trackables).write(str(tmp / "ckpt"))
+    record = dataclasses.replace(record, tag=tag, folder=folder)
+    try:
+        tf.train.Checkpoint(**trackables).write(str(tmp / "ckpt"))
+        # The folder's own copy of its pointer: a resume can fall back to it.
+        atomic_write_json(tmp / RECORD, record.to_json())
+    except (tf.errors.OpError, OSError) as err:  # e.g. the disk is full
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointWriteError(
+            f"{root}: cannot write checkpoint {folder} ({_reason(err)}); "
+            "the previous checkpoint is kept"
+        ) from None
     final = root / folder
     if final.exists():  # the same epoch saved again (a rerun): replace it
         shutil.rmtree(final)
     tmp.rename(final)
-    record = dataclasses.replace(record, tag=tag, folder=folder)
     atomic_write_json(root / f"{tag}.json", record.to_json())
     _prune(root, tag, keep=folder)
     return record
+
+
+def _reason(err: Exception) -> str:
+    """The OS's words in a TensorFlow I/O error ("... tempstate123; No space left on device
+    [Op:SaveV2]" -> "No space left on device")."""
+    text = first_line(err)
+    if isinstance(err, tf.errors.OpError):
+        text = err.message.split("; ")[-1].split(" [Op:")[0].strip()
+    return text
 
 
 def restore(
@@ -140,6 +170,59 @@ def restore(
         raise CheckpointError(f"{checkpoint_dir(run_dir)}: no '{tag}' checkpoint")
     restore_path(prefix(run_dir, record), trackables, partial=partial)
     return record
+
+
+def restore_latest(
+    run_dir: str | Path,
+    trackables: dict,
+    *,
+    check: Callable[[CheckpointRecord], None] = lambda record: None,
+) -> CheckpointRecord | None:
+    """Restore the newest readable 'latest' checkpoint; None when there is none.
+
+    The pointer's checkpoint first, then the older folders kept beside it, newest first:
+    a checkpoint damaged after it was written (power loss, a truncated file) costs the
+    epochs since the previous one, with a warning, never the run. ``check`` vets the record
+    before restoring (a run folder of another model raises, it is not a damaged one).
+    CheckpointError when checkpoints exist but none can be read.
+    """
+    candidates, problems = _latest_candidates(run_dir)
+    for record in candidates:
+        check(record)
+        try:
+            restore_path(prefix(run_dir, record), trackables, partial=False)
+        except UNREADABLE as err:
+            problems.append(f"{record.folder}: {first_line(err)[:160]}")
+            continue
+        for problem in problems:
+            log.warning("checkpoint unreadable, falling back to %s: %s", record.folder, problem)
+        return record
+    if problems:
+        raise CheckpointError(
+            f"{checkpoint_dir(run_dir)}: no readable checkpoint ({'; '.join(problems)}); "
+            "--no-resume starts over"
+        )
+    return None
+
+
+def _latest_candidates(run_dir: str | Path) -> tuple[list[CheckpointRecord], list[str]]:
+    """'latest' records, the pointer's first; and why any could not be read."""
+    records, problems = [], []
+    try:
+        pointed = read_pointer(run_dir, "latest")
+    except CheckpointError as err:
+        pointed, problems = None, [first_line(err)]
+    if pointed is not None:
+        records.append(pointed)
+    for folder in sorted(checkpoint_dir(run_dir).glob("latest-e*"), reverse=True):
+        if pointed is not None and folder.name == pointed.folder:
+            continue
+        try:
+            raw = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+            records.append(dataclasses.replace(CheckpointRecord.from_json(raw), folder=folder.name))
+        except (OSError, ValueError, TypeError) as err:
+            problems.append(f"{folder.name}: {first_line(err)}")
+    return records, problems
 
 
 def prefix(run_dir: str | Path, record: CheckpointRecord) -> Path:
@@ -166,8 +249,13 @@ def clear(run_dir: str | Path) -> None:
 
 
 def _prune(root: Path, tag: str, keep: str) -> None:
-    for path in root.glob(f"{tag}-e*"):
-        if path.is_dir() and path.name != keep:
-            shutil.rmtree(path, ignore_errors=True)
+    """Remove ``tag``'s older folders but ``keep`` and, for 'latest', the one before it
+    (the fallback if ``keep`` turns out damaged)."""
+    older = sorted(
+        (p for p in root.glob(f"{tag}-e*") if p.is_dir() and p.name != keep), reverse=True
+    )
+    spare = 1 if tag == "latest" else 0
+    for path in older[spare:]:
+        shutil.rmtree(path, ignore_errors=True)
     for path in root.glob(f".{tag}-e*.tmp"):
         shutil.rmtree(path, ignore_errors=True)

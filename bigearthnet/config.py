@@ -153,6 +153,11 @@ class TrainConfig:
     commit_every: int = _opt(10, "elastic: commit the training state every N batches")
     # --- control
     resume: bool = _opt(True, "resume from RUN/checkpoints when present")
+    force_unlock: bool = _opt(
+        False,
+        "remove a leftover lease of RUN (BIGEARTHNET_RUN_LOCK=lease, a holder that died on "
+        "another host); refused while the holder runs on this host",
+    )
     max_steps_per_epoch: int | None = _opt(
         None, "cap on steps per epoch: each epoch trains on that many batches (smoke tests)"
     )

@@ -30,7 +30,7 @@ import dataclasses
 import time
 from typing import Any
 
-from bigearthnet import checkpoints, distributed
+from bigearthnet import distributed
 from bigearthnet.batching import GlobalOrder, StepBatch, validation_slices
 from bigearthnet.checkpoints import ElasticPosition
 from bigearthnet.config import TrainConfig
@@ -97,10 +97,10 @@ class ElasticTrainer:
         position: dict[str, Any] = {"epoch": 0, **dataclasses.asdict(ElasticPosition())}
         if self.outputs is None:
             return position
-        record = self.outputs.prepare()
+        self.outputs.prepare()
+        record = self.outputs.resume(self.replica.trackables)
         if record is None:
             return position
-        checkpoints.restore(self.outputs.run_dir, "latest", self.replica.trackables)
         # Mid-epoch saves of elastic runs carry the position in the epoch's global order;
         # those of fixed-size runs (a per-rank step) cannot be mapped: that epoch restarts.
         if record.elastic is not None:

@@ -42,7 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 import models
-from bigearthnet import checkpoints, distributed
+from bigearthnet import checkpoints, distributed, runlock
 from bigearthnet import constants as C
 from bigearthnet import metrics as M
 from bigearthnet.checkpoints import CheckpointError, CheckpointRecord
@@ -332,6 +332,8 @@ def evaluate_run(
     splits = [split, "val"] if tune_thresholds and split != "val" else [split]
     setup, error = None, None
     try:
+        if out is None and distributed.is_root():  # writes into the run folder: one writer
+            runlock.acquire(run_dir)
         setup = prepare(run_dir, data_dir, splits, checkpoint, threshold, batch_size)
     except (ValueError, OSError) as err:  # ConfigError, ShardError, CheckpointError, h5py
         error = err

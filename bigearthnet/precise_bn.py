@@ -10,10 +10,14 @@ BatchNorm", 2021) and Detectron2's PreciseBN re-estimate them before evaluating:
 passes in training mode (each layer normalises with its batch's statistics, as in
 training) over a fixed number of training samples, then the exact means and variances.
 
-Each rank runs its share of the samples; the per-channel sums of ``x`` and ``x^2`` and the
-counts are summed over ranks in one allreduce, so every replica gets the same statistics:
-``mean = E[x]``, ``variance = E[x^2] - E[x]^2`` over all samples and positions (the
-population variance, which includes the spread between batch means).
+Each rank runs its share of the samples in batches of the training batch size; per layer
+the batch means and variances, weighted by their counts, are summed over ranks in one
+allreduce, so every replica gets the same statistics: the mean of the batch means (the
+population mean) and the mean of the batch variances. The variance is the batches', as in
+Detectron2's PreciseBN, not the population's: each training step normalised with its own
+batch's variance, which leaves out the spread between batch means; averaging the same
+quantity keeps inference consistent with training (with 8 samples a batch the population
+variance is ~1/8 larger, and measurably lowered validation F1 here).
 """
 
 from __future__ import annotations
@@ -59,8 +63,9 @@ class PreciseBatchNorm:
         self._moments = tf.function(self._batch_moments, reduce_retracing=True)
 
     def _batch_moments(self, images: tf.Tensor) -> list[tf.Tensor]:
-        """Per layer: [sum of x, sum of x^2] per channel over the batch and positions, and
-        how many values went into them, in float32 whatever the compute precision."""
+        """Per layer: [count x batch mean, count x batch variance] per channel, and the
+        count of values per channel (batch x positions), in float32 whatever the compute
+        precision. The variance is the biased one training normalises with."""
         outputs = self._inputs_of(images, training=True)
         if len(self.layers) == 1:
             outputs = [outputs]
@@ -69,11 +74,8 @@ class PreciseBatchNorm:
             x = tf.cast(x, tf.float32)
             axes = list(range(len(x.shape) - 1))
             count = tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), tf.float32)
-            sums.append(
-                tf.concat(
-                    [tf.reduce_sum(x, axes), tf.reduce_sum(tf.square(x), axes), [count]], axis=0
-                )
-            )
+            mean, variance = tf.nn.moments(x, axes)
+            sums.append(tf.concat([mean * count, variance * count, [count]], axis=0))
         return sums
 
     def recompute(self, batches: Iterable[tf.Tensor]) -> int:
@@ -96,7 +98,7 @@ class PreciseBatchNorm:
             offset += 2 * channels + 1
             count = block[-1]
             mean = block[:channels] / count
-            variance = np.maximum(block[channels : 2 * channels] / count - mean**2, 0.0)
+            variance = block[channels : 2 * channels] / count
             layer.moving_mean.assign(mean.astype(np.float32))
             layer.moving_variance.assign(variance.astype(np.float32))
         return int(summed[0])

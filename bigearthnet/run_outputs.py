@@ -17,7 +17,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from bigearthnet import checkpoints, distributed
+from bigearthnet import checkpoints, distributed, runlock
 from bigearthnet.checkpoints import CheckpointRecord
 from bigearthnet.config import TrainConfig, save_yaml
 from bigearthnet.errors import ConfigError
@@ -53,19 +53,23 @@ class RunOutputs:
         self.run_dir = Path(cfg.run_dir)
         self._writer: Any = None  # the TensorBoard writer, opened with the first epoch
 
-    def prepare(self) -> CheckpointRecord | None:
-        """Create the folder, clear it (``--no-resume``), save the options; returns the latest
-        checkpoint's record when the run resumes."""
+    def prepare(self) -> None:
+        """Lock the folder for this process (RunLocked when another holds it), clear it
+        (``--no-resume``), save the options."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        runlock.acquire(self.run_dir, force_unlock=self.cfg.force_unlock)  # first: one writer
         if not self.cfg.resume:
             checkpoints.clear(self.run_dir)
             for name in ("history.csv", EFFICIENCY):
                 (self.run_dir / name).unlink(missing_ok=True)
-        record = checkpoints.read_pointer(self.run_dir, "latest") if self.cfg.resume else None
-        if record is not None:
-            self._check_compatible(record)
         save_yaml(self.cfg, self.run_dir / "config.yaml")
-        return record
+
+    def resume(self, trackables: dict) -> CheckpointRecord | None:
+        """Restore the newest readable checkpoint into ``trackables`` (falling back past a
+        damaged one); its record, or None when the run starts fresh."""
+        if not self.cfg.resume:
+            return None
+        return checkpoints.restore_latest(self.run_dir, trackables, check=self._check_compatible)
 
     def _check_compatible(self, record: CheckpointRecord) -> None:
         """A run folder cannot switch model or label set and resume."""

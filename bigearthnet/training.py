@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 import tensorflow as tf
 
-from bigearthnet import checkpoints, distributed
+from bigearthnet import distributed
 from bigearthnet.batching import RankPartition
 from bigearthnet.checkpoints import CheckpointRecord
 from bigearthnet.config import TrainConfig
@@ -37,7 +37,7 @@ from bigearthnet.data import (
     memory_available,
 )
 from bigearthnet.efficiency import efficiency_line, efficiency_report
-from bigearthnet.errors import ConfigError, RequeueRequested
+from bigearthnet.errors import ConfigError, InputError, RequeueRequested
 from bigearthnet.gns import noise_report, verdict
 from bigearthnet.history import HistoryRow
 from bigearthnet.loader import (
@@ -360,9 +360,14 @@ class Trainer:
     def _resume_or_start(self) -> tuple[int, int, list[float]]:
         """Rank 0 picks the checkpoint (if any); every rank ends with rank 0's state.
         Returns (epoch, step in it, the losses of the steps done)."""
-        record = self.outputs.prepare() if self.outputs is not None else None
-        if record is not None and self.outputs is not None:
-            checkpoints.restore(self.outputs.run_dir, "latest", self.replica.trackables)
+        record, error = None, None
+        try:
+            if self.outputs is not None:
+                self.outputs.prepare()
+                record = self.outputs.resume(self.replica.trackables)
+        except (InputError, OSError) as err:  # locked, incompatible, unreadable checkpoint
+            error = err
+        distributed.raise_if_any_failed(error, "preparing the run folder")
         record = distributed.broadcast_object(record, name="resume_record")
         self.replica.broadcast_state()
         start, step = int(self.replica.epoch.numpy()), int(self.replica.step.numpy())

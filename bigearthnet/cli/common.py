@@ -31,6 +31,7 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
+from bigearthnet import runlock
 from bigearthnet.errors import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -75,6 +76,8 @@ def run(parser: argparse.ArgumentParser, handler: Handler, argv: list[str] | Non
     except (InputError, ValueError, OSError) as err:
         report(prog, f"error: {first_line(err)}")
         return EXIT_BAD_INPUT
+    finally:
+        runlock.release_all()  # the run folders this command wrote to
 
 
 def report(prog: str, message: str, *, warning: bool = False) -> None:
