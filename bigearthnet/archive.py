@@ -145,6 +145,10 @@ def _read_v2_table(path: Path):
 def _v2_refs(table, s2_dir: Path, source: str) -> tuple[list[PatchRef], list[tuple[str, str]]]:
     refs, missing = [], []
     for patch_id, labels, split in zip(table["patch_id"], table["labels"], table["split"]):
+        # Metadata is data, not a path to follow: a name that would leave the folder is refused.
+        if not _plain_name(str(patch_id)):
+            missing.append((str(patch_id), f"patch_id in {source} is not a plain name: refused"))
+            continue
         tile = patch_id.rsplit("_", 2)[0]
         folder = os.path.join(s2_dir, tile, patch_id)
         if not os.path.isdir(folder):
@@ -154,6 +158,10 @@ def _v2_refs(table, s2_dir: Path, source: str) -> tuple[list[PatchRef], list[tup
         refs.append(PatchRef(patch_id, folder, tuple(labels), split_name))
     refs.sort(key=lambda r: r.name)
     return refs, missing
+
+
+def _plain_name(name: str) -> bool:
+    return name not in ("", ".", "..") and Path(name).name == name and "\\" not in name
 
 
 def read_patch(ref: PatchRef, version: str) -> Patch:
