@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 from horovod.common.exceptions import HorovodInternalError
 
-from bigearthnet.errors import InputError
+from bigearthnet.errors import InputError, RunFailed
 
 log = logging.getLogger("bigearthnet")
 
@@ -218,6 +218,22 @@ def raise_if_any_failed(error: Exception | None, what: str) -> None:
         raise error
     if failed:
         raise DistributedError(f"{int(failed)} other rank(s) failed while {what}; see their log")
+
+
+class PeerLost(RunFailed):
+    """Another rank ended during a collective (killed, crashed): this one cannot go on."""
+
+
+def peer_lost(err: Exception) -> PeerLost | None:
+    """A :class:`PeerLost` naming this rank if ``err`` is Horovod's shutdown after another
+    rank ended (fixed-size runs; elastic runs recover from it instead), else None."""
+    # Horovod: a collective in flight when a peer dies fails with this text on the others.
+    if not isinstance(err, tf.errors.OpError) or "Horovod has been shut down" not in str(err):
+        return None
+    return PeerLost(
+        f"rank {rank()}/{size()}: another rank ended during a collective (Horovod shut "
+        "down; the launcher's log names it); the last checkpoint is kept, rerun to resume"
+    )
 
 
 def allgather_object(obj, name: str) -> list:

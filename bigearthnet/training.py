@@ -294,7 +294,18 @@ class Trainer:
         return self.replica.model
 
     def run(self) -> HistoryRow | None:
-        """Train to ``cfg.epochs`` (resuming if possible); returns the last history row."""
+        """Train to ``cfg.epochs`` (resuming if possible); returns the last history row.
+        A rank that ends mid-run ends the others with :class:`~bigearthnet.distributed.
+        PeerLost` (one line each, exit 1), not a traceback or a hang."""
+        try:
+            return self._run()
+        except tf.errors.OpError as err:
+            lost = distributed.peer_lost(err)
+            if lost is None:
+                raise
+            raise lost from None
+
+    def _run(self) -> HistoryRow | None:
         start_epoch, start_step, losses_before = self._resume_or_start()
         history = self.outputs.history(through_epoch=start_epoch) if self.outputs else []
         row = history[-1] if history else None

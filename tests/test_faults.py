@@ -1,0 +1,117 @@
+"""Faults injected into real runs: a rank killed in a 2-rank run (no hang in a collective,
+the checkpoint intact, the rerun resumes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO, TINY_RECIPE
+
+from bigearthnet.history import read_history
+
+DETECT_LIMIT_S = 120  # every rank must be gone this long after one is killed
+
+
+def rank_pids(run: Path) -> dict[int, int]:
+    """Horovod rank -> PID of the training processes working on ``run``."""
+    ranks = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = dict(
+                line.split(b"=", 1)
+                for line in (entry / "environ").read_bytes().split(b"\0")
+                if b"=" in line
+            )
+        except OSError:
+            continue
+        if str(run).encode() in cmdline and b"HOROVOD_RANK" in environ and b"python" in cmdline[0]:
+            ranks[int(environ[b"HOROVOD_RANK"])] = int(entry.name)
+    return ranks
+
+
+def start_two_ranks(data: Path, run: Path, epochs: int) -> subprocess.Popen:
+    launcher = Path(sys.executable).with_name("horovodrun")
+    argv = ["train.py", "--data", str(data), "--run-dir", str(run), "--epochs", str(epochs)]
+    return subprocess.Popen(
+        [
+            str(launcher),
+            "-np",
+            "2",
+            "-H",
+            "localhost:2",
+            "--gloo",
+            sys.executable,
+            *argv,
+            *TINY_RECIPE,
+            "--no-eval-test",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"},
+    )
+
+
+def wait_for(predicate, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def kill_a_rank(
+    data: Path, run: Path, *, epochs: int, rank: int
+) -> tuple[subprocess.Popen, float, str]:
+    """Start a 2-rank run, SIGKILL ``rank`` once an epoch is checkpointed; returns the
+    launcher (ended), the seconds until every rank was gone, and the output."""
+    proc = start_two_ranks(data, run, epochs)
+    assert wait_for(lambda: (run / "checkpoints" / "latest.json").is_file(), 300), "no checkpoint"
+    pids = rank_pids(run)
+    assert set(pids) == {0, 1}, pids
+    os.kill(pids[rank], signal.SIGKILL)
+    killed = time.monotonic()
+    output, _ = proc.communicate(timeout=DETECT_LIMIT_S + 60)
+    gone = wait_for(
+        lambda: not any(Path(f"/proc/{p}").exists() for p in pids.values()), DETECT_LIMIT_S
+    )
+    assert gone, "a rank outlived the launcher"
+    return proc, time.monotonic() - killed, output
+
+
+@pytest.mark.horovod
+@pytest.mark.slow
+@pytest.mark.parametrize("victim", [1, 0])
+def test_killed_rank_ends_the_run_and_the_rerun_resumes(victim, tmp_path, shards_v1):
+    run = tmp_path / "run"
+    proc, seconds, output = kill_a_rank(shards_v1, run, epochs=40, rank=victim)
+    assert proc.returncode != 0
+    assert seconds < DETECT_LIMIT_S
+    assert f"Process {victim} exit with status code 137" in output  # the launcher's line
+    if victim == 1:  # the survivor says why it stopped, in one line
+        assert "rank 0/2: another rank ended during a collective" in output
+        assert "Traceback" not in output.split("Process 1 exit")[0]
+    done = len(read_history(run))
+    assert 1 <= done < 40
+    argv = ["--data", str(shards_v1), "--run-dir", str(run), "--epochs", str(done + 2)]
+    rerun = subprocess.run(
+        [sys.executable, "train.py", *argv, *TINY_RECIPE, "--no-eval-test"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "resumed from" in rerun.stderr
+    assert [r.epoch for r in read_history(run)] == list(range(1, done + 3))
