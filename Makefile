@@ -8,9 +8,10 @@ VENV ?= $(if $(filter 2.15,$(STACK)),.venv,.venv-tf$(STACK))
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 DEMO_DIR ?= demo
+FAULTS_TABLE ?=
 SHARED ?= ../shared
 
-.PHONY: help setup demo test test-slow test-all lint bench bench-stacks clean-demo
+.PHONY: help setup demo test test-slow test-all faults lint bench bench-stacks clean-demo
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -30,7 +31,10 @@ test: $(STAMP)  ## the test suite without the tests marked slow
 	SHARED_DIR=$(SHARED) $(PY) -m pytest
 
 test-slow: $(STAMP)  ## only the slow tests (real Slurm, elastic); CI runs them after `make test`
-	SHARED_DIR=$(SHARED) $(PY) -m pytest -m slow
+	SHARED_DIR=$(SHARED) $(PY) -m pytest -m "slow and not fault"
+
+faults: $(STAMP)  ## inject each fault into real runs; prints the fault table (FAULTS_TABLE=file writes it)
+	SHARED_DIR=$(SHARED) BEN_FAULTS_TABLE=$(FAULTS_TABLE) $(PY) -m pytest -m fault
 
 test-all: $(STAMP)  ## every test, the slow multi-process and Slurm ones included
 	SHARED_DIR=$(SHARED) $(PY) -m pytest -m "slow or not slow"

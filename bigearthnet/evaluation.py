@@ -42,18 +42,16 @@ import numpy as np
 import tensorflow as tf
 
 import models
-from bigearthnet import checkpoints, distributed, runlock
-from bigearthnet import constants as C
-from bigearthnet import metrics as M
+from bigearthnet import checkpoints, constants, distributed, metrics, runlock
 from bigearthnet.checkpoints import CheckpointError, CheckpointRecord
 from bigearthnet.config import ConfigError, TrainConfig, load_run_config
 from bigearthnet.data import RankData, band_stats, normalize
+from bigearthnet.history import HistoryRow, read_history
 from bigearthnet.shards import Manifest, ShardError, read_manifest
 from bigearthnet.util import atomic_path, atomic_write_json, atomic_write_text, first_line
 
 log = distributed.log
 CONFIG_FILE = "config.yaml"
-HISTORY_FILE = "history.csv"
 PER_CLASS_FIELDS = ("class", "index", "support", "precision", "recall", "f1", "ap")
 # PR curves are step functions (as sklearn draws them)
 STEPS: dict[str, Any] = {"drawstyle": "steps-post"}
@@ -88,7 +86,7 @@ class LoadedModel:
 
     @property
     def class_names(self) -> list[str]:
-        return list(C.CLASS_SETS[self.num_classes])
+        return list(constants.CLASS_SETS[self.num_classes])
 
     @property
     def epoch(self) -> int | None:
@@ -146,7 +144,7 @@ def _record_of_folder(folder: Path, config: TrainConfig) -> CheckpointRecord:
 def check_label_set(record: CheckpointRecord, config: TrainConfig) -> None:
     """CheckpointError unless the checkpoint's class count is the run's label set."""
     classes, wanted = record.num_classes, config.labels
-    if classes not in C.CLASS_SETS:
+    if classes not in constants.CLASS_SETS:
         raise CheckpointError(f"checkpoint {record.folder} has {classes} classes, not 19 or 43")
     if classes != wanted:
         raise CheckpointError(
@@ -286,8 +284,8 @@ def prepare(
     if batch_size < 1:
         raise ConfigError(f"--batch-size must be a positive integer, got {batch_size}")
     for split in splits:
-        if split not in C.SPLITS:
-            raise ConfigError(f"unknown split {split!r}; use one of {', '.join(C.SPLITS)}")
+        if split not in constants.SPLITS:
+            raise ConfigError(f"unknown split {split!r}; use one of {', '.join(constants.SPLITS)}")
     data_dir = Path(data_dir or config.data)
     manifest = read_manifest(data_dir)
     loaded = load_model(run_dir, checkpoint, manifest)
@@ -343,32 +341,31 @@ def evaluate_run(
         name: predict_split(setup.loaded, part, setup.manifest, setup.batch_size)
         for name, part in setup.parts.items()
     }
-    predictions, history = scored[split], read_history(run_dir / HISTORY_FILE)
-    # While rank 0 computes the report, the other ranks draw the plots that need no report.
-    drawn = draw_my_plots(
-        {
-            "pr_curves.png": lambda: plot_pr_curves(predictions, setup.loaded.class_names),
-            "training_curves.png": lambda: plot_training_curves(history) if history else None,
-        }
-    )
+    predictions, history = scored[split], read_history(run_dir)
     report, thresholds = None, None
     if distributed.is_root():
         if tune_thresholds:
             if split == "val":
                 log.warning("thresholds tuned and reported on val: optimistic numbers")
-            thresholds = M.tune_thresholds(scored["val"].labels, scored["val"].scores)
+            thresholds = metrics.tune_thresholds(scored["val"].labels, scored["val"].scores)
         report = build_report(setup, predictions, split, checkpoint, thresholds)
-    # Horovod: only rank 0 computed the report; broadcast it so every rank returns the same.
-    report = distributed.broadcast_object(report, name="eval_report")
-    drawn.update(draw_my_plots({"f1_per_class.png": lambda: plot_f1_per_class(report)}))
-    out_dir = Path(out) if out else run_dir / f"eval-{split}"
-    if distributed.is_root():
+        out_dir = Path(out) if out else run_dir / f"eval-{split}"
         write_outputs(out_dir, report, predictions, thresholds)
-    plots = gather_plots(drawn)
-    if distributed.is_root():
-        write_plots(out_dir, plots)
+        write_plots(out_dir, draw_plots(_renderers(report, predictions, setup, history)))
         log.info("evaluation report written to %s", out_dir)
         print(format_table(report, run_dir))
+    # Horovod: only rank 0 computed the report; broadcast it so every rank returns the same.
+    return distributed.broadcast_object(report, name="eval_report")
+
+
+def _renderers(report: dict, predictions: Predictions, setup, history: list[HistoryRow]) -> dict:
+    """The report's plots, by file name (drawn on rank 0: a few seconds, once per run)."""
+    names = setup.loaded.class_names
+    return {
+        "pr_curves.png": lambda: plot_pr_curves(predictions, names),
+        "training_curves.png": lambda: plot_training_curves(history) if history else None,
+        "f1_per_class.png": lambda: plot_f1_per_class(report),
+    }
     return report
 
 
@@ -382,7 +379,9 @@ def build_report(
     """metrics.full_report plus where the numbers come from."""
     loaded = setup.loaded
     threshold = setup.threshold if thresholds is None else thresholds
-    report = M.full_report(predictions.labels, predictions.scores, threshold, loaded.class_names)
+    report = metrics.full_report(
+        predictions.labels, predictions.scores, threshold, loaded.class_names
+    )
     report.update(
         split=split,
         checkpoint=checkpoint,
@@ -415,7 +414,7 @@ def write_outputs(
             out_dir / "thresholds.json",
             {
                 "tuned_on": "val",
-                "grid": M.DEFAULT_GRID.tolist(),
+                "grid": metrics.DEFAULT_GRID.tolist(),
                 "classes": report["classes"],
                 "thresholds": [float(t) for t in thresholds],
             },
@@ -448,28 +447,6 @@ def write_predictions(path: Path, predictions: Predictions, report: dict) -> Non
         f.attrs["split"] = report["split"]
         f.attrs["threshold"] = report["threshold"]
         f.attrs["checkpoint"] = report["checkpoint_path"]
-
-
-def read_history(path: Path) -> list[dict]:
-    """Rows of RUN/history.csv as floats; [] when training wrote none."""
-    if not path.is_file():
-        return []
-    with path.open(encoding="utf-8") as f:
-        return [_numbers(row) for row in csv.DictReader(f)]
-
-
-def _numbers(row: dict) -> dict[str, float]:
-    """The numeric cells of a CSV row (a column added later as text is left out)."""
-    values = {}
-    for key, text in row.items():
-        try:
-            values[key] = float(text)
-        except (TypeError, ValueError):
-            continue
-    return values
-
-
-# --------------------------------------------------------------------------- console
 
 
 def _number(value: float | None) -> str:
@@ -525,40 +502,19 @@ def png_bytes(fig) -> bytes:
 PLOTS = ("pr_curves.png", "training_curves.png", "f1_per_class.png")  # in drawing order
 
 
-def plot_rank(name: str, size: int) -> int:
-    """The rank that draws plot ``name``. Rank 0 computes the report, writes every file and
-    prints the table, so with more ranks the others draw (seconds a plot), round-robin."""
-    return 0 if size == 1 else 1 + PLOTS.index(name) % (size - 1)
-
-
-def draw_my_plots(renderers: dict) -> dict[str, bytes | str]:
-    """Run the renderers (name -> function returning PNG bytes, or None for no plot) that
-    fall to this rank; a failure becomes its one-line message instead of PNG bytes."""
-    drawn: dict[str, bytes | str] = {}
+def draw_plots(renderers: dict) -> dict[str, bytes]:
+    """Rank 0: run the renderers (name -> function returning PNG bytes, or None for no plot);
+    a plot that fails is left out with a warning: a figure must never cost the metrics."""
+    drawn: dict[str, bytes] = {}
     for name, draw in renderers.items():
-        if plot_rank(name, distributed.size()) != distributed.rank():
-            continue
         try:
             png = draw()
-        except Exception as err:  # noqa: BLE001 - a figure must never cost the metrics
-            png = f"{type(err).__name__}: {first_line(err)}"
+        except Exception as err:  # noqa: BLE001
+            log.warning("plot %s not drawn: %s: %s", name, type(err).__name__, first_line(err))
+            continue
         if png is not None:
             drawn[name] = png
     return drawn
-
-
-def gather_plots(drawn: dict[str, bytes | str]) -> dict[str, bytes]:
-    """Collective: every rank's drawn plots -> name -> PNG bytes on rank 0 ({} elsewhere)."""
-    if distributed.size() > 1:
-        # Horovod: the PNGs travel to rank 0, which alone writes the report folder.
-        parts = distributed.allgather_object(drawn, name="eval_plots")
-        drawn = {name: png for part in parts for name, png in part.items()}
-    if not distributed.is_root():
-        return {}
-    for name, problem in drawn.items():
-        if isinstance(problem, str):
-            log.warning("plot %s not drawn: %s", name, problem)
-    return {name: png for name, png in drawn.items() if isinstance(png, bytes)}
 
 
 def _short(name: str, width: int = 40) -> str:
@@ -608,11 +564,11 @@ def plot_pr_curves(predictions: Predictions, classes: list[str]) -> bytes:
     return png_bytes(fig)
 
 
-def plot_training_curves(history: list[dict]) -> bytes:
+def plot_training_curves(history: list[HistoryRow]) -> bytes:
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    epochs = [row["epoch"] for row in history]
+    epochs = [row.epoch for row in history]
     fig = Figure(figsize=(13, 4))
     panels = (
         (("loss", "val_loss"), "loss (binary cross-entropy)"),
@@ -622,7 +578,8 @@ def plot_training_curves(history: list[dict]) -> bytes:
     for i, (keys, title) in enumerate(panels, start=1):
         ax = fig.add_subplot(1, 3, i)
         for key in keys:
-            ax.plot(epochs, [row.get(key, np.nan) for row in history], marker="o", ms=3, label=key)
+            values = [getattr(row, key) for row in history]
+            ax.plot(epochs, values, marker="o", ms=3, label=key)
         ax.set(title=title, xlabel="epoch")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.legend()

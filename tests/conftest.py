@@ -98,3 +98,53 @@ def trained_run(shards_v1: Path, tmp_path_factory) -> Path:
     argv = ["--data", str(shards_v1), "--run-dir", str(run), "--epochs", "6", "--no-eval-test"]
     assert train.main(argv + TINY_RECIPE) == 0
     return run
+
+
+# ----------------------------------------------------------------- the fault table
+# Tests marked `fault` inject one fault into real runs and record a row; `make faults` runs
+# them and prints the table (README, "Reliability"); BEN_FAULTS_TABLE=PATH also writes it.
+FAULT_ROWS: list[dict] = []
+
+
+@pytest.fixture
+def fault_row(request):
+    """``fault_row(fault, survived=..., data_lost=..., detect_s=..., runs=1)``: this test's
+    row of the fault table (recorded when the test reaches it: after its checks)."""
+
+    def record(fault: str, *, data_lost: str, detect_s: float | None, runs: int = 1) -> None:
+        FAULT_ROWS.append(
+            {
+                "fault": fault,
+                "runs": runs,
+                "survived": "yes",
+                "data_lost": data_lost,
+                "detect_s": detect_s,
+                "test": request.node.nodeid.split("::")[-1],
+            }
+        )
+
+    return record
+
+
+def fault_table(rows: list[dict]) -> str:
+    lines = [
+        "| fault | runs | survived | data lost | time to detect | test |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        detect = "-" if row["detect_s"] is None else f"{row['detect_s']:.1f} s"
+        lines.append(
+            f"| {row['fault']} | {row['runs']} | {row['survived']} | {row['data_lost']} "
+            f"| {detect} | `{row['test']}` |"
+        )
+    return "\n".join(lines)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not FAULT_ROWS:
+        return
+    table = fault_table(FAULT_ROWS)
+    terminalreporter.write_sep("=", "fault table")
+    terminalreporter.write_line(table)
+    if os.environ.get("BEN_FAULTS_TABLE"):
+        Path(os.environ["BEN_FAULTS_TABLE"]).write_text(table + "\n")

@@ -90,10 +90,11 @@ def kill_a_rank(
     return proc, time.monotonic() - killed, output
 
 
+@pytest.mark.fault
 @pytest.mark.horovod
 @pytest.mark.slow
 @pytest.mark.parametrize("victim", [1, 0])
-def test_killed_rank_ends_the_run_and_the_rerun_resumes(victim, tmp_path, shards_v1):
+def test_killed_rank_ends_the_run_and_the_rerun_resumes(victim, tmp_path, shards_v1, fault_row):
     run = tmp_path / "run"
     proc, seconds, output = kill_a_rank(shards_v1, run, epochs=40, rank=victim)
     assert proc.returncode != 0
@@ -115,3 +116,47 @@ def test_killed_rank_ends_the_run_and_the_rerun_resumes(victim, tmp_path, shards
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert "resumed from" in rerun.stderr
     assert [r.epoch for r in read_history(run)] == list(range(1, done + 3))
+    fault_row(
+        f"rank {victim} of 2 SIGKILLed mid-run (horovodrun, Gloo)",
+        runs=2,
+        data_lost="the epoch in progress (rerun from the epoch checkpoint)",
+        detect_s=seconds,
+    )
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("damage", ["changed", "missing", "foreign manifest"])
+def test_damaged_data_is_refused_at_start(damage, tmp_path, shards_v1, synth_v1, fault_row):
+    """A shard changed or removed after preprocessing, or a manifest from another run over
+    these shards: refused before any training, one line, exit 2, the run folder untouched."""
+    import shutil
+
+    from helpers import preprocess
+
+    import train
+
+    data = tmp_path / "data"
+    shutil.copytree(shards_v1, data)
+    victim = sorted(data.glob("train-*.h5"))[0]
+    if damage == "changed":
+        blob = bytearray(victim.read_bytes())
+        blob[len(blob) // 2] ^= 0x01
+        victim.write_bytes(bytes(blob))
+    elif damage == "missing":
+        victim.unlink()
+    else:  # the same archive cut into other shards: names match, contents do not
+        other = tmp_path / "other"
+        assert preprocess(synth_v1, other, "--shard-size", "32", "--seed", "5") == 0
+        shutil.copy(other / "manifest.json", data / "manifest.json")
+    run = tmp_path / "run"
+    argv = ["--data", str(data), "--run-dir", str(run), "--epochs", "1", *TINY_RECIPE]
+    started = time.monotonic()
+    assert train.main(argv) == 2
+    seconds = time.monotonic() - started
+    assert not (run / "history.csv").exists() and not (run / "checkpoints").exists()
+    what = {
+        "changed": "a shard changed after preprocessing (1 bit)",
+        "missing": "a shard deleted after preprocessing",
+        "foreign manifest": "the manifest of another preprocessing run",
+    }[damage]
+    fault_row(what, data_lost="none (refused at start, exit 2)", detect_s=seconds)

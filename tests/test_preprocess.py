@@ -362,7 +362,8 @@ def test_join_before_all_tasks_finished_is_an_error(synth_v1: Path, tmp_path: Pa
     assert preprocess(synth_v1, out, "--join") == 2
 
 
-def test_resume_after_kill_gives_same_shards(synth_v1: Path, tmp_path: Path) -> None:
+@pytest.mark.fault
+def test_resume_after_kill_gives_same_shards(synth_v1: Path, tmp_path: Path, fault_row) -> None:
     reference = tmp_path / "reference"
     assert preprocess(synth_v1, reference, "--shard-size", "20") == 0
     out = tmp_path / "killed"
@@ -388,6 +389,12 @@ def test_resume_after_kill_gives_same_shards(synth_v1: Path, tmp_path: Path) -> 
     assert shard_contents(out) == shard_contents(reference)
     assert read_manifest(out).counts == read_manifest(reference).counts
     assert not list(out.glob(".*.tmp-*"))
+    fault_row(
+        "preprocessing SIGKILLed while writing shards",
+        runs=2,
+        data_lost="none (finished shards kept, the rest redone: identical shards)",
+        detect_s=None,
+    )
 
 
 def test_rerun_with_other_options_needs_overwrite(synth_v1: Path, tmp_path: Path) -> None:

@@ -44,15 +44,18 @@ def _train(data: Path, run: Path, *extra: str) -> int:
     return train.main([*argv, *TINY_RECIPE, *extra])
 
 
+@pytest.mark.fault
 @pytest.mark.parametrize("mechanism", ["flock", "lease"])
 def test_second_run_stops_naming_the_holder_until_it_dies(
-    mechanism, tmp_path, shards_v1, monkeypatch, reported_errors
+    mechanism, tmp_path, shards_v1, monkeypatch, reported_errors, fault_row
 ):
     monkeypatch.setenv(runlock.MECHANISM_ENV, mechanism)
     run = tmp_path / "run"
     holder = _holder(run, **{runlock.MECHANISM_ENV: mechanism})
     try:
+        started = time.monotonic()
         assert _train(shards_v1, run) == 2
+        seconds = time.monotonic() - started
         (line,) = reported_errors()
         assert f"PID {holder.pid}" in line and socket.gethostname() in line
         assert str(run) in line and "in use" in line
@@ -63,6 +66,12 @@ def test_second_run_stops_naming_the_holder_until_it_dies(
     # flock: the kernel dropped the lock; lease: the file stays, its holder is dead here.
     assert _train(shards_v1, run) == 0
     assert len(read_history(run)) == 1
+    fault_row(
+        f"second run on a folder in use ({mechanism}); holder then SIGKILLed",
+        runs=2,
+        data_lost="none (refused at start; runs once the holder is gone)",
+        detect_s=seconds,
+    )
 
 
 def test_a_live_lease_elsewhere_waits_for_staleness_or_force_unlock(
@@ -116,7 +125,10 @@ def test_no_flock_falls_back_to_a_lease(tmp_path, monkeypatch, rank_log):
 # ----------------------------------------------------------------- damaged checkpoints
 
 
-def test_resume_falls_back_past_a_truncated_latest_checkpoint(tmp_path, shards_v1, rank_log):
+@pytest.mark.fault
+def test_resume_falls_back_past_a_truncated_latest_checkpoint(
+    tmp_path, shards_v1, rank_log, fault_row
+):
     """Power loss after the rename: the newest checkpoint's data file is cut short. The
     rerun warns, resumes from the previous epoch's checkpoint and ends at the epoch count."""
     run = tmp_path / "run"
@@ -128,9 +140,17 @@ def test_resume_falls_back_past_a_truncated_latest_checkpoint(tmp_path, shards_v
     assert _train(shards_v1, run, "--epochs", "3") == 0
     assert "falling back to latest-e0001" in rank_log.text
     assert [r.epoch for r in read_history(run)] == [1, 2, 3]  # epoch 2 trained again
+    fault_row(
+        "latest checkpoint truncated after its rename (power loss)",
+        data_lost="1 epoch (retrained from the previous checkpoint)",
+        detect_s=None,
+    )
 
 
-def test_no_readable_checkpoint_is_an_error_not_a_fresh_start(tmp_path, shards_v1, reported_errors):
+@pytest.mark.fault
+def test_no_readable_checkpoint_is_an_error_not_a_fresh_start(
+    tmp_path, shards_v1, reported_errors, fault_row
+):
     run = tmp_path / "run"
     assert _train(shards_v1, run, "--epochs", "1") == 0
     for data in (run / "checkpoints").glob("latest-e*/ckpt.data-*"):
@@ -140,9 +160,15 @@ def test_no_readable_checkpoint_is_an_error_not_a_fresh_start(tmp_path, shards_v
     (line,) = reported_errors()
     assert "no readable checkpoint" in line and "--no-resume" in line
     assert len(read_history(run)) == 1
+    fault_row(
+        "every checkpoint and the pointer damaged",
+        data_lost="none overwritten (exit 2, --no-resume to start over)",
+        detect_s=None,
+    )
 
 
-def test_disk_full_keeps_the_previous_checkpoint(tmp_path, shards_v1, reported_errors):
+@pytest.mark.fault
+def test_disk_full_keeps_the_previous_checkpoint(tmp_path, shards_v1, reported_errors, fault_row):
     """A run folder on a small tmpfs that fills up during epoch 2's checkpoint: a one-line
     error, epoch 1's checkpoint and history intact; with space back the rerun resumes."""
     mount = tmp_path / "small"
@@ -169,5 +195,11 @@ def test_disk_full_keeps_the_previous_checkpoint(tmp_path, shards_v1, reported_e
         filler.unlink()
         assert _train(shards_v1, run, "--epochs", "2") == 0
         assert [r.epoch for r in read_history(run)] == [1, 2]
+        fault_row(
+            "disk full while a checkpoint is written (4 MB tmpfs)",
+            runs=3,
+            data_lost="the epoch in progress (rerun once space is back)",
+            detect_s=None,
+        )
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)

@@ -93,7 +93,8 @@ def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> None:
         time.sleep(0.05)
 
 
-def test_killed_run_resumes_to_the_requested_epochs(tmp_path: Path, shards_v1: Path) -> None:
+@pytest.mark.fault
+def test_killed_run_resumes_to_the_requested_epochs(tmp_path, shards_v1, fault_row) -> None:
     run = tmp_path / "run"
     proc = subprocess.Popen(
         _train_cmd(shards_v1, run, 30),
@@ -115,9 +116,16 @@ def test_killed_run_resumes_to_the_requested_epochs(tmp_path: Path, shards_v1: P
     assert f"resumed from latest-e{done:04d}" in result.stderr
     assert [r.epoch for r in read_history(run)] == list(range(1, target + 1))
     assert json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"] == target
+    fault_row(
+        "1-rank training SIGKILLed mid-epoch",
+        runs=2,
+        data_lost="the epoch in progress",
+        detect_s=None,
+    )
 
 
-def test_sigusr1_checkpoints_mid_epoch_and_exits_3(tmp_path: Path, shards_v1: Path) -> None:
+@pytest.mark.fault
+def test_sigusr1_checkpoints_mid_epoch_and_exits_3(tmp_path, shards_v1, fault_row) -> None:
     run = tmp_path / "run"
     cmd = _train_cmd(shards_v1, run, 40, "--batch-size", "2")
     proc = subprocess.Popen(
@@ -125,7 +133,9 @@ def test_sigusr1_checkpoints_mid_epoch_and_exits_3(tmp_path: Path, shards_v1: Pa
     )
     _wait_for(run / "checkpoints" / "latest.json", proc)
     proc.send_signal(signal.SIGUSR1)
+    signalled = time.monotonic()
     _, stderr = proc.communicate(timeout=120)
+    seconds = time.monotonic() - signalled
     assert proc.returncode == train.EXIT_REQUEUE, stderr[-2000:]
     pointer = json.loads((run / "checkpoints" / "latest.json").read_text())
     assert pointer["step"] >= 1 and pointer["folder"].endswith(f"-s{pointer['step']:06d}")
@@ -142,6 +152,12 @@ def test_sigusr1_checkpoints_mid_epoch_and_exits_3(tmp_path: Path, shards_v1: Pa
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"step {pointer['step']}" in result.stderr
     assert [r.epoch for r in read_history(run)] == list(range(1, epochs_done + 2))
+    fault_row(
+        "SIGUSR1 (Slurm time-limit warning) mid-epoch",
+        runs=2,
+        data_lost="none (checkpoint at the step, exit 3, rerun continues there)",
+        detect_s=seconds,
+    )
 
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, shards_v1) -> None:
@@ -314,8 +330,9 @@ def test_a_warning_after_training_stopped_does_not_kill_the_process(tmp_path: Pa
         assert result.returncode == expected, (entry, result.stderr[-2000:])
 
 
+@pytest.mark.fault
 def test_a_warning_during_start_up_stops_training_at_its_first_step(
-    tmp_path: Path, shards_v1: Path
+    tmp_path: Path, shards_v1: Path, fault_row
 ) -> None:
     """A SIGUSR1 that comes before train.py's handlers exist (interpreter and argument
     parsing) is remembered: training stops at its first step, checkpoints, and exits 3."""
@@ -343,9 +360,15 @@ def test_a_warning_during_start_up_stops_training_at_its_first_step(
     assert "SIGUSR1 during start-up" in result.stderr
     pointer = json.loads((tmp_path / "run" / "checkpoints" / "latest.json").read_text())
     assert (pointer["epoch"], pointer["step"]) == (0, 1)
+    fault_row(
+        "SIGUSR1 during start-up",
+        data_lost="none (checkpoint after the first step, exit 3)",
+        detect_s=None,
+    )
 
 
-def test_stop_on_the_last_step_finishes_the_epoch_first(tmp_path, shards_v1) -> None:
+@pytest.mark.fault
+def test_stop_on_the_last_step_finishes_the_epoch_first(tmp_path, shards_v1, fault_row) -> None:
     from bigearthnet import training
     from bigearthnet.config import resolve
     from bigearthnet.signals import STOP
@@ -376,3 +399,8 @@ def test_stop_on_the_last_step_finishes_the_epoch_first(tmp_path, shards_v1) -> 
     assert (pointer["epoch"], pointer["step"]) == (1, 0)  # a whole epoch, not "step 1 of 1"
     rows = read_history(run)
     assert len(rows) == 1 and np.isfinite(rows[0].loss)
+    fault_row(
+        "stop requested on an epoch's last step",
+        data_lost="none (the epoch is finished and validated first)",
+        detect_s=None,
+    )
