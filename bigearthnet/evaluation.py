@@ -26,18 +26,17 @@ training_curves.png loss, validation F1 and learning rate from RUN/history.csv (
 Images are normalised with the band statistics of the run's *training* data (what the
 model learned on), falling back to the evaluated data's manifest when the training data
 is gone. :func:`load_model` and :class:`LoadedModel` are shared with ``bigearthnet.maps``.
+The report's files are written by :mod:`bigearthnet.report`, its figures drawn by
+:mod:`bigearthnet.plots`, both on rank 0.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import h5py
 import numpy as np
 import tensorflow as tf
 
@@ -47,14 +46,18 @@ from bigearthnet.checkpoints import CheckpointError, CheckpointRecord
 from bigearthnet.config import ConfigError, TrainConfig, load_run_config
 from bigearthnet.data import RankData, band_stats, normalize
 from bigearthnet.history import HistoryRow, read_history
+from bigearthnet.plots import (
+    draw_plots,
+    plot_f1_per_class,
+    plot_pr_curves,
+    plot_training_curves,
+    write_plots,
+)
+from bigearthnet.report import Predictions, format_table, write_outputs
 from bigearthnet.shards import Manifest, ShardError, read_manifest
-from bigearthnet.util import atomic_path, atomic_write_json, atomic_write_text, first_line
 
 log = distributed.log
 CONFIG_FILE = "config.yaml"
-PER_CLASS_FIELDS = ("class", "index", "support", "precision", "recall", "f1", "ap")
-# PR curves are step functions (as sklearn draws them)
-STEPS: dict[str, Any] = {"drawstyle": "steps-post"}
 
 
 class EvaluationError(RuntimeError):
@@ -196,15 +199,6 @@ def load_model(
 
 
 # --------------------------------------------------------------------------- prediction
-
-
-@dataclass
-class Predictions:
-    """Scores of a whole split, rows in manifest order."""
-
-    names: list[str]
-    labels: np.ndarray  # (N, C) uint8
-    scores: np.ndarray  # (N, C) float32 sigmoid
 
 
 def predict_part(loaded: LoadedModel, part: RankData, batch_size: int) -> Predictions:
@@ -362,7 +356,7 @@ def _renderers(report: dict, predictions: Predictions, setup, history: list[Hist
     """The report's plots, by file name (drawn on rank 0: a few seconds, once per run)."""
     names = setup.loaded.class_names
     return {
-        "pr_curves.png": lambda: plot_pr_curves(predictions, names),
+        "pr_curves.png": lambda: plot_pr_curves(predictions.labels, predictions.scores, names),
         "training_curves.png": lambda: plot_training_curves(history) if history else None,
         "f1_per_class.png": lambda: plot_f1_per_class(report),
     }
@@ -393,194 +387,3 @@ def build_report(
         thresholds_tuned_on="val" if thresholds is not None else None,
     )
     return report
-
-
-# --------------------------------------------------------------------------- outputs
-
-
-def write_outputs(
-    out_dir: Path,
-    report: dict,
-    predictions: Predictions,
-    thresholds: np.ndarray | None,
-) -> None:
-    """Rank 0: the report files but the plots, each written atomically."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out_dir / "metrics.json", report)
-    atomic_write_text(out_dir / "per_class.csv", per_class_csv(report))
-    write_predictions(out_dir / "predictions.h5", predictions, report)
-    if thresholds is not None:
-        atomic_write_json(
-            out_dir / "thresholds.json",
-            {
-                "tuned_on": "val",
-                "grid": metrics.DEFAULT_GRID.tolist(),
-                "classes": report["classes"],
-                "thresholds": [float(t) for t in thresholds],
-            },
-        )
-
-
-def write_plots(out_dir: Path, plots: dict[str, bytes]) -> None:
-    """Rank 0: the rendered PNGs, each written atomically."""
-    for name, png in plots.items():
-        with atomic_path(out_dir / name) as tmp:
-            tmp.write_bytes(png)
-
-
-def per_class_csv(report: dict) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=PER_CLASS_FIELDS, lineterminator="\n")
-    writer.writeheader()
-    for row in report["per_class"]:
-        writer.writerow({k: "" if row[k] is None else row[k] for k in PER_CLASS_FIELDS})
-    return buf.getvalue()
-
-
-def write_predictions(path: Path, predictions: Predictions, report: dict) -> None:
-    """names, scores and labels, so anyone can recompute every metric."""
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        f.create_dataset("names", data=predictions.names, dtype=h5py.string_dtype("utf-8"))
-        f.create_dataset("scores", data=predictions.scores.astype(np.float32))
-        f.create_dataset("labels", data=predictions.labels.astype(np.uint8))
-        f.attrs["classes"] = report["classes"]
-        f.attrs["split"] = report["split"]
-        f.attrs["threshold"] = report["threshold"]
-        f.attrs["checkpoint"] = report["checkpoint_path"]
-
-
-def _number(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4f}"
-
-
-def format_table(report: dict, run_dir: Path) -> str:
-    """Headline metrics, then one line per class."""
-    threshold = report["threshold"]
-    shown = f"{threshold:g}" if isinstance(threshold, float) else "per class (tuned on val)"
-    lines = [
-        f"evaluation of {run_dir} ({report['model']}, checkpoint {report['checkpoint']}, "
-        f"epoch {report['epoch']}) on {report['split']}: {report['count']} patches, "
-        f"{report['world_size']} rank(s), threshold {shown}",
-        "  " + "  ".join(f"{k} {_number(report[k])}" for k in ("micro_f1", "macro_f1")),
-        "  " + "  ".join(f"{k} {_number(report[k])}" for k in ("samples_f1", "weighted_f1")),
-        "  "
-        + "  ".join(
-            f"{k} {_number(report[k])}"
-            for k in ("micro_precision", "micro_recall", "macro_precision", "macro_recall")
-        ),
-        "  " + "  ".join(f"{k} {_number(report[k])}" for k in ("micro_map", "macro_map")),
-        f"  {'class':<48} {'support':>7} {'precision':>9} {'recall':>7} {'f1':>7} {'ap':>7}",
-    ]
-    for row in report["per_class"]:
-        name = row["class"] if len(row["class"]) <= 48 else row["class"][:45] + "..."
-        lines.append(
-            f"  {name:<48} {row['support']:>7d} {row['precision']:>9.4f} {row['recall']:>7.4f} "
-            f"{row['f1']:>7.4f} {_number(row['ap']):>7}"
-        )
-    return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- plots
-
-
-def save_figure(fig, path: Path) -> None:
-    """Render a matplotlib Figure with the Agg canvas (no pyplot, no GUI) atomically."""
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(png_bytes(fig))
-
-
-def png_bytes(fig) -> bytes:
-    """A matplotlib Figure rendered to PNG with the Agg canvas (no pyplot, no GUI)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    FigureCanvasAgg(fig)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    return buf.getvalue()
-
-
-PLOTS = ("pr_curves.png", "training_curves.png", "f1_per_class.png")  # in drawing order
-
-
-def draw_plots(renderers: dict) -> dict[str, bytes]:
-    """Rank 0: run the renderers (name -> function returning PNG bytes, or None for no plot);
-    a plot that fails is left out with a warning: a figure must never cost the metrics."""
-    drawn: dict[str, bytes] = {}
-    for name, draw in renderers.items():
-        try:
-            png = draw()
-        except Exception as err:  # noqa: BLE001
-            log.warning("plot %s not drawn: %s: %s", name, type(err).__name__, first_line(err))
-            continue
-        if png is not None:
-            drawn[name] = png
-    return drawn
-
-
-def _short(name: str, width: int = 40) -> str:
-    return name if len(name) <= width else name[: width - 3] + "..."
-
-
-def plot_f1_per_class(report: dict) -> bytes:
-    from matplotlib.figure import Figure
-
-    rows = report["per_class"]
-    fig = Figure(figsize=(8, 1.5 + 0.28 * len(rows)))
-    ax = fig.add_subplot()
-    positions = np.arange(len(rows))
-    ax.barh(positions, [r["f1"] for r in rows], color="tab:blue")
-    ax.set_yticks(positions, [f"{_short(r['class'])} ({r['support']})" for r in rows])
-    ax.invert_yaxis()  # class 0 at the top, as in the tables
-    ax.axvline(report["micro_f1"], color="tab:red", ls="--", label="micro F1")
-    ax.axvline(report["macro_f1"], color="tab:green", ls=":", label="macro F1")
-    ax.set_xlim(0, 1)
-    ax.set_xlabel("F1 (class support in brackets)")
-    ax.set_title(f"per-class F1 on {report['split']} ({report['count']} patches)")
-    ax.legend(loc="lower right")
-    return png_bytes(fig)
-
-
-def plot_pr_curves(predictions: Predictions, classes: list[str]) -> bytes:
-    from matplotlib.figure import Figure
-    from sklearn.metrics import average_precision_score, precision_recall_curve
-
-    truth, scores = predictions.labels > 0, predictions.scores
-    fig = Figure(figsize=(11, 7))
-    ax = fig.add_subplot()
-    colours = [f"C{i % 10}" for i in range(len(classes))]
-    for c in np.flatnonzero(truth.any(axis=0)):
-        precision, recall, _ = precision_recall_curve(truth[:, c], scores[:, c])
-        ap = average_precision_score(truth[:, c], scores[:, c])
-        style = "-" if c < 10 else "--" if c < 20 else ":"  # 10 colours, 19 or 43 classes
-        label = f"{_short(classes[c], 32)} (AP {ap:.2f})"
-        ax.plot(recall, precision, color=colours[c], ls=style, lw=1, label=label, **STEPS)
-    if truth.any():
-        precision, recall, _ = precision_recall_curve(truth.ravel(), scores.ravel())
-        ap = average_precision_score(truth.ravel(), scores.ravel())
-        ax.plot(recall, precision, color="black", lw=2.5, label=f"micro (AP {ap:.2f})", **STEPS)
-    ax.set(xlim=(0, 1), ylim=(0, 1.02), xlabel="recall", ylabel="precision")
-    ax.set_title("precision-recall curves (classes with positives)")
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
-    return png_bytes(fig)
-
-
-def plot_training_curves(history: list[HistoryRow]) -> bytes:
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import MaxNLocator
-
-    epochs = [row.epoch for row in history]
-    fig = Figure(figsize=(13, 4))
-    panels = (
-        (("loss", "val_loss"), "loss (binary cross-entropy)"),
-        (("val_micro_f1", "val_macro_f1"), "validation F1"),
-        (("lr",), "learning rate at epoch end"),
-    )
-    for i, (keys, title) in enumerate(panels, start=1):
-        ax = fig.add_subplot(1, 3, i)
-        for key in keys:
-            values = [getattr(row, key) for row in history]
-            ax.plot(epochs, values, marker="o", ms=3, label=key)
-        ax.set(title=title, xlabel="epoch")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend()
-    return png_bytes(fig)

@@ -319,7 +319,7 @@ def write_preview(path: Path, map_file: MapFile, top: np.ndarray, classes: list[
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch as LegendPatch
 
-    from bigearthnet.evaluation import save_figure
+    from bigearthnet.plots import save_figure
 
     colours = class_colours(len(classes))
     valid = top != NODATA

@@ -17,9 +17,7 @@ from PIL import Image
 from sklearn.metrics import average_precision_score, f1_score
 
 import evaluate
-from bigearthnet import constants as C
-from bigearthnet import distributed, evaluation
-from bigearthnet import metrics as M
+from bigearthnet import constants, distributed, evaluation, metrics, plots, report
 from bigearthnet.shards import Manifest, read_manifest, write_manifest
 
 PLOTS = ("f1_per_class.png", "pr_curves.png", "training_curves.png")
@@ -54,35 +52,35 @@ def test_eval(trained_run: Path, tmp_path_factory) -> Path:
 
 
 def test_metrics_equal_sklearn_recomputed_from_predictions(test_eval: Path, shards_v1) -> None:
-    metrics = json.loads((test_eval / "metrics.json").read_text())
+    written = json.loads((test_eval / "metrics.json").read_text())
     names, scores, labels, classes = read_predictions(test_eval)
     assert scores.dtype == np.float32 and labels.dtype == np.uint8
-    assert classes == list(C.CLASSES_19) == metrics["classes"]
+    assert classes == list(constants.CLASSES_19) == written["classes"]
     assert names == split_names(shards_v1, "test")
-    assert metrics["count"] == len(names) == read_manifest(shards_v1).count("test")
-    assert metrics["split"] == "test" and metrics["checkpoint"] == "best"
-    assert metrics["world_size"] == 1 and metrics["epoch"] >= 1
-    pred = scores >= metrics["threshold"]
+    assert written["count"] == len(names) == read_manifest(shards_v1).count("test")
+    assert written["split"] == "test" and written["checkpoint"] == "best"
+    assert written["world_size"] == 1 and written["epoch"] >= 1
+    pred = scores >= written["threshold"]
     for avg in ("micro", "macro", "samples", "weighted"):
         expected = f1_score(labels, pred, average=avg, zero_division=0)
-        assert metrics[f"{avg}_f1"] == pytest.approx(expected, abs=1e-12)
-    assert metrics["micro_map"] == pytest.approx(
+        assert written[f"{avg}_f1"] == pytest.approx(expected, abs=1e-12)
+    assert written["micro_map"] == pytest.approx(
         average_precision_score(labels, scores, average="micro"), abs=1e-12
     )
     present = labels.any(axis=0)
     ap = [average_precision_score(labels[:, c], scores[:, c]) for c in np.flatnonzero(present)]
-    assert metrics["macro_map"] == pytest.approx(np.mean(ap), abs=1e-12)
-    per_class_ap = [row["ap"] for row in metrics["per_class"] if row["ap"] is not None]
+    assert written["macro_map"] == pytest.approx(np.mean(ap), abs=1e-12)
+    per_class_ap = [row["ap"] for row in written["per_class"] if row["ap"] is not None]
     assert per_class_ap == pytest.approx(ap, abs=1e-12)
 
 
 def test_per_class_csv_and_plots(test_eval: Path) -> None:
-    metrics = json.loads((test_eval / "metrics.json").read_text())
+    written = json.loads((test_eval / "metrics.json").read_text())
     with open(test_eval / "per_class.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert [r["class"] for r in rows] == list(C.CLASSES_19)
+    assert [r["class"] for r in rows] == list(constants.CLASSES_19)
     assert list(rows[0]) == ["class", "index", "support", "precision", "recall", "f1", "ap"]
-    for row, expected in zip(rows, metrics["per_class"]):
+    for row, expected in zip(rows, written["per_class"]):
         assert int(row["support"]) == expected["support"]
         assert float(row["f1"]) == pytest.approx(expected["f1"])
     for name in PLOTS:
@@ -95,29 +93,29 @@ def test_per_class_csv_and_plots(test_eval: Path) -> None:
 
 
 def test_console_table_and_return_value(trained_run: Path, tmp_path: Path, capsys) -> None:
-    report = evaluation.evaluate_run(trained_run, split="val", out=tmp_path, batch_size=16)
+    result = evaluation.evaluate_run(trained_run, split="val", out=tmp_path, batch_size=16)
     table = capsys.readouterr().out
-    assert report == json.loads((tmp_path / "metrics.json").read_text())
-    assert report["split"] == "val" and f"on val: {report['count']} patches" in table
-    assert f"micro_f1 {report['micro_f1']:.4f}" in table
+    assert result == json.loads((tmp_path / "metrics.json").read_text())
+    assert result["split"] == "val" and f"on val: {result['count']} patches" in table
+    assert f"micro_f1 {result['micro_f1']:.4f}" in table
     assert sum(line.startswith("  Urban fabric ") for line in table.splitlines()) == 1
-    assert len(table.splitlines()) == 6 + len(C.CLASSES_19)
+    assert len(table.splitlines()) == 6 + len(constants.CLASSES_19)
 
 
 def test_tune_thresholds_on_val_applied_to_test(trained_run: Path, tmp_path: Path) -> None:
     assert run_evaluate(trained_run, tmp_path / "val", "--split", "val") == 0
     assert run_evaluate(trained_run, tmp_path / "tuned", "--tune-thresholds") == 0
     saved = json.loads((tmp_path / "tuned" / "thresholds.json").read_text())
-    metrics = json.loads((tmp_path / "tuned" / "metrics.json").read_text())
+    written = json.loads((tmp_path / "tuned" / "metrics.json").read_text())
     _, val_scores, val_labels, _ = read_predictions(tmp_path / "val")
-    expected = M.tune_thresholds(val_labels, val_scores)
-    assert saved["tuned_on"] == "val" and saved["classes"] == list(C.CLASSES_19)
+    expected = metrics.tune_thresholds(val_labels, val_scores)
+    assert saved["tuned_on"] == "val" and saved["classes"] == list(constants.CLASSES_19)
     assert saved["thresholds"] == pytest.approx(expected.tolist())
-    assert metrics["threshold"] == saved["thresholds"] and metrics["split"] == "test"
+    assert written["threshold"] == saved["thresholds"] and written["split"] == "test"
     _, scores, labels, _ = read_predictions(tmp_path / "tuned")
     pred = scores >= np.asarray(saved["thresholds"])
-    assert metrics["micro_f1"] == pytest.approx(f1_score(labels, pred, average="micro"))
-    assert metrics["macro_f1"] == pytest.approx(
+    assert written["micro_f1"] == pytest.approx(f1_score(labels, pred, average="micro"))
+    assert written["macro_f1"] == pytest.approx(
         f1_score(labels, pred, average="macro", zero_division=0)
     )
 
@@ -150,7 +148,7 @@ def test_a_plot_that_fails_to_draw_is_reported_and_left_out(rank_log) -> None:
     def broken() -> bytes:
         raise ValueError("no ticks\nsecond line")
 
-    drawn = evaluation.draw_plots(
+    drawn = plots.draw_plots(
         {
             "pr_curves.png": broken,
             "training_curves.png": lambda: None,
@@ -162,7 +160,7 @@ def test_a_plot_that_fails_to_draw_is_reported_and_left_out(rank_log) -> None:
 
 
 def test_coverage_check_fails_loudly() -> None:
-    predictions = evaluation.Predictions(
+    predictions = report.Predictions(
         ["a", "b", "b"], np.zeros((3, 19), np.uint8), np.zeros((3, 19), np.float32)
     )
     with pytest.raises(evaluation.EvaluationError, match="2 distinct names"):
