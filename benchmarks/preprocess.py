@@ -26,7 +26,7 @@ from common import Figure
 
 from bigearthnet import constants as C
 from bigearthnet.archive import list_patches, read_patch
-from bigearthnet.preprocess import assemble, one_blas_thread
+from bigearthnet.shard_assembly import assemble, one_blas_thread
 
 SHARD_SIZE = 250  # 9 shards for 2,000 patches: the 2 workers get balanced work
 

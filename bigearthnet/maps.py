@@ -132,7 +132,7 @@ def archive_batches(
     Unreadable patches are appended to ``skipped`` as (name, reason) and left out.
     """
     from bigearthnet.archive import PatchError, detect_version, list_patches, read_patch
-    from bigearthnet.preprocess import assemble
+    from bigearthnet.shard_assembly import assemble
 
     version = detect_version(root) if version == "auto" else version
     listing = list_patches(root, version)

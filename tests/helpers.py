@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def preprocess(archive: Path, out: Path, *extra: str) -> int:
-    from bigearthnet.preprocess import main
+    from bigearthnet.cli.preprocess import main
 
     return main([str(archive), str(out), "--no-progress", *extra])
 

@@ -14,7 +14,7 @@ from bigearthnet import maps
 from bigearthnet.archive import list_patches, read_patch
 from bigearthnet.evaluation import load_model
 from bigearthnet.maps import NODATA, PROB_SCALE, Place, plan_files
-from bigearthnet.preprocess import assemble
+from bigearthnet.shard_assembly import assemble
 from bigearthnet.shards import read_manifest
 
 

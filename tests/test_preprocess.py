@@ -21,7 +21,7 @@ from conftest import REPO, preprocess
 
 from bigearthnet import constants as C
 from bigearthnet.geotiff import read_band
-from bigearthnet.preprocess import slurm_task_defaults
+from bigearthnet.cli.preprocess import slurm_task_defaults
 from bigearthnet.resample import upsample
 from bigearthnet.shards import read_manifest
 
@@ -327,7 +327,7 @@ def test_fatal_errors_exit_2_with_one_line(case, message, real_v1, tmp_path) -> 
         extra = ["--split-ratios", "0.9,0.9"]
     elif case == "bad task":
         extra = ["--num-tasks", "2", "--task-index", "5"]
-    cmd = [sys.executable, "-m", "bigearthnet.preprocess", str(archive), str(out), *extra]
+    cmd = [sys.executable, "-m", "bigearthnet.cli.preprocess", str(archive), str(out), *extra]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -367,7 +367,7 @@ def test_resume_after_kill_gives_same_shards(synth_v1: Path, tmp_path: Path, fau
     reference = tmp_path / "reference"
     assert preprocess(synth_v1, reference, "--shard-size", "20") == 0
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "bigearthnet.preprocess", str(synth_v1), str(out),
+    cmd = [sys.executable, "-m", "bigearthnet.cli.preprocess", str(synth_v1), str(out),
            "--shard-size", "20", "--no-progress"]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     parts = out / ".parts"
@@ -416,7 +416,7 @@ def test_slurm_task_defaults() -> None:
 
 
 def test_cli_help_explains_every_flag() -> None:
-    result = subprocess.run([sys.executable, "-m", "bigearthnet.preprocess", "--help"],
+    result = subprocess.run([sys.executable, "-m", "bigearthnet.cli.preprocess", "--help"],
                             capture_output=True, text=True, cwd=REPO)  # fmt: skip
     assert result.returncode == 0
     for flag in (
