@@ -30,9 +30,22 @@ from bigearthnet import constants as C
 from bigearthnet.geotiff import GeoTiffError, read_band
 from bigearthnet.util import first_line
 
+# The reBEN (v2) layout: the one home of its names (the reader here, the synthetic writer).
+V2_S2_DIR = "BigEarthNet-S2"
 V2_METADATA = "metadata.parquet"
 V2_SNOW_CLOUD = "metadata_for_patches_with_snow_cloud_or_shadow.parquet"
+V2_SPLITS: tuple[str, ...] = ("train", "validation", "test")  # as metadata.parquet says
 V2_SPLIT_NAMES = {"train": "train", "validation": "val", "val": "val", "test": "test"}
+V2_COLUMNS: tuple[str, ...] = (
+    "patch_id",
+    "labels",
+    "split",
+    "country",
+    "s1_name",
+    "s2v1_name",
+    "contains_seasonal_snow",
+    "contains_cloud_or_shadow",
+)
 
 
 class ArchiveError(ValueError):
@@ -126,7 +139,7 @@ def _list_v2(root: Path) -> Listing:
 
 
 def _v2_image_dir(root: Path) -> Path:
-    candidates = sorted(p for p in root.glob("BigEarthNet-S2*") if p.is_dir())
+    candidates = sorted(p for p in root.glob(f"{V2_S2_DIR}*") if p.is_dir())
     if not candidates:
         raise ArchiveError(f"{root}: v2 archive without a BigEarthNet-S2 folder")
     return candidates[0]

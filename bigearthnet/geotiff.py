@@ -74,7 +74,14 @@ def read_band(path: str | Path) -> Raster:
         raise GeoTiffError(f"{path.name} is not a valid TIFF ({err})") from None
 
 
-def _parse(blob: bytes, name: str) -> Raster:
+def read_tags(blob: bytes, name: str = "TIFF") -> dict[int, tuple]:
+    """The tags of a TIFF's first image directory (tag number -> values), from its bytes;
+    GeoTiffError when it is not a (classic) TIFF. The project's one TIFF tag reader."""
+    order, tags = _header_and_tags(blob, name)
+    return tags
+
+
+def _header_and_tags(blob: bytes, name: str) -> tuple[str, dict[int, tuple]]:
     if len(blob) < 8:
         raise GeoTiffError(f"{name} is truncated ({len(blob)} bytes)")
     order = {b"II": "<", b"MM": ">"}.get(blob[:2])
@@ -85,7 +92,11 @@ def _parse(blob: bytes, name: str) -> Raster:
         raise _Unsupported  # BigTIFF
     if magic != 42:
         raise GeoTiffError(f"{name} is not a TIFF file")
-    tags = _read_ifd(blob, order, ifd_offset, name)
+    return order, _read_ifd(blob, order, ifd_offset, name)
+
+
+def _parse(blob: bytes, name: str) -> Raster:
+    order, tags = _header_and_tags(blob, name)
     return _decode(blob, order, tags, name)
 
 

@@ -1,7 +1,9 @@
 """Synthetic BigEarthNet archives in the real on-disk formats, with a learnable labelling rule.
 
-``generate_archive`` (CLI: ``bigearthnet-synth``) writes small archives that readers,
-preprocessing, training and benchmarks can consume exactly like the real data:
+``generate_archive`` (CLI: ``bigearthnet-synth``, :mod:`bigearthnet.cli.synth`) writes small
+archives that readers, preprocessing, training and benchmarks can consume exactly like the
+real data (the rule and rendering: :mod:`bigearthnet.synthetic_render`; the GeoTIFF
+writing: :mod:`bigearthnet.synthetic_tiff`):
 
 * ``v1``: ``OUT/<name>/<name>_<BAND>.tif`` for the 12 L2A bands plus
   ``<name>_labels_metadata.json`` (43-class labels, UTM corner coordinates, WKT projection,
@@ -17,19 +19,8 @@ bands, in a WGS 84 / UTM north CRS (EPSG:326zz, several zones per archive) with 
 upper-left corner. Patches of one Sentinel-2 tile lie on its 1.2 km grid:
 ``ulx = tile_x0 + col * 1200``, ``uly = tile_y0 - row * 1200``.
 
-The labelling rule (identical for every archive, whatever the seed):
-
-* every 43-class has a fixed 12-band reflectance signature (``class_signatures()``), drawn once
-  from a fixed internal RNG as a max-min-distance subset of random spectra in 100..5000, so
-  any two differ by > 5,000 DN; a 19-class uses the signature of its first 43-class source;
-* a patch holds 1-3 classes; its 120x120 field is cut into axis-aligned rectangles on the
-  60 m grid (every region covers >= 12.5 % of the patch) and each region is filled with its
-  class signature times a smooth brightness texture (+-~10 %), plus sensor noise;
-* the labels are exactly the classes of the regions, so all present classes have a meaningful
-  area (>= 10 %). v1 draws from the 43 classes that survive in the 19-class map, sometimes
-  adding a class dropped from it (e.g. roads) as an extra region; v2 draws from the 19 classes;
-* the 20 m and 60 m bands are the 2x2 and 6x6 block means of the 10 m field (then noise at
-  native resolution), as a real sensor would see them.
+The labelling rule (identical for every archive, whatever the seed) is described and drawn
+by :mod:`bigearthnet.synthetic_render`.
 
 The archive seed only decides tiles, names, dates, which patches get which classes, region
 shapes, textures and noise. Same seed -> byte-identical GeoTIFFs and identical metadata,
@@ -39,7 +30,6 @@ the end, so an interrupted run never leaves a complete-looking OUT.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import functools
 import json
@@ -47,10 +37,7 @@ import math
 import multiprocessing
 import os
 import shutil
-import struct
 import sys
-import tempfile
-import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -59,54 +46,37 @@ from typing import Sequence
 
 import numpy as np
 
+from bigearthnet.archive import V2_METADATA, V2_S2_DIR, V2_SNOW_CLOUD
 from bigearthnet.constants import (
-    BAND_NATIVE_SIZE,
-    BANDS,
     CLASSES_19,
     CLASSES_43,
     DROPPED_IN_19,
     MAP_43_TO_19,
     PATCH_METRES,
-    PATCH_SIZE,
 )
-from bigearthnet.util import OneLineParser
+from bigearthnet.synthetic_render import (
+    PatchJob,
+    class_signatures,
+    render_patch,
+    representative43,
+)
+from bigearthnet.synthetic_tiff import write_band, write_jobs
+
+__all__ = [
+    "LAYOUTS",
+    "SyntheticPatch",
+    "class_signatures",
+    "generate_archive",
+    "render_patch",
+    "write_band",
+]
 
 LAYOUTS: tuple[str, ...] = ("v1", "v2")
-V2_S2_DIR = "BigEarthNet-S2"
-V2_METADATA = "metadata.parquet"
-V2_SNOW_CLOUD_METADATA = "metadata_for_patches_with_snow_cloud_or_shadow.parquet"
-V2_SPLITS: tuple[str, ...] = ("train", "validation", "test")
-V2_COLUMNS: tuple[str, ...] = (
-    "patch_id",
-    "labels",
-    "split",
-    "country",
-    "s1_name",
-    "s2v1_name",
-    "contains_seasonal_snow",
-    "contains_cloud_or_shadow",
-)
 
-# Changing any of these changes the labelling rule of every archive: don't.
-_SIGNATURE_SEED = 20_190_617
-_SIGNATURE_POOL = 1000
-_SIGNATURE_RANGE = (100.0, 5000.0)
-
-_CELL = 6  # one 60 m pixel in 10 m pixels: region borders snap to it, so no 60 m pixel mixes
-_GRID = PATCH_SIZE // _CELL  # 20 cells per side
-_TEXTURE_KNOTS = 7  # control points per side of the smooth brightness texture
-_TEXTURE_GAIN = 0.1  # interpolated N(0, 1) knots have std ~0.6, so about +-6 % brightness
-_TEXTURE_CLIP = 0.12
-_NOISE_REL = 0.015  # sensor noise: relative part ...
-_NOISE_ABS = 12.0  # ... plus a floor in DN
 _SNOW_CLOUD_FRACTION = 0.07
 _DROPPED_EXTRA_PROB = 0.12
 _PATCHES_PER_TILE = 100
 _TILE_GRID = 90  # a 109.8 km Sentinel-2 tile holds ~90 x 90 patches of 1.2 km
-
-# Bright, flat overlays for the v2 snow / cloud patches (B01..B12 order); snow is dark in SWIR.
-_SNOW = np.array([8200, 8600, 8500, 8300, 8200, 8000, 7800, 7600, 7400, 4200, 1100, 800], "f4")
-_CLOUD = np.array([6200, 6400, 6300, 6500, 6600, 6600, 6600, 6700, 6600, 3800, 5200, 4300], "f4")
 
 # (UTM zone, country, range of tile_y0 in 100 km) - plausible places of the BigEarthNet countries.
 _SITES: tuple[tuple[int, str, int, int], ...] = (
@@ -158,280 +128,6 @@ class _Tile:
     processed: dt.datetime
     s1_mission: str
     s1_when: dt.datetime
-
-
-@dataclass(frozen=True)
-class _Job:
-    """Everything a worker needs to render and write one patch (picklable)."""
-
-    index: int
-    rel_dir: str
-    prefix: str
-    epsg: int
-    ulx: int
-    uly: int
-    signature_rows: tuple[int, ...]  # rows of class_signatures(), one per region
-    overlay: str | None  # "snow", "cloud" or None
-    nodata: int | None
-    metadata_json: str | None
-
-
-# --------------------------------------------------------------------------- the rule
-
-
-@functools.cache
-def _signatures43() -> np.ndarray:
-    rng = np.random.default_rng(_SIGNATURE_SEED)
-    pool = rng.uniform(*_SIGNATURE_RANGE, size=(_SIGNATURE_POOL, len(BANDS)))
-    # Greedy max-min selection keeps every pair of signatures far apart.
-    chosen = [0]
-    dist = np.linalg.norm(pool - pool[0], axis=1)
-    while len(chosen) < len(CLASSES_43):
-        j = int(np.argmax(dist))
-        chosen.append(j)
-        dist = np.minimum(dist, np.linalg.norm(pool - pool[j], axis=1))
-    sig = np.rint(pool[chosen]).astype(np.float32)
-    sig.setflags(write=False)
-    return sig
-
-
-def _representative43() -> tuple[int, ...]:
-    """For each 19-class, the 43-class whose signature it uses (its first source)."""
-    return tuple(min(i for i, j in MAP_43_TO_19.items() if j == k) for k in range(len(CLASSES_19)))
-
-
-def class_signatures(num_classes: int = 43) -> np.ndarray:
-    """The fixed (num_classes, 12) float32 reflectance signatures, bands in BANDS order.
-
-    ``num_classes`` is 43 or 19; row i belongs to CLASSES_43[i] or CLASSES_19[i]. A 19-class
-    uses the signature of its first 43-class source. Identical for every archive.
-    """
-    if num_classes == 43:
-        return _signatures43().copy()
-    if num_classes == 19:
-        return _signatures43()[list(_representative43())].copy()
-    raise ValueError(f"num_classes must be 43 or 19, got {num_classes}")
-
-
-# --------------------------------------------------------------------------- rendering
-
-
-def _region_cells(rng: np.random.Generator, k: int) -> np.ndarray:
-    """(20, 20) map of region ids 0..k-1 on the 60 m grid; every region >= 12.5 % of the patch."""
-    cells = np.zeros((_GRID, _GRID), dtype=np.intp)
-    if k == 1:
-        return cells
-    vertical = bool(rng.integers(2))
-    cut = int(rng.integers(4, 17) if k == 2 else rng.integers(6, 15))
-    cells[:, cut:] = 1
-    if k == 3:
-        # Split the larger part across the other axis: >= 10 x 5 cells = 12.5 % each.
-        second = int(rng.integers(5, 16))
-        big = cells == (0 if cut >= _GRID // 2 else 1)
-        rows = np.arange(_GRID)[:, None] >= second
-        cells[big & np.broadcast_to(rows, cells.shape)] = 2
-    return cells.T if vertical else cells
-
-
-@functools.cache
-def _texture_weights() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    pos = np.linspace(0.0, _TEXTURE_KNOTS - 1.0, PATCH_SIZE)
-    lo = np.minimum(pos.astype(np.intp), _TEXTURE_KNOTS - 2)
-    frac = (pos - lo).astype(np.float32)
-    return lo, lo + 1, frac
-
-
-def _texture(rng: np.random.Generator) -> np.ndarray:
-    """Smooth multiplicative brightness field around 1 (bilinear upsampling of a coarse grid)."""
-    knots = rng.standard_normal((_TEXTURE_KNOTS, _TEXTURE_KNOTS), dtype=np.float32)
-    lo, hi, frac = _texture_weights()
-    # Elementwise interpolation (no BLAS) keeps results bit-identical across machines/threads.
-    rows = knots[lo] * (1 - frac)[:, None] + knots[hi] * frac[:, None]
-    field = rows[:, lo] * (1 - frac)[None, :] + rows[:, hi] * frac[None, :]
-    return 1.0 + np.clip(field * _TEXTURE_GAIN, -_TEXTURE_CLIP, _TEXTURE_CLIP)
-
-
-def _block_mean(field: np.ndarray, factor: int) -> np.ndarray:
-    n = field.shape[-1] // factor
-    return field.reshape(n, factor, n, factor).mean(axis=(1, 3), dtype=np.float32)
-
-
-@functools.cache
-def _band_groups() -> tuple[tuple[int, tuple[int, ...]], ...]:
-    """(native size, band indices) for each resolution, so bands render in vectorised groups."""
-    sizes = sorted({BAND_NATIVE_SIZE[b] for b in BANDS}, reverse=True)
-    return tuple(
-        (size, tuple(i for i, b in enumerate(BANDS) if BAND_NATIVE_SIZE[b] == size))
-        for size in sizes
-    )
-
-
-def render_patch(
-    rng: np.random.Generator,
-    signatures: np.ndarray,
-    overlay: str | None = None,
-) -> dict[str, np.ndarray]:
-    """Render one patch from ``signatures`` (k, 12), one per region; returns band -> uint16 array.
-
-    Region layout, texture and noise come from ``rng``. The 20/60 m bands equal the 2x2/6x6
-    block means of the 10 m field: the class map is constant inside a 60 m cell, so the block
-    mean of (signature * texture) is signature * block-mean(texture), computed directly.
-    """
-    cells = _region_cells(rng, len(signatures))
-    base = np.asarray(signatures, dtype=np.float32)[cells]  # (20, 20, 12) per 60 m cell
-    if overlay is not None:
-        base = _apply_overlay(rng, base, _SNOW if overlay == "snow" else _CLOUD)
-    texture = _texture(rng) * np.float32(rng.uniform(0.95, 1.05))
-    out: dict[str, np.ndarray] = {}
-    for size, idx in _band_groups():
-        factor = PATCH_SIZE // size
-        rep = size // _GRID
-        tex = texture if factor == 1 else _block_mean(texture, factor)
-        signal = base[:, :, idx].transpose(2, 0, 1)
-        if rep > 1:
-            signal = signal.repeat(rep, axis=1).repeat(rep, axis=2)
-        signal = signal * tex[None]
-        noise = rng.standard_normal(signal.shape, dtype=np.float32)
-        signal += noise * (signal * _NOISE_REL + _NOISE_ABS)
-        # >= 1 so a v2 reader honouring nodata=0 never masks a real pixel.
-        values = np.clip(np.rint(signal), 1, 65535).astype("<u2")
-        for j, band_idx in enumerate(idx):
-            out[BANDS[band_idx]] = values[j]
-    return out
-
-
-def _apply_overlay(rng: np.random.Generator, base: np.ndarray, bright: np.ndarray) -> np.ndarray:
-    """Blend a bright snow/cloud rectangle (25-64 % of the patch) over the cell map."""
-    h, w = int(rng.integers(10, 17)), int(rng.integers(10, 17))
-    y, x = int(rng.integers(0, _GRID - h + 1)), int(rng.integers(0, _GRID - w + 1))
-    base = base.copy()
-    base[y : y + h, x : x + w] = 0.3 * base[y : y + h, x : x + w] + 0.7 * bright
-    return base
-
-
-# --------------------------------------------------------------------------- GeoTIFF writing
-
-
-@dataclass(frozen=True)
-class _TiffTemplate:
-    header: bytes  # everything before the pixel data, as GDAL writes it
-    tiepoint_at: int  # byte offset of the tiepoint's X (Y follows)
-
-
-_PROBE_X, _PROBE_Y = 500000.0, 5000040.0
-
-
-@functools.cache
-def _tiff_template(size: int, epsg: int, nodata: int | None) -> _TiffTemplate | None:
-    """GDAL's own header for a size x size uint16 GeoTIFF, or None if its layout is unexpected.
-
-    Opening 12 files a patch through GDAL costs ~15 ms; GDAL writes uncompressed strips right
-    after a fixed-size header, so we let it write one file per (size, CRS, nodata), keep the
-    header and afterwards only patch the corner coordinates and append the pixels.
-    """
-    import rasterio
-
-    # GDAL pads an all-zero last strip to a full block (in /vsimem/ even any strip): write
-    # ones to a real file to get the exact layout of a real band.
-    with tempfile.TemporaryDirectory(prefix="bigearthnet-synth-") as tmp:
-        path = os.path.join(tmp, "template.tif")
-        with rasterio.open(path, "w", **_profile(size, epsg, _PROBE_X, _PROBE_Y, nodata)) as dst:
-            dst.write(np.ones((size, size), dtype=np.uint16), 1)  # all-zero strips get padded
-        with open(path, "rb") as fh:
-            blob = fh.read()
-    tags = _tiff_tags(blob)
-    offsets, counts = tags.get(273), tags.get(279)
-    tiepoint = tags.get(33922)
-    if offsets is None or counts is None or tiepoint is None:
-        return None
-    data_at = offsets[0]
-    contiguous = all(o == data_at + sum(counts[:i]) for i, o in enumerate(offsets))
-    if not contiguous or data_at + size * size * 2 != len(blob) or sum(counts) != size * size * 2:
-        return None
-    # The tiepoint is 6 doubles (I, J, K, X, Y, Z); its offset is stored by the tag reader.
-    values = struct.unpack_from("<6d", blob, tiepoint[0])
-    if values[3:5] != (_PROBE_X, _PROBE_Y):
-        return None
-    return _TiffTemplate(header=blob[:data_at], tiepoint_at=tiepoint[0] + 24)
-
-
-def _tiff_tags(blob: bytes) -> dict[int, list[int]]:
-    """Strip offsets/byte counts (values) and tiepoint (file offset) of a little-endian TIFF."""
-    if blob[:4] != b"II*\x00":
-        return {}
-    (ifd,) = struct.unpack_from("<I", blob, 4)
-    (count,) = struct.unpack_from("<H", blob, ifd)
-    tags: dict[int, list[int]] = {}
-    for n in range(count):
-        tag, typ, num, value = struct.unpack_from("<HHII", blob, ifd + 2 + 12 * n)
-        if tag in (273, 279):
-            fmt = {3: "H", 4: "I"}.get(typ)
-            if fmt is None:
-                return {}
-            width = struct.calcsize(fmt)
-            at = ifd + 2 + 12 * n + 8 if num * width <= 4 else value
-            tags[tag] = list(struct.unpack_from(f"<{num}{fmt}", blob, at))
-        elif tag == 33922 and typ == 12 and num == 6:
-            tags[tag] = [value]
-    return tags
-
-
-def _profile(size: int, epsg: int, ulx: float, uly: float, nodata: int | None) -> dict:
-    from rasterio.crs import CRS
-    from rasterio.transform import Affine
-
-    res = PATCH_METRES / size
-    return {
-        "driver": "GTiff",
-        "width": size,
-        "height": size,
-        "count": 1,
-        "dtype": "uint16",
-        "crs": CRS.from_epsg(epsg),
-        "transform": Affine(res, 0.0, ulx, 0.0, -res, uly),
-        "nodata": nodata,
-    }
-
-
-def write_band(
-    path: os.PathLike | str,
-    data: np.ndarray,
-    epsg: int,
-    ulx: float,
-    uly: float,
-    nodata: int | None = None,
-) -> None:
-    """Write one uint16 band as GDAL would (uncompressed, striped), with its corner at ulx/uly."""
-    data = np.ascontiguousarray(data, dtype="<u2")
-    template = _tiff_template(data.shape[0], epsg, nodata)
-    if template is None:  # unexpected GDAL layout: slower but always right
-        import rasterio
-
-        with rasterio.open(path, "w", **_profile(data.shape[0], epsg, ulx, uly, nodata)) as dst:
-            dst.write(data, 1)
-        return
-    header = bytearray(template.header)
-    struct.pack_into("<2d", header, template.tiepoint_at, float(ulx), float(uly))
-    with open(path, "wb") as fh:
-        fh.write(header)
-        fh.write(data.tobytes())
-
-
-def _write_jobs(root: str, seed: int, jobs: Sequence[_Job]) -> None:
-    """Worker body: render and write a batch of patches."""
-    sig43 = _signatures43()
-    for job in jobs:
-        rng = np.random.default_rng(np.random.SeedSequence([seed, 1, job.index]))
-        bands = render_patch(rng, sig43[list(job.signature_rows)], job.overlay)
-        folder = os.path.join(root, job.rel_dir)
-        os.makedirs(folder)
-        for band in BANDS:
-            path = os.path.join(folder, f"{job.prefix}_{band}.tif")
-            write_band(path, bands[band], job.epsg, job.ulx, job.uly, job.nodata)
-        if job.metadata_json is not None:
-            meta_path = os.path.join(folder, f"{job.prefix}_labels_metadata.json")
-            with open(meta_path, "w", encoding="utf-8") as fh:
-                fh.write(job.metadata_json)
 
 
 # --------------------------------------------------------------------------- planning
@@ -575,7 +271,7 @@ def _v1_metadata(tile: _Tile, labels: Sequence[str], ulx: int, uly: int) -> str:
 
 def _plan(
     num_patches: int, layout: str, seed: int
-) -> tuple[list[SyntheticPatch], list[_Job], list[dict]]:
+) -> tuple[list[SyntheticPatch], list[PatchJob], list[dict]]:
     """Decide every name, place, date, label and split from the seed (no pixels yet)."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0]))
     tiles = _plan_tiles(rng, min(num_patches, max(2, math.ceil(num_patches / _PATCHES_PER_TILE))))
@@ -590,7 +286,7 @@ def _plan(
         flagged = rng.choice(num_patches, size=_num_snow_cloud(num_patches), replace=False)
         for n, i in enumerate(sorted(int(f) for f in flagged)):
             overlays[i] = "snow" if (n + int(rng.integers(2))) % 2 else "cloud"
-    representative = _representative43()
+    representative = representative43()
     patches, jobs, rows = [], [], []
     for i in range(num_patches):
         tile = tiles[tile_of[i]]
@@ -641,7 +337,9 @@ def _plan(
             )
         )
         jobs.append(
-            _Job(i, rel_dir, name, epsg, ulx, uly, tuple(rows_sig), overlays[i], nodata, metadata)
+            PatchJob(
+                i, rel_dir, name, epsg, ulx, uly, tuple(rows_sig), overlays[i], nodata, metadata
+            )
         )
     return patches, jobs, rows
 
@@ -668,7 +366,7 @@ def _write_v2_metadata(root: Path, rows: list[dict]) -> None:
     rows = sorted(rows, key=lambda r: r["patch_id"])
     flagged = [r for r in rows if r["contains_seasonal_snow"] or r["contains_cloud_or_shadow"]]
     clean = [r for r in rows if r not in flagged]
-    for file_name, subset in ((V2_METADATA, clean), (V2_SNOW_CLOUD_METADATA, flagged)):
+    for file_name, subset in ((V2_METADATA, clean), (V2_SNOW_CLOUD, flagged)):
         pq.write_table(pa.Table.from_pylist(subset, schema=schema), root / file_name)
 
 
@@ -679,15 +377,15 @@ def _mp_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("fork")
 
 
-def _run_jobs(root: str, seed: int, jobs: list[_Job], workers: int) -> None:
+def _run_jobs(root: str, seed: int, jobs: list[PatchJob], workers: int) -> None:
     if workers <= 1 or len(jobs) < 2:
-        _write_jobs(root, seed, jobs)
+        write_jobs(root, seed, jobs)
         return
     n_chunks = min(len(jobs), workers * 4)  # a few chunks per worker balances the load
     bounds = np.linspace(0, len(jobs), n_chunks + 1).astype(int)
     chunks = [jobs[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
     with ProcessPoolExecutor(min(workers, n_chunks), mp_context=_mp_context()) as pool:
-        for _ in pool.map(_write_jobs, [root] * n_chunks, [seed] * n_chunks, chunks):
+        for _ in pool.map(write_jobs, [root] * n_chunks, [seed] * n_chunks, chunks):
             pass
 
 
@@ -757,87 +455,3 @@ def generate_archive(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return patches
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def _int_at_least(minimum: int):
-    """argparse type: an integer >= ``minimum`` (one message shape for every flag)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-_positive_int, _non_negative_int = _int_at_least(1), _int_at_least(0)
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="bigearthnet-synth",
-        description=(
-            "Write a small synthetic BigEarthNet archive in the real v1 or v2 (reBEN) format. "
-            "Each class has a fixed 12-band spectral signature; a patch holds 1-3 classes as "
-            "rectangular regions and is labelled with exactly those classes, so a small CNN "
-            "learns the task in a few epochs."
-        ),
-    )
-    parser.add_argument("out", metavar="OUT", type=Path, help="archive directory to create")
-    parser.add_argument(
-        "--patches", "-n", type=_positive_int, default=100, metavar="N",
-        help="number of patches to generate, >= 1 (default: 100)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--layout", choices=LAYOUTS, default="v1",
-        help="v1: one folder per patch with a labels JSON (43 classes); v2: reBEN "
-        "BigEarthNet-S2/<tile>/<patch>/ folders plus metadata parquet files (19 classes, "
-        "train/validation/test splits, snow/cloud list) (default: v1)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--seed", type=_non_negative_int, default=0, metavar="S",
-        help="archive seed, >= 0: same seed gives byte-identical files (default: 0)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--workers", "-j", type=_positive_int, default=1, metavar="W",
-        help="processes writing patches in parallel; output does not depend on it (default: 1)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--overwrite", action="store_true",
-        help="replace OUT if it exists and is not empty (the old one is removed only at the end)",
-    )  # fmt: skip
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Console entry point; returns the exit status (0 ok, 2 bad arguments)."""
-    parser = _build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits on --help and bad arguments; return instead
-        return exc.code if isinstance(exc.code, int) else 2
-    start = time.perf_counter()
-    try:
-        generate_archive(
-            args.out, args.patches, args.layout, args.seed, args.workers, overwrite=args.overwrite
-        )
-    except (ValueError, FileExistsError) as exc:
-        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
-        return 2
-    elapsed = time.perf_counter() - start
-    print(
-        f"wrote {args.patches} {args.layout} patches to {args.out} in {elapsed:.2f} s "
-        f"({1000 * elapsed / args.patches:.2f} ms/patch, {args.workers} worker(s))"
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

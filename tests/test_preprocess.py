@@ -20,8 +20,8 @@ import rasterio
 from conftest import REPO, preprocess
 
 from bigearthnet import constants as C
-from bigearthnet.geotiff import read_band
 from bigearthnet.cli.preprocess import slurm_task_defaults
+from bigearthnet.geotiff import read_band
 from bigearthnet.resample import upsample
 from bigearthnet.shards import read_manifest
 

@@ -13,7 +13,8 @@ import pytest
 import rasterio
 from rasterio.crs import CRS
 
-from bigearthnet import synthetic
+from bigearthnet import archive, synthetic, synthetic_render, synthetic_tiff
+from bigearthnet.cli.synth import main
 from bigearthnet.constants import (
     BAND_NATIVE_SIZE,
     BAND_RESOLUTION_M,
@@ -25,7 +26,7 @@ from bigearthnet.constants import (
     PATCH_METRES,
     labels43_to_19,
 )
-from bigearthnet.synthetic import SyntheticPatch, class_signatures, generate_archive, main
+from bigearthnet.synthetic import SyntheticPatch, class_signatures, generate_archive
 
 # Real v1 patches, read only to compare formats: shared/ sits beside the repository clone.
 SAMPLES = next(
@@ -194,7 +195,7 @@ def test_write_band_is_byte_identical_to_gdal(tmp_path):
         data = rng.integers(1, 10000, size=(size, size), dtype=np.uint16)
         ours, ref = tmp_path / f"ours{size}.tif", tmp_path / f"ref{size}.tif"
         synthetic.write_band(ours, data, 32634, 538380, 4953240, nodata)
-        profile = synthetic._profile(size, 32634, 538380, 4953240, nodata)
+        profile = synthetic_tiff._profile(size, 32634, 538380, 4953240, nodata)
         with rasterio.open(ref, "w", **profile) as dst:
             dst.write(data, 1)
         assert ours.read_bytes() == ref.read_bytes()
@@ -207,10 +208,10 @@ def test_v2_layout_metadata_and_nodata(v2_archive):
     import pandas as pd
 
     root, patches = v2_archive
-    meta = pd.read_parquet(root / synthetic.V2_METADATA)
-    flagged = pd.read_parquet(root / synthetic.V2_SNOW_CLOUD_METADATA)
-    assert list(meta.columns) == list(synthetic.V2_COLUMNS)
-    assert list(flagged.columns) == list(synthetic.V2_COLUMNS)
+    meta = pd.read_parquet(root / archive.V2_METADATA)
+    flagged = pd.read_parquet(root / archive.V2_SNOW_CLOUD)
+    assert list(meta.columns) == list(archive.V2_COLUMNS)
+    assert list(flagged.columns) == list(archive.V2_COLUMNS)
     assert meta["contains_seasonal_snow"].dtype == bool
     assert meta["contains_cloud_or_shadow"].dtype == bool
     for col in ("patch_id", "split", "country", "s1_name", "s2v1_name"):
@@ -221,7 +222,7 @@ def test_v2_layout_metadata_and_nodata(v2_archive):
     assert not meta.contains_seasonal_snow.any() and not meta.contains_cloud_or_shadow.any()
     assert (flagged.contains_seasonal_snow | flagged.contains_cloud_or_shadow).all()
     both = pd.concat([meta, flagged])
-    assert set(both.split) == set(synthetic.V2_SPLITS)
+    assert set(both.split) == set(archive.V2_SPLITS)
     assert both.split.value_counts().to_dict() == {"train": 24, "validation": 8, "test": 8}
     by_id = {p.name: p for p in patches}
     for row in both.itertuples():
@@ -292,7 +293,7 @@ def _nearest_signature_labels(bands: dict[str, np.ndarray], sig: np.ndarray) -> 
     """Classes covering >= 5 % of the 60 m pixels by nearest signature (Euclidean)."""
     grid = np.stack(
         [
-            synthetic._block_mean(bands[b].astype(np.float32), bands[b].shape[0] // 20)
+            synthetic_render._block_mean(bands[b].astype(np.float32), bands[b].shape[0] // 20)
             for b in BANDS
         ],
         axis=-1,
@@ -332,7 +333,7 @@ def test_regions_cover_meaningful_area():
     rng = np.random.default_rng(0)
     for _ in range(300):
         k = int(rng.integers(1, 4))
-        cells = synthetic._region_cells(rng, k)
+        cells = synthetic_render._region_cells(rng, k)
         fractions = np.bincount(cells.ravel(), minlength=k) / cells.size
         assert len(fractions) == k and fractions.min() >= 0.1
 
@@ -401,7 +402,7 @@ def test_failed_run_leaves_no_out(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(synthetic, "_write_jobs", boom)
+    monkeypatch.setattr(synthetic, "write_jobs", boom)
     with pytest.raises(RuntimeError):
         generate_archive(tmp_path / "out", 3)
     assert list(tmp_path.iterdir()) == []
@@ -420,7 +421,7 @@ def test_api_validates_arguments(tmp_path):
 
 def test_module_help_runs():
     result = subprocess.run(
-        [sys.executable, "-m", "bigearthnet.synthetic", "--help"],
+        [sys.executable, "-m", "bigearthnet.cli.synth", "--help"],
         capture_output=True,
         text=True,
         timeout=60,
