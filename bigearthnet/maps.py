@@ -31,14 +31,11 @@ its file, row, column and top class.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import hashlib
 import io
 import json
-import os
 import re
-import sys
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -48,8 +45,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bigearthnet import constants as C
-from bigearthnet.resample import METHODS
-from bigearthnet.util import OneLineParser
 
 if TYPE_CHECKING:
     from bigearthnet.shards import Manifest
@@ -380,139 +375,3 @@ def write_maps(out: Path, places: list[Place], scores: np.ndarray, loaded) -> li
         write_preview(out / f"{map_file.name}.png", map_file, bands[0], classes)
     atomic_write_text(out / "patches.csv", patches_csv(files, places, scores, classes))
     return files
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(
-        prog=PROG,
-        description="Predict every patch of an archive or of preprocessed shards with a "
-        "trained run and write land-cover GeoTIFFs whose pixels are the 1.2 km patches "
-        "(band 1: top class index; bands 2..C+1: class probability x 250; 255 = nodata), "
-        "one file per CRS and 1.2 km lattice (per Sentinel-2 tile), plus PNG previews.",
-    )
-    p.add_argument(
-        "--run-dir", required=True, type=Path, metavar="RUN", help="run folder made by train.py"
-    )
-    p.add_argument(
-        "--checkpoint",
-        default="best",
-        metavar="best|latest|PATH",
-        help="best, latest, or PATH of a checkpoint folder / ckpt prefix (default: best)",
-    )
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--archive", type=Path, metavar="DIR", help="BigEarthNet-S2 archive root (v1 or v2)"
-    )
-    source.add_argument(
-        "--shards", type=Path, metavar="DIR", help="folder of shards made by bigearthnet-preprocess"
-    )
-    p.add_argument(
-        "--split",
-        nargs="+",
-        choices=C.SPLITS,
-        help="with --shards: the split(s) to map (default: all)",
-    )
-    p.add_argument(
-        "--version",
-        choices=("auto", "v1", "v2"),
-        default="auto",
-        help="with --archive: its layout (default: detected)",
-    )
-    p.add_argument(
-        "--resampling",
-        choices=METHODS,
-        help="with --archive: upsampling of the 20/60 m bands (default: the one of the run's "
-        "training data, else bilinear)",
-    )
-    p.add_argument(
-        "--include-snow-cloud",
-        action="store_true",
-        help="with a v2 --archive: also map the patches of the snow/cloud/shadow table",
-    )
-    p.add_argument(
-        "--out",
-        required=True,
-        type=Path,
-        metavar="DIR",
-        help="output folder: <tile>.tif, <tile>.png, patches.csv",
-    )
-    p.add_argument(
-        "--batch-size", type=int, default=64, metavar="N", help="patches per batch (default: 64)"
-    )
-    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
-    return p
-
-
-def _inputs(args, loaded, skipped: list) -> tuple[int, Iterator]:
-    if args.shards is not None:
-        from bigearthnet.shards import read_manifest
-
-        manifest = read_manifest(args.shards)
-        return shard_batches(args.shards, manifest, args.split or list(C.SPLITS), args.batch_size)
-    resampling = args.resampling or _training_resampling(loaded.config)
-    return archive_batches(
-        args.archive,
-        args.version,
-        resampling,
-        args.batch_size,
-        args.include_snow_cloud,
-        skipped,
-    )
-
-
-def _training_resampling(config) -> str:
-    """Resample like the run's training data, so the model sees what it learned on."""
-    from bigearthnet.shards import ShardError, read_manifest
-
-    try:
-        return read_manifest(config.data).resampling
-    except ShardError:
-        return "bilinear"
-
-
-def run(args: argparse.Namespace) -> list[MapFile]:
-    """Predict and write; raises MapError (and the readers' ValueErrors) on bad input."""
-    from bigearthnet.evaluation import load_model
-
-    if args.batch_size < 1:
-        raise MapError(f"--batch-size must be a positive integer, got {args.batch_size}")
-    if args.split and args.shards is None:
-        raise MapError("--split applies to --shards only")
-    loaded = load_model(args.run_dir, args.checkpoint)
-    skipped: list[tuple[str, str]] = []
-    total, batches = _inputs(args, loaded, skipped)
-    places, scores = predict_places(loaded, batches, total, args.progress)
-    for name, reason in skipped[:5]:
-        print(f"{PROG}: skipped {name}: {reason}", file=sys.stderr)
-    if not places:
-        raise MapError(f"no patch to map ({len(skipped)} unreadable)")
-    files = write_maps(args.out, places, scores, loaded)
-    print(
-        f"[map] {len(places)} patches ({len(skipped)} skipped) -> {len(files)} GeoTIFF(s) "
-        f"in {args.out}: " + ", ".join(f"{f.name}.tif" for f in files)
-    )
-    return files
-
-
-def main(argv: list[str] | None = None) -> int:
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a bad flag (2): a code, not an exception
-        return exc.code if isinstance(exc.code, int) else 2
-    # TensorFlow's C++ INFO lines (oneDNN, CPU features) would bury the one-line messages.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    from bigearthnet.util import first_line
-
-    try:
-        run(args)
-    except (ValueError, OSError) as err:  # MapError, ConfigError, CheckpointError, ShardError...
-        print(f"{PROG}: error: {first_line(err)}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

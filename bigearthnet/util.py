@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import csv
 import hashlib
@@ -13,7 +12,7 @@ import secrets
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 
 def first_line(err: BaseException) -> str:
@@ -93,11 +92,3 @@ def sha256_file(path: str | Path, block: int = 1 << 22) -> str:
         while chunk := f.read(block):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag as one line and exit code 2, without the usage
-    block, like every other error of the project's commands."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")

@@ -10,8 +10,8 @@ import pytest
 import rasterio
 from PIL import Image
 
-from bigearthnet import maps
 from bigearthnet.archive import list_patches, read_patch
+from bigearthnet.cli import map as map_cli
 from bigearthnet.evaluation import load_model
 from bigearthnet.maps import NODATA, PROB_SCALE, Place, plan_files
 from bigearthnet.shard_assembly import assemble
@@ -28,7 +28,7 @@ def real_map(trained_run: Path, real_v1: Path, tmp_path_factory) -> Path:
     """The map of the 11 real v1 samples, by the tiny model trained on synthetic v1."""
     out = tmp_path_factory.mktemp("map") / "real"
     argv = ["--run-dir", str(trained_run), "--archive", str(real_v1), "--out", str(out)]
-    assert maps.main([*argv, "--no-progress"]) == 0
+    assert map_cli.main([*argv, "--no-progress"]) == 0
     return out
 
 
@@ -116,7 +116,7 @@ def test_plan_names_by_tile_and_layers_overlaps() -> None:
 
 def test_map_from_shards(trained_run: Path, shards_v1: Path, tmp_path: Path) -> None:
     argv = ["--run-dir", str(trained_run), "--shards", str(shards_v1), "--split", "test"]
-    assert maps.main([*argv, "--out", str(tmp_path), "--no-progress"]) == 0
+    assert map_cli.main([*argv, "--out", str(tmp_path), "--no-progress"]) == 0
     index = read_index(tmp_path)
     assert len(index) == read_manifest(shards_v1).count("test")
     for tif_path in tmp_path.glob("*.tif"):
@@ -140,19 +140,21 @@ def test_map_from_shards(trained_run: Path, shards_v1: Path, tmp_path: Path) -> 
     ],
 )
 def test_bad_input_exits_2_with_one_line(
-    argv, message, trained_run: Path, real_v1: Path, tmp_path: Path, capsys
+    argv, message, trained_run: Path, real_v1: Path, tmp_path: Path, reported_errors
 ) -> None:
     names = {"OUT": str(tmp_path / "out"), "NOWHERE": str(tmp_path / "x"), "REAL": str(real_v1)}
     argv = ["--run-dir", str(trained_run), *[names.get(a, a) for a in argv]]
-    assert maps.main(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("bigearthnet-map: error: ") and message in err[0]
+    assert map_cli.main(argv) == 2
+    err = reported_errors()
+    assert len(err) == 1 and "bigearthnet-map: error: " in err[0] and message in err[0]
     assert not (tmp_path / "out").exists()
 
 
-def test_run_without_checkpoint(tmp_path: Path, real_v1: Path, trained_run: Path, capsys) -> None:
+def test_run_without_checkpoint(
+    tmp_path: Path, real_v1: Path, trained_run: Path, reported_errors
+) -> None:
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.yaml").write_text((trained_run / "config.yaml").read_text())
     argv = ["--run-dir", str(tmp_path / "run"), "--archive", str(real_v1)]
-    assert maps.main([*argv, "--out", str(tmp_path / "out")]) == 2
-    assert "no 'best' checkpoint" in capsys.readouterr().err
+    assert map_cli.main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert any("no 'best' checkpoint" in line for line in reported_errors())
