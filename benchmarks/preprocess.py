@@ -24,7 +24,7 @@ import common
 import numpy as np
 from common import Figure
 
-from bigearthnet import constants as C
+from bigearthnet import constants
 from bigearthnet.archive import list_patches, read_patch
 from bigearthnet.shard_assembly import assemble, one_blas_thread
 
@@ -38,12 +38,12 @@ def common_reader(refs) -> None:
 
     for ref in refs:
         bands = []
-        for band in C.BANDS:
+        for band in constants.BANDS:
             with rasterio.open(os.path.join(ref.folder, f"{ref.name}_{band}.tif")) as src:
                 bands.append(
                     src.read(
                         indexes=1,
-                        out_shape=(C.PATCH_SIZE, C.PATCH_SIZE),
+                        out_shape=(constants.PATCH_SIZE, constants.PATCH_SIZE),
                         out_dtype="int32",
                         resampling=Resampling.bilinear,
                     )
@@ -55,7 +55,7 @@ def common_reader(refs) -> None:
 def raw_read(refs) -> None:
     """The bytes of every file of each patch (the I/O floor of any reader)."""
     for ref in refs:
-        for band in C.BANDS:
+        for band in constants.BANDS:
             with open(os.path.join(ref.folder, f"{ref.name}_{band}.tif"), "rb") as f:
                 f.read()
         _labels(ref, parse=False)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bigearthnet import constants as C
+from bigearthnet import constants
 from bigearthnet.geotiff import GeoTiffError, read_band
 from bigearthnet.util import first_line
 
@@ -181,18 +181,18 @@ def read_patch(ref: PatchRef, version: str) -> Patch:
     """Read the 12 bands and the labels of one patch; PatchError with the reason if unusable."""
     bands: dict[str, np.ndarray] = {}
     geo = None
-    for band in C.BANDS:
+    for band in constants.BANDS:
         raster = _read_checked_band(ref, band)
         bands[band] = raster.data
         if band == "B02":
             geo = raster
     if version == "v1":
         labels43 = _v1_labels(ref)
-        labels19 = C.labels43_to_19(labels43)
+        labels19 = constants.labels43_to_19(labels43)
     else:
         labels43 = None
-        labels19 = _labels_vector(ref.labels19 or (), C.CLASSES_19)
-    assert geo is not None  # B02 is one of C.BANDS: the loop above set it
+        labels19 = _labels_vector(ref.labels19 or (), constants.CLASSES_19)
+    assert geo is not None  # B02 is one of constants.BANDS: the loop above set it
     return Patch(ref.name, bands, labels19, labels43, geo.crs, geo.ulx, geo.uly)
 
 
@@ -204,7 +204,7 @@ def _read_checked_band(ref: PatchRef, band: str):
         if str(err).startswith("missing file"):
             raise PatchError(f"missing band {band} ({ref.name}_{band}.tif)") from None
         raise PatchError(f"band {band}: {err}") from None
-    size = C.BAND_NATIVE_SIZE[band]
+    size = constants.BAND_NATIVE_SIZE[band]
     if raster.data.shape != (size, size):
         h, w = raster.data.shape
         raise PatchError(f"band {band} is {w}x{h} px, expected {size}x{size}")
@@ -229,13 +229,13 @@ def _v1_labels(ref: PatchRef) -> np.ndarray:
     labels = meta.get("labels") if isinstance(meta, dict) else None
     if not isinstance(labels, list):
         raise PatchError(f"{ref.name}_labels_metadata.json has no 'labels' list")
-    return _labels_vector(labels, C.CLASSES_43)
+    return _labels_vector(labels, constants.CLASSES_43)
 
 
 def _labels_vector(names, classes: tuple[str, ...]) -> np.ndarray:
     if len(names) == 0:
         raise PatchError("empty label list")
     try:
-        return C.multi_hot(list(names), classes)
+        return constants.multi_hot(list(names), classes)
     except KeyError as err:
         raise PatchError(f"unknown label {err.args[0]!r}") from None

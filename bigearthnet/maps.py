@@ -44,12 +44,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bigearthnet import constants as C
+from bigearthnet import constants
 
 if TYPE_CHECKING:
     from bigearthnet.shards import Manifest
 
-PIXEL_M = C.PATCH_METRES
+PIXEL_M = constants.PATCH_METRES
 PROB_SCALE = 250  # probability p is stored as round(p * 250): 0..250, 250 = certain
 NODATA = 255  # no patch at this pixel (band 1 and the probability bands alike)
 TILE_PATTERN = re.compile(r"_(T\d{2}[A-Z]{3})(?=_|$)")  # Sentinel-2 MGRS tile in v2 names
@@ -111,7 +111,7 @@ def class_colours(num_classes: int) -> np.ndarray:
     if num_classes == 43:
         return np.asarray(CLC_COLOURS_43, dtype=np.uint8)
     first_source: dict[int, int] = {}
-    for idx43, idx19 in sorted(C.MAP_43_TO_19.items()):
+    for idx43, idx19 in sorted(constants.MAP_43_TO_19.items()):
         first_source.setdefault(idx19, idx43)
     return np.asarray([CLC_COLOURS_43[first_source[c]] for c in range(19)], dtype=np.uint8)
 

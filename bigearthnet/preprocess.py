@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bigearthnet import constants as C
+from bigearthnet import constants
 from bigearthnet.preprocess_plan import PARTS, Options, Plan, ShardPlan, UsageError, make_plan
 from bigearthnet.shard_assembly import write_shard
 from bigearthnet.shards import (
@@ -204,7 +204,9 @@ def join(opts: Options, plan: Plan, argv: list[str] | None = None) -> dict:
         raise UsageError(f"{opts.out}: {stale[0]} belongs to another plan; rerun with --overwrite")
     rejects = plan.not_written + [tuple(x) for r in records for x in r["rejects"]]
     _write_rejects(opts.out / REJECTS, rejects)
-    counts = {split: sum(r["count"] for r in records if r["split"] == split) for split in C.SPLITS}
+    counts = {
+        split: sum(r["count"] for r in records if r["split"] == split) for split in constants.SPLITS
+    }
     mean, std = _band_stats([r for r in records if r["split"] == "train"])
     read_rejects = sum(len(r["rejects"]) for r in records)
     missing = sum(1 for _, reason in plan.not_written if not reason.startswith("excluded"))
@@ -216,11 +218,11 @@ def join(opts: Options, plan: Plan, argv: list[str] | None = None) -> dict:
         ),
         "archive": str(opts.archive.resolve()),
         "archive_version": plan.version,
-        "bands": list(C.BANDS),
+        "bands": list(constants.BANDS),
         "image_shape": list(IMAGE_SHAPE),
         "dtype": "uint16",
-        "classes19": list(C.CLASSES_19),
-        "classes43": list(C.CLASSES_43) if plan.version == "v1" else None,
+        "classes19": list(constants.CLASSES_19),
+        "classes43": list(constants.CLASSES_43) if plan.version == "v1" else None,
         "label_sets": [19, 43] if plan.version == "v1" else [19],
         "resampling": opts.resampling,
         "split_source": plan.split_source,

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bigearthnet import constants as C
-from bigearthnet import splits as S
+from bigearthnet import constants, splits
 from bigearthnet.archive import (
     PatchRef,
     detect_version,
@@ -119,7 +118,7 @@ def _apply_exclusions(refs: list[PatchRef], lists: list[Path]):
         return refs, []
     banned: dict[str, str] = {}
     for path in lists:
-        for name in S.read_name_list(path):
+        for name in splits.read_name_list(path):
             banned.setdefault(name, f"excluded: listed in {path.name}")
     kept = [r for r in refs if r.name not in banned]
     return kept, [(r.name, banned[r.name]) for r in refs if r.name in banned]
@@ -128,7 +127,7 @@ def _apply_exclusions(refs: list[PatchRef], lists: list[Path]):
 def _assign_splits(refs: list[PatchRef], opts: Options, in_archive: set[str]):
     """name -> split, a description of the source, and split-file names absent on disk."""
     if opts.splits_dir is not None:
-        listed = S.read_splits_dir(opts.splits_dir)
+        listed = splits.read_splits_dir(opts.splits_dir)
         absent = [
             (name, f"listed in {split}.csv but not in the archive")
             for name, split in sorted(listed.items())
@@ -138,14 +137,14 @@ def _assign_splits(refs: list[PatchRef], opts: Options, in_archive: set[str]):
         return {n: s for n, s in listed.items() if n in kept}, "split files", absent
     if opts.split_ratios is None and all(r.split for r in refs):
         return {r.name: r.split for r in refs}, "v2 metadata split column", []
-    ratios = opts.split_ratios or S.DEFAULT_RATIOS
+    ratios = opts.split_ratios or splits.DEFAULT_RATIOS
     source = f"random {','.join(f'{x:g}' for x in ratios)} seed {opts.seed}"
-    return S.random_split([r.name for r in refs], ratios, opts.seed), source, []
+    return splits.random_split([r.name for r in refs], ratios, opts.seed), source, []
 
 
 def _cut_shards(refs, assignment, shard_size: int, seed: int) -> list[ShardPlan]:
     shards = []
-    for split_index, split in enumerate(C.SPLITS):
+    for split_index, split in enumerate(constants.SPLITS):
         members = sorted((r for r in refs if assignment[r.name] == split), key=lambda r: r.name)
         # Shards mix the whole split: a seeded order keeps neighbouring tiles apart.
         order = np.random.default_rng([seed, split_index]).permutation(len(members))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bigearthnet import constants as C
+from bigearthnet import constants
 from bigearthnet.archive import (
     PatchError,
     read_patch,
@@ -27,9 +27,10 @@ from bigearthnet.shards import (
 from bigearthnet.util import atomic_write_json, sha256_file
 
 BLOCK = 32  # patches assembled in memory before a write: ~11 MB, bounds RSS per worker
-BAND_INDEX = {band: i for i, band in enumerate(C.BANDS)}
+BAND_INDEX = {band: i for i, band in enumerate(constants.BANDS)}
 RES_GROUPS = tuple(
-    (res, [BAND_INDEX[b] for b in C.BANDS if C.BAND_RESOLUTION_M[b] == res]) for res in (10, 20, 60)
+    (res, [BAND_INDEX[b] for b in constants.BANDS if constants.BAND_RESOLUTION_M[b] == res])
+    for res in (10, 20, 60)
 )
 
 
@@ -40,8 +41,8 @@ def assemble(patch, resampling: str, out: np.ndarray | None = None) -> np.ndarra
     """
     image = np.empty(IMAGE_SHAPE, dtype=np.uint16) if out is None else out
     for _res, indices in RES_GROUPS:
-        stack = np.stack([patch.bands[C.BANDS[i]] for i in indices])
-        image[:, :, indices] = upsample(stack, C.PATCH_SIZE, resampling).transpose(1, 2, 0)
+        stack = np.stack([patch.bands[constants.BANDS[i]] for i in indices])
+        image[:, :, indices] = upsample(stack, constants.PATCH_SIZE, resampling).transpose(1, 2, 0)
     return image
 
 
@@ -51,14 +52,14 @@ def write_shard(
     """Read, upsample and write one shard; returns (and saves) its sidecar record."""
     with43 = version == "v1"
     attrs = {
-        "bands": list(C.BANDS),
-        "classes19": list(C.CLASSES_19),
-        "classes43": list(C.CLASSES_43) if with43 else [],
+        "bands": list(constants.BANDS),
+        "classes19": list(constants.CLASSES_19),
+        "classes43": list(constants.CLASSES_43) if with43 else [],
         "resampling": resampling,
         "source_version": version,
     }
     writer = ShardWriter(out / shard.file, shard.split, len(shard.refs), attrs, with43)
-    sums = np.zeros((2, len(C.BANDS)), dtype=np.float64)
+    sums = np.zeros((2, len(constants.BANDS)), dtype=np.float64)
     rejects: list[tuple[str, str]] = []
     try:
         with one_blas_thread():
@@ -78,7 +79,7 @@ def write_shard(
         "split": shard.split,
         "count": writer.rows,
         "sha256": sha256_file(out / shard.file),
-        "pixel_count": writer.rows * C.PATCH_SIZE * C.PATCH_SIZE,
+        "pixel_count": writer.rows * constants.PATCH_SIZE * constants.PATCH_SIZE,
         "band_sum": sums[0].tolist(),
         "band_sumsq": sums[1].tolist(),
         "rejects": rejects,

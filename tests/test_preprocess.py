@@ -19,7 +19,7 @@ import pytest
 import rasterio
 from conftest import REPO, preprocess
 
-from bigearthnet import constants as C
+from bigearthnet import constants
 from bigearthnet.cli.preprocess import slurm_task_defaults
 from bigearthnet.geotiff import read_band
 from bigearthnet.resample import upsample
@@ -81,23 +81,27 @@ def test_real_labels_decode_to_json_names(real_v1: Path, real_out: Path) -> None
     assert len(rows) == 11
     for name, row in rows.items():
         meta = json.loads((real_v1 / name / f"{name}_labels_metadata.json").read_text())
-        decoded43 = {C.CLASSES_43[i] for i in np.flatnonzero(row["labels43"])}
+        decoded43 = {constants.CLASSES_43[i] for i in np.flatnonzero(row["labels43"])}
         assert decoded43 == set(meta["labels"])
-        indices43 = [C.CLASSES_43.index(n) for n in meta["labels"]]
-        expected19 = {C.CLASSES_19[C.MAP_43_TO_19[i]] for i in indices43 if i in C.MAP_43_TO_19}
-        assert {C.CLASSES_19[i] for i in np.flatnonzero(row["labels19"])} == expected19
+        indices43 = [constants.CLASSES_43.index(n) for n in meta["labels"]]
+        expected19 = {
+            constants.CLASSES_19[constants.MAP_43_TO_19[i]]
+            for i in indices43
+            if i in constants.MAP_43_TO_19
+        }
+        assert {constants.CLASSES_19[i] for i in np.flatnonzero(row["labels19"])} == expected19
 
 
 def test_real_10m_bands_bit_exact_and_upsampled_bands_close(real_v1, real_out) -> None:
     for name, row in load_all(real_out).items():
-        for b, band in enumerate(C.BANDS):
+        for b, band in enumerate(constants.BANDS):
             with rasterio.open(real_v1 / name / f"{name}_{band}.tif") as src:
                 native = src.read(1)
                 if band == "B02":
                     assert row["ulxy"].tolist() == [src.transform.c, src.transform.f]
                     assert row["crs"] == f"EPSG:{src.crs.to_epsg()}"
             up = row["image"][:, :, b]
-            if C.BAND_RESOLUTION_M[band] == 10:
+            if constants.BAND_RESOLUTION_M[band] == 10:
                 assert np.array_equal(up, native), band
                 continue
             k = 120 // native.shape[0]
@@ -114,8 +118,8 @@ def test_real_10m_bands_bit_exact_and_upsampled_bands_close(real_v1, real_out) -
 def test_real_manifest_contract(real_out: Path) -> None:
     read_manifest(real_out)  # the reader accepts what the writer wrote
     m = json.loads((real_out / "manifest.json").read_text())  # the on-disk contract
-    assert m["bands"] == list(C.BANDS) and m["classes43"] == list(C.CLASSES_43)
-    assert m["classes19"] == list(C.CLASSES_19) and m["archive_version"] == "v1"
+    assert m["bands"] == list(constants.BANDS) and m["classes43"] == list(constants.CLASSES_43)
+    assert m["classes19"] == list(constants.CLASSES_19) and m["archive_version"] == "v1"
     assert sum(m["counts"].values()) == 11 == m["summary"]["written"]
     assert len(m["band_mean"]) == len(m["band_std"]) == 12
     for entry in m["shards"]:
@@ -123,7 +127,7 @@ def test_real_manifest_contract(real_out: Path) -> None:
         with h5py.File(real_out / entry["file"], "r") as f:
             assert f["images"].dtype == np.uint16 and f["images"].shape[1:] == (120, 120, 12)
             assert f["images"].chunks is not None
-            assert list(f.attrs["bands"]) == list(C.BANDS)
+            assert list(f.attrs["bands"]) == list(constants.BANDS)
             assert f.attrs["resampling"] == "bilinear"
 
 
@@ -182,7 +186,7 @@ def test_synthetic_v2_end_to_end(synth_v2: Path, tmp_path: Path) -> None:
     snow = pd.read_parquet(synth_v2 / "metadata_for_patches_with_snow_cloud_or_shadow.parquet")
     split_names = {"train": "train", "validation": "val", "test": "test"}
     expected = table["split"].map(split_names).value_counts().to_dict()
-    assert m["counts"] == {s: expected.get(s, 0) for s in C.SPLITS}
+    assert m["counts"] == {s: expected.get(s, 0) for s in constants.SPLITS}
     assert m["archive_version"] == "v2" and m["classes43"] is None
     assert m["summary"]["excluded"] == len(snow) > 0
     assert m["summary"]["found"] == len(table) + len(snow)
@@ -190,7 +194,9 @@ def test_synthetic_v2_end_to_end(synth_v2: Path, tmp_path: Path) -> None:
     assert set(rows) == set(table["patch_id"])
     for patch_id, labels, split in zip(table["patch_id"], table["labels"], table["split"]):
         assert rows[patch_id]["split"] == split_names[split]
-        assert {C.CLASSES_19[i] for i in np.flatnonzero(rows[patch_id]["labels19"])} == set(labels)
+        assert {constants.CLASSES_19[i] for i in np.flatnonzero(rows[patch_id]["labels19"])} == set(
+            labels
+        )
         assert rows[patch_id]["labels43"] is None
 
 

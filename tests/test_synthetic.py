@@ -371,20 +371,20 @@ def test_cli_creates_archive(tmp_path, capsys):
         ["--workers", "0"],
     ],
 )
-def test_cli_bad_arguments_return_2(tmp_path, capsys, argv):
+def test_cli_bad_arguments_return_2(tmp_path, reported_errors, argv):
     out = tmp_path / "out"
     assert main([str(out), *argv]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("bigearthnet-synth: error:") and "\n" not in err
+    (err,) = reported_errors()
+    assert "bigearthnet-synth: error:" in err
     assert not out.exists()
 
 
-def test_cli_refuses_non_empty_out_unless_overwrite(tmp_path, capsys):
+def test_cli_refuses_non_empty_out_unless_overwrite(tmp_path, reported_errors):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("precious")
     assert main([str(out), "--patches", "2"]) == 2
-    assert "not empty" in capsys.readouterr().err
+    assert any("not empty" in line for line in reported_errors())
     assert (out / "keep.txt").read_text() == "precious"
     assert main([str(out), "--patches", "2", "--overwrite"]) == 0
     assert not (out / "keep.txt").exists() and len(list(out.iterdir())) == 2
