@@ -138,7 +138,78 @@ def make_maps(args: argparse.Namespace) -> list[MapFile]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser(), _map, argv)
+    """``bigearthnet-map scene ...`` maps a Sentinel-2 scene; without a sub-command (or
+    with ``patches``) the patches of an archive or of shards, as before."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["scene"]:
+        return run(build_scene_parser(), _map_scene, args[1:])
+    if args[:1] == ["patches"]:
+        args = args[1:]
+    return run(build_parser(), _map, args)
+
+
+def build_scene_parser() -> Parser:
+    from bigearthnet.scenes import STRIDES
+
+    p = Parser(
+        prog=f"{PROG} scene",
+        description="Land-cover map of a whole Sentinel-2 scene: 120x120 px windows slid with "
+        "--stride, probabilities averaged where windows overlap; a Cloud-Optimized GeoTIFF "
+        "with a colour table and one probability band per class, and the area per class. "
+        "Memory: the bands of one strip of windows (~32 MB for a 10,980 px tile) and a batch.",
+    )
+    p.add_argument(
+        "scene",
+        type=Path,
+        metavar="INPUT",
+        help="an L2A .SAFE product folder (JPEG 2000 bands) or a folder of single-band "
+        "GeoTIFFs named by band (*B02*.tif ...)",
+    )
+    p.add_argument("--run-dir", required=True, metavar="RUN", help="run folder made by train.py")
+    p.add_argument("--out", required=True, type=Path, metavar="MAP.tif", help="the map to write")
+    p.add_argument(
+        "--stride",
+        type=int,
+        default=60,
+        choices=STRIDES,
+        metavar="PX",
+        help=f"window step in 10 m pixels, the map's cell size: one of {STRIDES} "
+        "(default: 60 = 600 m; 12 = 120 m for a fine map)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        default="best",
+        metavar="best|latest|PATH",
+        help="best, latest, or PATH of a checkpoint folder / ckpt prefix (default: best)",
+    )
+    p.add_argument(
+        "--resampling",
+        choices=METHODS,
+        help="upsampling of the 20/60 m bands (default: the run's training data's)",
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=64, metavar="N", help="windows per batch (default: 64)"
+    )
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    return p
+
+
+def _map_scene(args: argparse.Namespace) -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    from bigearthnet.scene_map import map_scene
+
+    if args.batch_size < 1:
+        raise MapError(f"--batch-size must be a positive integer, got {args.batch_size}")
+    map_scene(
+        args.scene,
+        run_dir=args.run_dir,
+        out=args.out,
+        stride=args.stride,
+        checkpoint=args.checkpoint,
+        resampling=args.resampling,
+        batch_size=args.batch_size,
+        progress=args.progress,
+    )
 
 
 def _map(args: argparse.Namespace) -> None:

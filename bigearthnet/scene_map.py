@@ -1,0 +1,111 @@
+"""``bigearthnet-map scene``: a trained run and a Sentinel-2 scene -> a land-cover map, on
+one process or N Horovod ranks (each its strips of windows; rank 0 writes)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from bigearthnet import distributed
+from bigearthnet.config import default_threads
+from bigearthnet.scene_output import write_scene_map
+from bigearthnet.scenes import Scene, predict_scene, window_origins
+
+log = distributed.log
+
+
+def training_resampling(data_dir: str) -> str:
+    """Resample like the run's training data, so the model sees what it learned on."""
+    from bigearthnet.shards import ShardError, read_manifest
+
+    try:
+        return read_manifest(data_dir).resampling
+    except ShardError:
+        return "bilinear"
+
+
+def map_scene(
+    scene_dir: Path,
+    *,
+    run_dir: str | Path,
+    out: Path,
+    stride: int,
+    checkpoint: str = "best",
+    resampling: str | None = None,
+    batch_size: int = 64,
+    progress: bool = True,
+) -> dict:
+    """Collective: map ``scene_dir`` with the run's model; rank 0 writes ``out``. Returns a
+    summary (windows, cells, seconds, windows/s)."""
+    from rasterio.transform import Affine
+
+    from bigearthnet.evaluation import load_model
+
+    distributed.init(threads=default_threads())
+    loaded = load_model(Path(run_dir), checkpoint)
+    scene = Scene(Path(scene_dir))
+    try:
+        method = resampling or training_resampling(loaded.config.data)
+        rows = window_origins(scene.height, stride)[distributed.rank() :: distributed.size()]
+        total = len(rows) * len(window_origins(scene.width, stride))
+        started = time.perf_counter()
+        with _bar(total, enabled=progress and distributed.is_root()) as bar:
+            sums = predict_scene(
+                scene,
+                loaded,
+                stride=stride,
+                resampling=method,
+                batch_size=batch_size,
+                progress=bar.update,
+            )
+        seconds = time.perf_counter() - started
+        windows = int(sums.windows.sum() // ((120 // stride) ** 2))
+        summary = {
+            "windows": windows,
+            "cells": int(sums.windows.size),
+            "seconds": seconds,
+            "windows_per_s": windows / seconds if seconds > 0 else 0.0,
+        }
+        if distributed.is_root():
+            tags = {
+                "scene": str(scene_dir),
+                "run_dir": str(run_dir),
+                "checkpoint": str(loaded.prefix),
+                "stride_px": str(stride),
+                "resampling": method,
+            }
+            write_scene_map(
+                out,
+                sums,
+                crs=scene.crs,
+                transform=scene.transform @ Affine.scale(stride),
+                classes=loaded.class_names,
+                tags=tags,
+            )
+            log.info(
+                "scene map %s: %d windows, %d x %d cells of %d m, %.0f windows/s",
+                out,
+                windows,
+                sums.windows.shape[1],
+                sums.windows.shape[0],
+                stride * 10,
+                summary["windows_per_s"],
+            )
+    finally:
+        scene.close()
+    return summary
+
+
+class _bar:
+    """A tqdm bar of windows on rank 0 (a no-op elsewhere)."""
+
+    def __init__(self, total: int, *, enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self._tqdm = tqdm(total=total, unit="window", desc="scene", disable=not enabled)
+
+    def __enter__(self):
+        return self._tqdm
+
+    def __exit__(self, *exc: object) -> None:
+        self._tqdm.close()

@@ -1,0 +1,98 @@
+"""A scene map on disk: a Cloud-Optimized GeoTIFF and the area per class.
+
+Cloud-Optimized GeoTIFFs (tiled, DEFLATE, overviews) in the scene's CRS with the stride's
+cell size: ``MAP.tif``, the top class (uint8, 255 = nodata) with the project's CORINE colour
+table and the class names as tags; ``MAP.tif.probabilities.tif``, one band per class stored
+as round(p x 250) with scale/offset tags (255 = nodata). Two files because a TIFF colour
+table needs a single-band (palette) image. ``MAP.tif.areas.csv``: cells and km^2 per top
+class. Every file is written under a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from bigearthnet.maps import NODATA, PROB_SCALE, class_colours
+from bigearthnet.scenes import CellSums
+from bigearthnet.util import atomic_path, atomic_write_text
+
+
+def map_bands(sums: CellSums) -> np.ndarray:
+    """(1 + C, rows, cols) uint8: top class, then scaled probabilities; NODATA where no
+    window covered the cell."""
+    mean = sums.mean()
+    covered = sums.has_data()
+    top = np.where(covered, np.nan_to_num(mean).argmax(axis=-1), NODATA).astype(np.uint8)
+    scaled = np.rint(np.nan_to_num(mean) * PROB_SCALE).astype(np.uint8)
+    scaled[~covered] = NODATA
+    return np.concatenate([top[None], scaled.transpose(2, 0, 1)])
+
+
+def write_scene_map(
+    path: Path, sums: CellSums, *, crs, transform, classes: list[str], tags: dict
+) -> np.ndarray:
+    """Write ``path`` (top class, colour table), ``<path>.probabilities.tif`` and
+    ``<path>.areas.csv``; returns the bands written (top class first)."""
+    bands = map_bands(sums)
+    colours = class_colours(len(classes))
+    grid = {"crs": crs, "transform": transform}
+    all_tags = dict(tags, classes=json.dumps(classes))
+
+    def top_class(dst) -> None:
+        dst.write_colormap(1, {c: (*map(int, colours[c]), 255) for c in range(len(classes))})
+        dst.update_tags(1, **{str(c): name for c, name in enumerate(classes)})
+        dst.set_band_description(1, "top class index (255 = nodata)")
+
+    def probabilities(dst) -> None:
+        for c, name in enumerate(classes, start=1):
+            dst.set_band_description(c, f"P({name}) x {PROB_SCALE}")
+        dst.scales = (1.0 / PROB_SCALE,) * len(classes)
+        dst.offsets = (0.0,) * len(classes)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_cog(path, bands[:1], grid, all_tags, top_class)
+    _write_cog(Path(f"{path}.probabilities.tif"), bands[1:], grid, all_tags, probabilities)
+    cell_km2 = abs(transform.a * transform.e) / 1e6
+    atomic_write_text(Path(f"{path}.areas.csv"), areas_csv(bands[0], classes, cell_km2))
+    return bands
+
+
+def _write_cog(path: Path, bands: np.ndarray, grid: dict, tags: dict, describe) -> None:
+    """A Cloud-Optimized GeoTIFF (tiled, DEFLATE, overviews) under a temporary name: GDAL
+    writes a COG by copying, so a plain GeoTIFF is written first."""
+    import rasterio
+    from rasterio.shutil import copy as copy_dataset
+
+    count, height, width = bands.shape
+    profile = dict(grid, driver="GTiff", height=height, width=width, count=count)
+    profile.update(dtype="uint8", nodata=NODATA)
+    plain = path.with_name(f".{path.name}.plain.tif")
+    try:
+        with rasterio.open(plain, "w", **profile) as dst:
+            dst.write(bands)
+            dst.update_tags(**tags)
+            describe(dst)
+        with atomic_path(path) as tmp:
+            copy_dataset(
+                plain, tmp, driver="COG", compress="DEFLATE", overview_resampling="nearest"
+            )
+    finally:
+        plain.unlink(missing_ok=True)
+
+
+def areas_csv(top: np.ndarray, classes: list[str], cell_km2: float) -> str:
+    """class, cells, km2 of each top class (and the nodata cells)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["class", "cells", "km2"])
+    for c, name in enumerate(classes):
+        cells = int((top == c).sum())
+        writer.writerow([name, cells, f"{cells * cell_km2:.4f}"])
+    nodata = int((top == NODATA).sum())
+    writer.writerow(["nodata", nodata, f"{nodata * cell_km2:.4f}"])
+    return buf.getvalue()
