@@ -64,6 +64,7 @@ def test_job_scripts_pass_bash_n_and_shellcheck() -> None:
         "train_gloo.sbatch",
         "evaluate.sbatch",
         "batch_study.sbatch",
+        "map_scene.sbatch",
         "train_elastic.sbatch",
         "holder.sbatch",
         "discover_hosts.sh",
@@ -249,6 +250,26 @@ def test_evaluate_job_scores_the_test_split_in_parallel(evaluate_job: Job, works
     metrics = json.loads((workspace / "runs" / "tiny" / "eval-test" / "metrics.json").read_text())
     assert metrics["count"] == 8  # every test patch scored once, over both ranks
     assert 0.0 <= metrics["micro_f1"] <= 1.0
+
+
+@pytest.mark.slow
+def test_map_scene_job_maps_a_scene_on_two_ranks(
+    slurm_cluster: SlurmCluster, workspace: Path, gloo_job: Job
+) -> None:
+    from bigearthnet.synthetic_scene import SceneTruth, write_scene
+
+    scene = workspace / "scene"
+    write_scene(scene, SceneTruth(size=480, block=240, border=0, classes=((1, 4), (7, 9))))
+    out = workspace / "maps" / "scene.tif"
+    env = job_env(slurm_cluster, workspace, EXPERIMENT="tiny", SCENE=str(scene), MAP_OUT=str(out))
+    job = slurm_cluster.wait(slurm_cluster.submit("map_scene", cwd=workspace, env=env), JOB_TIMEOUT)
+    assert_completed(job)
+    log = job.log()
+    assert "[rank 1/2]" in log and f"scene map {out}" in log, job.describe()
+    import rasterio
+
+    with rasterio.open(out) as src:
+        assert src.shape == (8, 8) and (src.read(1) < 19).all()  # every cell mapped
 
 
 # --------------------------------------------------------------------------- bad input
