@@ -83,9 +83,10 @@ def map_scene(
                 tags=tags,
             )
             log.info(
-                "scene map %s: %d windows, %d x %d cells of %d m, %.0f windows/s",
+                "scene map %s: %d windows on %d rank(s), %d x %d cells of %d m, %.0f windows/s",
                 out,
                 windows,
+                distributed.size(),
                 sums.windows.shape[1],
                 sums.windows.shape[0],
                 stride * 10,
