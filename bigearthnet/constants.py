@@ -39,9 +39,6 @@ BAND_NATIVE_SIZE: dict[str, int] = {
 }
 """Native side length in pixels of each band's GeoTIFF: 120, 60 or 20."""
 
-BANDS_10M = tuple(b for b in BANDS if BAND_RESOLUTION_M[b] == 10)
-BANDS_20M = tuple(b for b in BANDS if BAND_RESOLUTION_M[b] == 20)
-BANDS_60M = tuple(b for b in BANDS if BAND_RESOLUTION_M[b] == 60)
 
 CLASSES_43: tuple[str, ...] = (
     "Continuous urban fabric",

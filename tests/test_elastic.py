@@ -19,6 +19,7 @@ import pytest
 from helpers import REPO, TINY_RECIPE
 
 from bigearthnet.batching import global_step_take, step_slices
+from bigearthnet.history import read_history
 
 DISCOVER = REPO / "jobs" / "elastic" / "discover_hosts.sh"
 
@@ -255,7 +256,7 @@ def test_warning_stops_every_worker_and_the_rerun_resumes_at_that_sample(
     assert first.count("rerun resumes (exit 3: requeue me)") == 2, first[-4000:]  # both
     record = json.loads((run / "checkpoints" / "latest.json").read_text())
     assert 2 <= record["epoch"] < epochs
-    done = len(list(csv.DictReader((run / "history.csv").open())))
+    done = len(read_history(run))
     if "elastic" in record:  # stopped inside an epoch: the position is saved
         consumed = record["elastic"]["consumed"]
         assert record["epoch"] == done and consumed > 0 and record["elastic"]["loss_steps"] > 0
