@@ -31,9 +31,7 @@ its file, row, column and top class.
 
 from __future__ import annotations
 
-import csv
 import hashlib
-import io
 import json
 import re
 from collections import defaultdict
@@ -338,26 +336,36 @@ def write_preview(path: Path, map_file: MapFile, top: np.ndarray, classes: list[
     save_figure(fig, path)
 
 
-def patches_csv(files: list[MapFile], places: list[Place], scores: np.ndarray, classes) -> str:
-    """One row per patch: where it went and what it was predicted to be."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(
-        ["name", "file", "row", "col", "crs", "ulx", "uly", "top_class", "class", "probability"]
-    )
+PATCH_FIELDS = (
+    "name",
+    "file",
+    "row",
+    "col",
+    "crs",
+    "ulx",
+    "uly",
+    "top_class",
+    "class",
+    "probability",
+)
+
+
+def patch_rows(files: list[MapFile], places: list[Place], scores: np.ndarray, classes) -> list:
+    """One row per patch of patches.csv: where it went and what it was predicted to be."""
+    rows = []
     for map_file in files:
         for i, row, col in zip(map_file.indices, map_file.rows, map_file.cols):
             place, top = places[i], int(scores[i].argmax())
-            writer.writerow(
+            rows.append(
                 [place.name, f"{map_file.name}.tif", row, col, place.crs, place.ulx, place.uly]
                 + [top, classes[top], f"{scores[i, top]:.4f}"]
             )
-    return buf.getvalue()
+    return rows
 
 
 def write_maps(out: Path, places: list[Place], scores: np.ndarray, loaded) -> list[MapFile]:
     """Every GeoTIFF, its preview and patches.csv into ``out``."""
-    from bigearthnet.util import atomic_write_text
+    from bigearthnet.util import write_csv
 
     out.mkdir(parents=True, exist_ok=True)
     classes = loaded.class_names
@@ -373,5 +381,5 @@ def write_maps(out: Path, places: list[Place], scores: np.ndarray, loaded) -> li
         bands = raster_bands(map_file, scores)
         write_geotiff(out / f"{map_file.name}.tif", map_file, bands, tags)
         write_preview(out / f"{map_file.name}.png", map_file, bands[0], classes)
-    atomic_write_text(out / "patches.csv", patches_csv(files, places, scores, classes))
+    write_csv(out / "patches.csv", PATCH_FIELDS, patch_rows(files, places, scores, classes))
     return files

@@ -46,7 +46,7 @@ from bigearthnet.shards import (
     MANIFEST,
     REJECTS,
 )
-from bigearthnet.util import atomic_write_json, atomic_write_text
+from bigearthnet.util import atomic_write_json, write_csv
 
 
 def run(opts: Options, argv: list[str] | None = None) -> int:
@@ -255,14 +255,7 @@ def _band_stats(records: list[dict]) -> tuple[list[float] | None, list[float] | 
 
 
 def _write_rejects(path: Path, rejects) -> None:
-    import csv
-    import io
-
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["patch", "reason"])
-    writer.writerows(sorted(rejects))
-    atomic_write_text(path, buf.getvalue())
+    write_csv(path, ("patch", "reason"), sorted(rejects))
 
 
 def _print_summary(opts: Options, manifest: dict, seconds: float) -> None:

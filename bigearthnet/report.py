@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +11,7 @@ import h5py
 import numpy as np
 
 from bigearthnet import metrics
-from bigearthnet.util import atomic_path, atomic_write_json, atomic_write_text
+from bigearthnet.util import atomic_path, atomic_write_json, write_csv
 
 PER_CLASS_FIELDS = ("class", "index", "support", "precision", "recall", "f1", "ap")
 
@@ -36,7 +34,7 @@ def write_outputs(
     """Rank 0: the report files but the plots, each written atomically."""
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out_dir / "metrics.json", report)
-    atomic_write_text(out_dir / "per_class.csv", per_class_csv(report))
+    write_csv(out_dir / "per_class.csv", PER_CLASS_FIELDS, per_class_rows(report))
     write_predictions(out_dir / "predictions.h5", predictions, report)
     if thresholds is not None:
         atomic_write_json(
@@ -50,13 +48,12 @@ def write_outputs(
         )
 
 
-def per_class_csv(report: dict) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=PER_CLASS_FIELDS, lineterminator="\n")
-    writer.writeheader()
-    for row in report["per_class"]:
-        writer.writerow({k: "" if row[k] is None else row[k] for k in PER_CLASS_FIELDS})
-    return buf.getvalue()
+def per_class_rows(report: dict) -> list[dict]:
+    """The rows of per_class.csv (an AP that cannot be computed is an empty cell)."""
+    return [
+        {k: "" if row[k] is None else row[k] for k in PER_CLASS_FIELDS}
+        for row in report["per_class"]
+    ]
 
 
 def write_predictions(path: Path, predictions: Predictions, report: dict) -> None:

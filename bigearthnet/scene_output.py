@@ -10,8 +10,6 @@ class. Every file is written under a temporary name and renamed.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from pathlib import Path
 
@@ -19,7 +17,7 @@ import numpy as np
 
 from bigearthnet.maps import NODATA, PROB_SCALE, class_colours
 from bigearthnet.scenes import CellSums
-from bigearthnet.util import atomic_path, atomic_write_text
+from bigearthnet.util import atomic_path, write_csv
 
 
 def map_bands(sums: CellSums) -> np.ndarray:
@@ -58,7 +56,9 @@ def write_scene_map(
     _write_cog(path, bands[:1], grid, all_tags, top_class)
     _write_cog(Path(f"{path}.probabilities.tif"), bands[1:], grid, all_tags, probabilities)
     cell_km2 = abs(transform.a * transform.e) / 1e6
-    atomic_write_text(Path(f"{path}.areas.csv"), areas_csv(bands[0], classes, cell_km2))
+    write_csv(
+        Path(f"{path}.areas.csv"), ("class", "cells", "km2"), area_rows(bands[0], classes, cell_km2)
+    )
     return bands
 
 
@@ -85,14 +85,11 @@ def _write_cog(path: Path, bands: np.ndarray, grid: dict, tags: dict, describe) 
         plain.unlink(missing_ok=True)
 
 
-def areas_csv(top: np.ndarray, classes: list[str], cell_km2: float) -> str:
+def area_rows(top: np.ndarray, classes: list[str], cell_km2: float) -> list[list]:
     """class, cells, km2 of each top class (and the nodata cells)."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["class", "cells", "km2"])
-    for c, name in enumerate(classes):
-        cells = int((top == c).sum())
-        writer.writerow([name, cells, f"{cells * cell_km2:.4f}"])
-    nodata = int((top == NODATA).sum())
-    writer.writerow(["nodata", nodata, f"{nodata * cell_km2:.4f}"])
-    return buf.getvalue()
+    labels = [*enumerate(classes), (NODATA, "nodata")]
+    rows = []
+    for index, name in labels:
+        cells = int((top == index).sum())
+        rows.append([name, cells, f"{cells * cell_km2:.4f}"])
+    return rows
