@@ -170,7 +170,9 @@ remove_on_exit() {
 
 # srun_options: the site's MPI plugin and CPU binding for parallel steps, in SRUN_OPTS.
 srun_options() {
-  SRUN_OPTS=()
+  # A task that dies ends the step at once (its peers would only fail at the next
+  # collective); the job log then says which task it was.
+  SRUN_OPTS=(--kill-on-bad-exit=1)
   if [[ -n ${SRUN_MPI:-} ]]; then SRUN_OPTS+=("--mpi=$SRUN_MPI"); fi
   if [[ -n ${CPU_BIND:-} ]]; then SRUN_OPTS+=("--cpu-bind=$CPU_BIND"); fi
 }

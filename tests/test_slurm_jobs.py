@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -216,7 +218,7 @@ def test_train_job_runs_two_ranks_through_srun_pmix(
 ) -> None:
     assert_completed(train_job)
     log = train_job.log()
-    assert "srun --mpi=pmix python" in log
+    assert "srun --kill-on-bad-exit=1 --mpi=pmix python" in log
     assert "[rank 1/2]" in log, train_job.describe()
     assert "training finished" in log
     assert "resolved training config" in log and "model: tiny" in log
@@ -270,6 +272,51 @@ def test_map_scene_job_maps_a_scene_on_two_ranks(
 
     with rasterio.open(out) as src:
         assert src.shape == (8, 8) and (src.read(1) < 19).all()  # every cell mapped
+
+
+def rank_pid(run: Path, rank: int) -> int:
+    """PID of the training task of Slurm rank ``rank`` working on ``run``."""
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        mine = str(run).encode() in cmdline and b"train.py" in cmdline
+        if mine and f"SLURM_PROCID={rank}".encode() in environ:
+            return int(entry.name)
+    pytest.fail(f"no rank {rank} training {run}")
+
+
+@pytest.mark.fault
+@pytest.mark.slow
+def test_a_killed_rank_ends_the_step_and_a_resubmission_resumes(
+    slurm_cluster: SlurmCluster, workspace: Path, shards: Path, fault_row
+) -> None:
+    run = workspace / "runs" / "rankkill"
+    env = job_env(slurm_cluster, workspace, EXPERIMENT="rankkill")
+    job_id = slurm_cluster.submit("train", "--", *TINY, "--epochs", "500", cwd=workspace, env=env)
+    wait_while_running(slurm_cluster, job_id, lambda _: epochs_done(run) >= 1, 300, "an epoch")
+    os.kill(rank_pid(run, 1), signal.SIGKILL)
+    killed = time.monotonic()
+    job = slurm_cluster.wait(job_id, 120)
+    seconds = time.monotonic() - killed
+    assert job.state == "FAILED", job.describe()
+    assert "training failed" in job.log() or "Killed" in job.log(), job.describe()
+    done = epochs_done(run)
+    again = slurm_cluster.submit(
+        "train", "--", *TINY, "--epochs", str(done + 1), cwd=workspace, env=env
+    )
+    rerun = slurm_cluster.wait(again, JOB_TIMEOUT)
+    assert_completed(rerun)
+    assert "resumed from" in rerun.log(), rerun.describe()
+    assert epochs_done(run) == done + 1
+    fault_row(
+        "rank 1 of 2 SIGKILLed mid-run under Slurm (srun --mpi=pmix)",
+        runs=2,
+        data_lost="the epoch in progress (resubmission resumes)",
+        detect_s=seconds,
+    )
 
 
 # --------------------------------------------------------------------------- bad input
