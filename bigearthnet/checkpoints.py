@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from bigearthnet import constants
 from bigearthnet.errors import InputError, RunFailed
-from bigearthnet.util import atomic_write_json, first_line
+from bigearthnet.util import atomic_write_json, first_line, fsync_tree
 
 CKPT_DIR = "checkpoints"
 TAGS = ("latest", "best")
@@ -137,6 +137,7 @@ def save(
         tf.train.Checkpoint(**trackables).write(str(tmp / "ckpt"))
         # The folder's own copy of its pointer: a resume can fall back to it.
         atomic_write_json(tmp / RECORD, record.to_json())
+        fsync_tree(tmp)  # every tensor on disk before the folder gets its final name
     except (tf.errors.OpError, OSError) as err:  # e.g. the disk is full
         shutil.rmtree(tmp, ignore_errors=True)
         raise CheckpointWriteError(
@@ -147,6 +148,7 @@ def save(
     if final.exists():  # the same epoch saved again (a rerun): replace it
         shutil.rmtree(final)
     tmp.rename(final)
+    fsync_tree(root, recurse=False)
     atomic_write_json(root / f"{tag}.json", record.to_json())
     _prune(root, tag, keep=folder)
     return record

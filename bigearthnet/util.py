@@ -36,10 +36,35 @@ def atomic_path(final: str | Path) -> Iterator[Path]:
     os.close(os.open(tmp_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
         yield tmp_path
-        os.replace(tmp_path, final)
+        fsync_tree(tmp_path)  # the data on disk before the name: a power loss cannot
+        os.replace(tmp_path, final)  # leave a complete-looking name over lost blocks
+        fsync_tree(final.parent, recurse=False)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def fsync_tree(path: str | Path, *, recurse: bool = True) -> None:
+    """Flush ``path`` to disk: a file, or a folder's entries (and, ``recurse``, its files
+    and subfolders). Before a rename that publishes them, so the new name never points at
+    blocks a power loss could drop."""
+    path = Path(path)
+    if path.is_dir() and recurse:
+        for child in path.rglob("*"):
+            if child.is_file():
+                _fsync(child, os.O_RDONLY)
+        for folder in [p for p in path.rglob("*") if p.is_dir()]:
+            _fsync(folder, os.O_RDONLY | os.O_DIRECTORY)
+    flags = os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0)
+    _fsync(path, flags)
+
+
+def _fsync(path: Path, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def atomic_write_text(final: str | Path, text: str) -> None:
