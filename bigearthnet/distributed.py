@@ -206,8 +206,11 @@ def setup_logging(level: int = logging.INFO) -> None:
     log.propagate = False
 
 
-def raise_if_any_failed(error: Exception | None, what: str) -> None:
-    """Collective: every rank raises if any rank hit ``error`` while doing ``what``.
+def raise_if_any_failed(
+    error: Exception | None, what: str, *, others: type[Exception] | None = None
+) -> None:
+    """Collective: every rank raises if any rank hit ``error`` while doing ``what`` (the
+    others raise ``others``: by default DistributedError, exit 2 - set-up problems).
 
     Set-up failures are often local (one rank's shard is corrupt); without agreeing,
     the healthy ranks would wait forever in the next collective.
@@ -217,7 +220,8 @@ def raise_if_any_failed(error: Exception | None, what: str) -> None:
     if error is not None:
         raise error
     if failed:
-        raise DistributedError(f"{int(failed)} other rank(s) failed while {what}; see their log")
+        kind = others or DistributedError
+        raise kind(f"{int(failed)} other rank(s) failed while {what}; see their log")
 
 
 class PeerLost(RunFailed):

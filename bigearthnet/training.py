@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from bigearthnet import distributed
 from bigearthnet.batching import RankPartition
-from bigearthnet.checkpoints import CheckpointRecord
+from bigearthnet.checkpoints import CheckpointRecord, CheckpointWriteError
 from bigearthnet.config import TrainConfig
 from bigearthnet.data import (
     SAMPLE_BYTES,
@@ -37,7 +37,7 @@ from bigearthnet.data import (
     memory_available,
 )
 from bigearthnet.efficiency import efficiency_line, efficiency_report
-from bigearthnet.errors import ConfigError, InputError, RequeueRequested
+from bigearthnet.errors import ConfigError, InputError, RequeueRequested, RunFailed
 from bigearthnet.gns import noise_report, verdict
 from bigearthnet.history import HistoryRow
 from bigearthnet.loader import (
@@ -172,6 +172,7 @@ class EpochEnd:
         history.append(row)
         self.replica.epoch.assign(epoch + 1)
         self.replica.step.assign(0)
+        error = None
         if self.outputs is not None:
             record = self.record(
                 epochs_done=epoch + 1,
@@ -179,8 +180,12 @@ class EpochEnd:
                 val_micro_f1=row.val_micro_f1,
                 val_macro_f1=row.val_macro_f1,
             )
-            self.outputs.save_epoch(self.replica.trackables, record, history)
-            self.outputs.write_noise_points(self.replica.noise.take_points())
+            try:
+                self.outputs.save_epoch(self.replica.trackables, record, history)
+                self.outputs.write_noise_points(self.replica.noise.take_points())
+            except CheckpointWriteError as err:  # disk full: every rank stops here
+                error = err
+        distributed.raise_if_any_failed(error, "saving the epoch", others=RunFailed)
         self._efficiency(epoch, outcome, seconds)
         return row
 
