@@ -100,6 +100,39 @@ def trained_run(shards_v1: Path, tmp_path_factory) -> Path:
     return run
 
 
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 4 MB tmpfs to fill up (disk-full faults); skipped where mounting is not allowed.
+    ``small_disk.fill()`` leaves 64 KB: room for a history row, not for a checkpoint."""
+    import shutil
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    mounted = (
+        os.geteuid() == 0
+        and not subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+    )
+    if not mounted:
+        pytest.skip("needs root and tmpfs mounts")
+
+    class SmallDisk:
+        path = mount
+
+        @staticmethod
+        def fill() -> Path:
+            filler = mount / "filler"
+            filler.write_bytes(bytes(max(shutil.disk_usage(mount).free - 64 * 1024, 0)))
+            return filler
+
+    try:
+        yield SmallDisk
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
 # ----------------------------------------------------------------- the fault table
 # Tests marked `fault` inject one fault into real runs and record a row; `make faults` runs
 # them and prints the table (README, "Reliability"); BEN_FAULTS_TABLE=PATH also writes it.

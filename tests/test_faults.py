@@ -165,39 +165,25 @@ def test_damaged_data_is_refused_at_start(damage, tmp_path, shards_v1, synth_v1,
 @pytest.mark.fault
 @pytest.mark.horovod
 @pytest.mark.slow
-def test_disk_full_stops_every_rank_with_one_line(tmp_path, shards_v1, fault_row):
+def test_disk_full_stops_every_rank_with_one_line(shards_v1, small_disk, fault_row):
     """2 ranks, the run folder on a small tmpfs filled after epoch 1: rank 0 cannot write
     epoch 2's checkpoint, both ranks stop at that epoch's end (no hang), rank 1 saying why;
     epoch 1's checkpoint stays the latest."""
     import json
-    import shutil
 
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if (
-        os.geteuid() != 0
-        or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True
-        ).returncode
-    ):
-        pytest.skip("needs root and tmpfs mounts")
-    try:
-        run = mount / "run"
-        proc = start_two_ranks(shards_v1, run, epochs=4)
-        assert wait_for(lambda: (run / "checkpoints" / "latest.json").is_file(), 300)
-        free = shutil.disk_usage(mount).free
-        (mount / "filler").write_bytes(bytes(max(free - 64 * 1024, 0)))
-        filled = time.monotonic()
-        output, _ = proc.communicate(timeout=300)
-        seconds = time.monotonic() - filled
-        assert proc.returncode != 0
-        assert "cannot write checkpoint" in output and "No space left on device" in output
-        assert "[rank 1/2]" in output and "other rank(s) failed while saving the epoch" in output
-        assert json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"] >= 1
-        fault_row(
-            "disk full while rank 0 checkpoints, 2 ranks (4 MB tmpfs)",
-            data_lost="the epoch in progress; every rank stops with one line",
-            detect_s=seconds,
-        )
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+    run = small_disk.path / "run"
+    proc = start_two_ranks(shards_v1, run, epochs=4)
+    assert wait_for(lambda: (run / "checkpoints" / "latest.json").is_file(), 300)
+    small_disk.fill()
+    filled = time.monotonic()
+    output, _ = proc.communicate(timeout=300)
+    seconds = time.monotonic() - filled
+    assert proc.returncode != 0
+    assert "cannot write checkpoint" in output and "No space left on device" in output
+    assert "[rank 1/2]" in output and "other rank(s) failed while saving the epoch" in output
+    assert json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"] >= 1
+    fault_row(
+        "disk full while rank 0 checkpoints, 2 ranks (4 MB tmpfs)",
+        data_lost="the epoch in progress; every rank stops with one line",
+        detect_s=seconds,
+    )

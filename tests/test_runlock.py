@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -168,38 +167,24 @@ def test_no_readable_checkpoint_is_an_error_not_a_fresh_start(
 
 
 @pytest.mark.fault
-def test_disk_full_keeps_the_previous_checkpoint(tmp_path, shards_v1, reported_errors, fault_row):
+def test_disk_full_keeps_the_previous_checkpoint(shards_v1, small_disk, reported_errors, fault_row):
     """A run folder on a small tmpfs that fills up during epoch 2's checkpoint: a one-line
     error, epoch 1's checkpoint and history intact; with space back the rerun resumes."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if (
-        os.geteuid() != 0
-        or subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True
-        ).returncode
-    ):
-        pytest.skip("needs root and tmpfs mounts")
-    try:
-        run = mount / "run"
-        assert _train(shards_v1, run, "--epochs", "1") == 0
-        filler = mount / "filler"
-        free = shutil.disk_usage(mount).free
-        filler.write_bytes(bytes(max(free - 64 * 1024, 0)))  # room for history, not a checkpoint
-        code = _train(shards_v1, run, "--epochs", "2")
-        assert code in (1, 2)
-        (line,) = reported_errors()
-        assert "cannot write" in line and "No space left on device" in line, line
-        assert json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"] == 1
-        assert [r.epoch for r in read_history(run)] in ([1], [1, 2])
-        filler.unlink()
-        assert _train(shards_v1, run, "--epochs", "2") == 0
-        assert [r.epoch for r in read_history(run)] == [1, 2]
-        fault_row(
-            "disk full while a checkpoint is written (4 MB tmpfs)",
-            runs=3,
-            data_lost="the epoch in progress (rerun once space is back)",
-            detect_s=None,
-        )
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
+    run = small_disk.path / "run"
+    assert _train(shards_v1, run, "--epochs", "1") == 0
+    filler = small_disk.fill()
+    code = _train(shards_v1, run, "--epochs", "2")
+    assert code in (1, 2)
+    (line,) = reported_errors()
+    assert "cannot write" in line and "No space left on device" in line, line
+    assert json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"] == 1
+    assert [r.epoch for r in read_history(run)] in ([1], [1, 2])
+    filler.unlink()
+    assert _train(shards_v1, run, "--epochs", "2") == 0
+    assert [r.epoch for r in read_history(run)] == [1, 2]
+    fault_row(
+        "disk full while a checkpoint is written (4 MB tmpfs)",
+        runs=3,
+        data_lost="the epoch in progress (rerun once space is back)",
+        detect_s=None,
+    )
