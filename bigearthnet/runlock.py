@@ -114,7 +114,10 @@ class RunLock:
         lease = self.run_dir / LEASE_FILE
         while not self._stop.wait(HEARTBEAT_S):
             self.holder = Holder(**{**asdict(self.holder), "heartbeat": time.time()})
-            atomic_write_json(lease, asdict(self.holder))
+            try:
+                atomic_write_json(lease, asdict(self.holder))
+            except OSError as err:  # a full disk or an outage: try again at the next beat
+                log.warning("%s: lease not renewed (%s); retrying", lease, err)
 
     def release(self) -> None:
         """Give the folder up (also happens when the process ends)."""
