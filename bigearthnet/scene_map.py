@@ -8,8 +8,9 @@ from pathlib import Path
 
 from bigearthnet import distributed
 from bigearthnet.config import default_threads
+from bigearthnet.scene_input import Scene
 from bigearthnet.scene_output import write_scene_map
-from bigearthnet.scenes import Scene, predict_scene, window_origins
+from bigearthnet.scenes import StageTimes, predict_scene, window_origins
 
 log = distributed.log
 
@@ -34,16 +35,21 @@ def map_scene(
     resampling: str | None = None,
     batch_size: int = 64,
     progress: bool = True,
+    bbox: tuple[float, float, float, float] | None = None,
+    band_order: list[str] | None = None,
+    mask_clouds: bool = False,
 ) -> dict:
-    """Collective: map ``scene_dir`` with the run's model; rank 0 writes ``out``. Returns a
-    summary (windows, cells, seconds, windows/s)."""
+    """Collective: map ``scene_dir`` (a SAFE folder, band GeoTIFFs or a band stack) with the
+    run's model; rank 0 writes ``out``. Returns a summary (windows, cells, seconds,
+    windows/s, and this rank's seconds reading and in the model)."""
     from rasterio.transform import Affine
 
     from bigearthnet.evaluation import load_model
 
     distributed.init(threads=default_threads())
     loaded = load_model(Path(run_dir), checkpoint)
-    scene = Scene(Path(scene_dir))
+    scene = Scene(Path(scene_dir), bbox=bbox, band_order=band_order, mask_clouds=mask_clouds)
+    times = StageTimes()
     try:
         method = resampling or training_resampling(loaded.config.data)
         rows = window_origins(scene.height, stride)[distributed.rank() :: distributed.size()]
@@ -57,6 +63,7 @@ def map_scene(
                 resampling=method,
                 batch_size=batch_size,
                 progress=bar.update,
+                times=times,
             )
         seconds = time.perf_counter() - started
         windows = int(sums.windows.sum() // ((120 // stride) ** 2))
@@ -65,6 +72,8 @@ def map_scene(
             "cells": int(sums.windows.size),
             "seconds": seconds,
             "windows_per_s": windows / seconds if seconds > 0 else 0.0,
+            "read_s": times.read,
+            "predict_s": times.predict,
         }
         if distributed.is_root():
             tags = {
@@ -73,6 +82,7 @@ def map_scene(
                 "checkpoint": str(loaded.prefix),
                 "stride_px": str(stride),
                 "resampling": method,
+                "clouds_masked": str(mask_clouds),
             }
             write_scene_map(
                 out,

@@ -5,7 +5,8 @@ cell size: ``MAP.tif``, the top class (uint8, 255 = nodata) with the project's C
 table and the class names as tags; ``MAP.tif.probabilities.tif``, one band per class stored
 as round(p x 250) with scale/offset tags (255 = nodata). Two files because a TIFF colour
 table needs a single-band (palette) image. ``MAP.tif.areas.csv``: cells and km^2 per top
-class. Every file is written under a temporary name and renamed.
+class. ``MAP.png``: a preview with a legend (classes present, by area) and a scale bar.
+Every file is written under a temporary name and renamed.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bigearthnet.map_preview import LegendEntry, write_preview
 from bigearthnet.maps import NODATA, PROB_SCALE, class_colours
 from bigearthnet.scenes import CellSums
 from bigearthnet.util import atomic_path, write_csv
@@ -53,24 +55,42 @@ def write_scene_map(
         dst.offsets = (0.0,) * len(classes)
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_cog(path, bands[:1], grid, all_tags, top_class)
-    _write_cog(Path(f"{path}.probabilities.tif"), bands[1:], grid, all_tags, probabilities)
+    write_cog(path, bands[:1], grid, all_tags, top_class)
+    write_cog(Path(f"{path}.probabilities.tif"), bands[1:], grid, all_tags, probabilities)
     cell_km2 = abs(transform.a * transform.e) / 1e6
-    write_csv(
-        Path(f"{path}.areas.csv"), ("class", "cells", "km2"), area_rows(bands[0], classes, cell_km2)
-    )
+    areas = area_rows(bands[0], classes, cell_km2)
+    write_csv(Path(f"{path}.areas.csv"), ("class", "cells", "km2"), areas)
+    preview(path.with_suffix(".png"), bands[0], transform=transform, classes=classes, tags=tags)
     return bands
 
 
-def _write_cog(path: Path, bands: np.ndarray, grid: dict, tags: dict, describe) -> None:
-    """A Cloud-Optimized GeoTIFF (tiled, DEFLATE, overviews) under a temporary name: GDAL
-    writes a COG by copying, so a plain GeoTIFF is written first."""
+def preview(path: Path, top: np.ndarray, *, transform, classes: list[str], tags: dict) -> None:
+    """The top class in CORINE colours (white: nodata), the classes present by area."""
+    colours = class_colours(len(classes))
+    valid = top != NODATA
+    rgb = np.full((*top.shape, 3), 255, dtype=np.uint8)
+    rgb[valid] = colours[top[valid]]
+    cell_km2 = abs(transform.a * transform.e) / 1e6
+    present, cells = np.unique(top[valid], return_counts=True)
+    legend = [
+        LegendEntry(tuple(int(v) for v in colours[c]), f"{classes[c]} ({n * cell_km2:,.1f} km²)")
+        for n, c in sorted(zip(cells, present), reverse=True)
+    ]
+    title = f"{Path(tags.get('scene', path.stem)).name}: {abs(transform.a):g} m cells"
+    write_preview(path, rgb, transform=transform, title=title, legend=legend)
+
+
+def write_cog(
+    path: Path, bands: np.ndarray, grid: dict, tags: dict, describe, nodata: int = NODATA
+) -> None:
+    """A Cloud-Optimized GeoTIFF (tiled, DEFLATE, overviews) of ``bands`` (their dtype)
+    under a temporary name: GDAL writes a COG by copying, so a plain GeoTIFF comes first."""
     import rasterio
     from rasterio.shutil import copy as copy_dataset
 
     count, height, width = bands.shape
     profile = dict(grid, driver="GTiff", height=height, width=width, count=count)
-    profile.update(dtype="uint8", nodata=NODATA)
+    profile.update(dtype=bands.dtype.name, nodata=nodata)
     plain = path.with_name(f".{path.name}.plain.tif")
     try:
         with rasterio.open(plain, "w", **profile) as dst:

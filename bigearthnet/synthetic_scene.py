@@ -4,7 +4,10 @@ A square scene (a few hundred to a few thousand 10 m px) is cut into a grid of b
 one 19-class filled with the spectral signature the synthetic patches use
 (:func:`bigearthnet.synthetic_render.class_signatures`), a smooth brightness texture and
 sensor noise; the 20 m and 60 m bands are block means of the 10 m field, as a sensor would
-see them. A border of ``border`` px is nodata (0 in every band), as at a tile's edge.
+see them. A border of ``border`` px is nodata (0 in every band), as at a tile's edge. An
+optional cloud (a rectangle) is bright in every band and marked 9 (cloud, high
+probability) in the scene classification band (SCL, 20 m; 4 elsewhere, 0 in the border),
+which is written with every scene, as in an L2A product.
 
 Written as a folder of single-band GeoTIFFs (``B02.tif`` ...) or as an L2A product folder
 (``<name>.SAFE/GRANULE/<granule>/IMG_DATA/R10m/<tile>_<date>_B02_10m.jp2`` ..., lossless
@@ -28,6 +31,8 @@ PRODUCT = "S2B_MSIL2A_20200801T100559_N0400_R022_T33UXP_20200801T130116"
 GRANULE = "L2A_T33UXP_A017956_20200801T100558"
 TILE_DATE = "T33UXP_20200801T100559"
 BOA_ADD_OFFSET = -1000
+CLOUD_REFLECTANCE = 7000  # bright in every band, as thick cloud
+SCL_CLOUD, SCL_LAND = 9, 4  # L2A scene classification: cloud high probability, vegetation
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,7 @@ class SceneTruth:
     block: int  # px per block side
     border: int  # nodata px at every edge
     classes: tuple[tuple[int, ...], ...]
+    cloud: tuple[int, int, int, int] | None = None  # row0, col0, row1, col1 (10 m px, even)
 
     def class_at(self, row: int, col: int) -> int:
         return self.classes[row // self.block][col // self.block]
@@ -52,6 +58,9 @@ def render_scene(truth: SceneTruth, seed: int) -> dict[str, np.ndarray]:
     bands = {}
     for index, band in enumerate(constants.BANDS):
         field = signatures[grid, index] * texture
+        if truth.cloud is not None:
+            row0, col0, row1, col1 = truth.cloud
+            field[row0:row1, col0:col1] = CLOUD_REFLECTANCE
         factor = constants.BAND_RESOLUTION_M[band] // 10
         native = truth.size // factor
         coarse = field.reshape(native, factor, native, factor).mean(axis=(1, 3))
@@ -63,7 +72,20 @@ def render_scene(truth: SceneTruth, seed: int) -> dict[str, np.ndarray]:
         if edge:
             image[:edge], image[-edge:], image[:, :edge], image[:, -edge:] = 0, 0, 0, 0
         bands[band] = image
+    bands["SCL"] = scene_classification(truth)
     return bands
+
+
+def scene_classification(truth: SceneTruth) -> np.ndarray:
+    """The SCL band (uint8, 20 m): cloud in the cloud rectangle, 0 in the border."""
+    scl = np.full((truth.size // 2, truth.size // 2), SCL_LAND, dtype=np.uint8)
+    if truth.cloud is not None:
+        row0, col0, row1, col1 = (v // 2 for v in truth.cloud)
+        scl[row0:row1, col0:col1] = SCL_CLOUD
+    edge = truth.border // 2
+    if edge:
+        scl[:edge], scl[-edge:], scl[:, :edge], scl[:, -edge:] = 0, 0, 0, 0
+    return scl
 
 
 def _smooth(rng: np.random.Generator, size: int, knots: int = 8) -> np.ndarray:
@@ -76,7 +98,7 @@ def _smooth(rng: np.random.Generator, size: int, knots: int = 8) -> np.ndarray:
     return rows[:, lo] * (1 - frac) + rows[:, lo + 1] * frac
 
 
-def _profile(size: int, factor: int, driver: str) -> dict:
+def _profile(size: int, factor: int, driver: str, dtype: str = "uint16") -> dict:
     from rasterio.crs import CRS
     from rasterio.transform import Affine
 
@@ -86,7 +108,7 @@ def _profile(size: int, factor: int, driver: str) -> dict:
         "width": size // factor,
         "height": size // factor,
         "count": 1,
-        "dtype": "uint16",
+        "dtype": dtype,
         "crs": CRS.from_epsg(EPSG),
         "transform": Affine(res, 0.0, ORIGIN[0], 0.0, -res, ORIGIN[1]),
         "nodata": 0,
@@ -99,30 +121,48 @@ def _profile(size: int, factor: int, driver: str) -> dict:
 def write_scene(
     out: Path, truth: SceneTruth, *, seed: int = 0, layout: str = "tif"
 ) -> dict[str, Path]:
-    """Write the scene as ``layout`` ``tif`` (band GeoTIFFs in ``out``) or ``safe`` (an
-    L2A product folder ``out``); returns band -> file."""
+    """Write the scene as ``layout`` ``tif`` (band GeoTIFFs in ``out``), ``safe`` (an
+    L2A product folder ``out``) or ``stack`` (one 12-band GeoTIFF ``out`` at 10 m, the
+    20/60 m bands repeated, bands described by name); returns band -> file."""
     import rasterio
 
     bands = render_scene(truth, seed)
+    if layout == "stack":
+        return write_stack(out, truth, bands)
     files = {}
     for band, image in bands.items():
-        factor = constants.BAND_RESOLUTION_M[band] // 10
+        res = 20 if band == "SCL" else constants.BAND_RESOLUTION_M[band]
+        factor = res // 10
         if layout == "safe":
-            res = constants.BAND_RESOLUTION_M[band]
             folder = out / "GRANULE" / GRANULE / "IMG_DATA" / f"R{res}m"
             path = folder / f"{TILE_DATE}_{band}_{res}m.jp2"
-            stored = np.where(image == 0, 0, image.astype(np.int32) - BOA_ADD_OFFSET)
-            image = stored.astype(np.uint16)
+            if band != "SCL":  # a class band has no reflectance offset
+                stored = np.where(image == 0, 0, image.astype(np.int32) - BOA_ADD_OFFSET)
+                image = stored.astype(np.uint16)
             driver = "JP2OpenJPEG"
         else:
             folder, path, driver = out, out / f"{band}.tif", "GTiff"
         folder.mkdir(parents=True, exist_ok=True)
-        with rasterio.open(path, "w", **_profile(truth.size, factor, driver)) as dst:
+        profile = _profile(truth.size, factor, driver, image.dtype.name)
+        with rasterio.open(path, "w", **profile) as dst:
             dst.write(image, 1)
         files[band] = path
     if layout == "safe":
         (out / "MTD_MSIL2A.xml").write_text(_product_metadata(), encoding="utf-8")
     return files
+
+
+def write_stack(out: Path, truth: SceneTruth, bands: dict[str, np.ndarray]) -> dict[str, Path]:
+    import rasterio
+
+    profile = dict(_profile(truth.size, 1, "GTiff"), count=len(constants.BANDS))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with rasterio.open(out, "w", **profile) as dst:
+        for index, band in enumerate(constants.BANDS, start=1):
+            factor = constants.BAND_RESOLUTION_M[band] // 10
+            dst.write(bands[band].repeat(factor, axis=0).repeat(factor, axis=1), index)
+            dst.set_band_description(index, band)
+    return {band: out for band in constants.BANDS}
 
 
 def _product_metadata() -> str:

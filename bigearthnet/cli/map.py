@@ -138,11 +138,14 @@ def make_maps(args: argparse.Namespace) -> list[MapFile]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``bigearthnet-map scene ...`` maps a Sentinel-2 scene; without a sub-command (or
-    with ``patches``) the patches of an archive or of shards, as before."""
+    """``bigearthnet-map scene ...`` maps a Sentinel-2 scene, ``bigearthnet-map change A B``
+    compares two scene maps; without a sub-command (or with ``patches``) the patches of an
+    archive or of shards, as before."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["scene"]:
         return run(build_scene_parser(), _map_scene, args[1:])
+    if args[:1] == ["change"]:
+        return run(build_change_parser(), _map_change, args[1:])
     if args[:1] == ["patches"]:
         args = args[1:]
     return run(build_parser(), _map, args)
@@ -162,8 +165,29 @@ def build_scene_parser() -> Parser:
         "scene",
         type=Path,
         metavar="INPUT",
-        help="an L2A .SAFE product folder (JPEG 2000 bands) or a folder of single-band "
-        "GeoTIFFs named by band (*B02*.tif ...)",
+        help="an L2A .SAFE product folder (JPEG 2000 bands), a folder of single-band "
+        "GeoTIFFs named by band (*B02*.tif ...), or one multi-band GeoTIFF at 10 m "
+        "(see --band-order)",
+    )
+    p.add_argument(
+        "--band-order",
+        type=_band_list,
+        metavar="B01,B02,...",
+        help="with a multi-band GeoTIFF: the band name of each of its bands in order ('-' "
+        "for a band to ignore); default: the bands' descriptions, else the 12 BigEarthNet "
+        "bands in canonical order (B01,B02,B03,B04,B05,B06,B07,B08,B8A,B09,B11,B12)",
+    )
+    p.add_argument(
+        "--bbox",
+        type=_bbox,
+        metavar="MINX,MINY,MAXX,MAXY",
+        help="map only this box, in the scene's CRS (widened to the 60 m grid)",
+    )
+    p.add_argument(
+        "--mask-clouds",
+        action="store_true",
+        help="nodata where the L2A scene classification (SCL band, *_SCL_20m.jp2 or *SCL*.tif) "
+        "marks cloud shadow, cloud, thin cirrus or snow (cells more than half masked)",
     )
     p.add_argument("--run-dir", required=True, metavar="RUN", help="run folder made by train.py")
     p.add_argument("--out", required=True, type=Path, metavar="MAP.tif", help="the map to write")
@@ -209,6 +233,55 @@ def _map_scene(args: argparse.Namespace) -> None:
         resampling=args.resampling,
         batch_size=args.batch_size,
         progress=args.progress,
+        bbox=args.bbox,
+        band_order=args.band_order,
+        mask_clouds=args.mask_clouds,
+    )
+
+
+def _band_list(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",")]
+
+
+def _bbox(text: str) -> tuple[float, float, float, float]:
+    from bigearthnet.scene_input import parse_bbox
+
+    try:
+        return parse_bbox(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def build_change_parser() -> Parser:
+    p = Parser(
+        prog=f"{PROG} change",
+        description="How the land cover changed between two scene maps of one place "
+        "(bigearthnet-map scene outputs): a Cloud-Optimized GeoTIFF on A's grid with "
+        "from*100+to where the top class changed (0 = no change, 65534 = below --min-prob, "
+        "65535 = nodata in either map), the transitions in km^2 (CHANGE.tif.transitions.csv) "
+        "and a preview (CHANGE.png). B is resampled onto A's grid (nearest) if they differ.",
+    )
+    p.add_argument("before", type=Path, metavar="A.tif", help="the map of the earlier date")
+    p.add_argument("after", type=Path, metavar="B.tif", help="the map of the later date")
+    p.add_argument("--out", required=True, type=Path, metavar="CHANGE.tif", help="change map")
+    p.add_argument(
+        "--min-prob",
+        type=float,
+        metavar="P",
+        help="count a cell only where both dates' top-class probability is at least P "
+        "(reads A.tif.probabilities.tif and B.tif.probabilities.tif); default: every cell",
+    )
+    return p
+
+
+def _map_change(args: argparse.Namespace) -> None:
+    from bigearthnet.change_map import map_change
+
+    summary = map_change(args.before, args.after, out=args.out, min_prob=args.min_prob)
+    print(
+        f"[map] {args.out}: {summary.changed_km2:,.2f} km² changed in {summary.transitions} "
+        f"transition(s), {summary.stable_km2:,.2f} km² unchanged, "
+        f"{summary.uncertain_km2:,.2f} km² below --min-prob"
     )
 
 
