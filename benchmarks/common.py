@@ -156,6 +156,8 @@ def _fmt(value: float | None, unit: str) -> str:
         return f"{100 * value:.1f} %"
     if unit == "MB":
         return f"{value:.0f} MB"
+    if unit != "x":  # a rate or a count: words after a space
+        return f"{value:,.1f} {unit}"
     return f"{value:.2f}{unit}"
 
 
@@ -295,7 +297,7 @@ def shards(archive: Path, out: Path, *options: str) -> Path:
         cmd = [
             PYTHON,
             "-m",
-            "bigearthnet.preprocess",
+            "bigearthnet.cli.preprocess",
             str(archive),
             str(out),
             "--no-progress",

@@ -84,7 +84,7 @@ def preprocess_run(archive: Path, out: Path, workers: int) -> dict:
     cmd = [
         common.PYTHON,
         "-m",
-        "bigearthnet.preprocess",
+        "bigearthnet.cli.preprocess",
         str(archive),
         str(out),
         "--workers",

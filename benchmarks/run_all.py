@@ -25,6 +25,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("scaling.py", []),
     ("evaluation.py", []),
     ("noise_cost.py", []),
+    ("scene_maps.py", []),
 ]
 
 

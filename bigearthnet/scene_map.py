@@ -8,7 +8,7 @@ from pathlib import Path
 
 from bigearthnet import distributed
 from bigearthnet.config import default_threads
-from bigearthnet.scene_input import Scene
+from bigearthnet.scene_input import Scene, SceneError
 from bigearthnet.scene_output import write_scene_map
 from bigearthnet.scenes import StageTimes, predict_scene, window_origins
 
@@ -38,6 +38,7 @@ def map_scene(
     bbox: tuple[float, float, float, float] | None = None,
     band_order: list[str] | None = None,
     mask_clouds: bool = False,
+    labels: int | None = None,
 ) -> dict:
     """Collective: map ``scene_dir`` (a SAFE folder, band GeoTIFFs or a band stack) with the
     run's model; rank 0 writes ``out``. Returns a summary (windows, cells, seconds,
@@ -48,6 +49,11 @@ def map_scene(
 
     distributed.init(threads=default_threads())
     loaded = load_model(Path(run_dir), checkpoint)
+    if labels is not None and loaded.num_classes != labels:
+        raise SceneError(
+            f"{run_dir}: its model predicts {loaded.num_classes} classes, "
+            f"not the requested {labels}"
+        )
     scene = Scene(Path(scene_dir), bbox=bbox, band_order=band_order, mask_clouds=mask_clouds)
     times = StageTimes()
     try:

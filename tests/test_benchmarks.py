@@ -25,6 +25,7 @@ SCRIPTS = [
     "scaling.py",
     "evaluation.py",
     "noise_cost.py",
+    "scene_maps.py",
     "run_all.py",
 ]
 

@@ -124,6 +124,7 @@ def _copy_scene(tmp_path: Path) -> Path:
         ("bbox outside", "lies outside the scene"),
         ("stack order", "stack.tif: 12 bands, but the band order names 3"),
         ("bad bbox", "--bbox wants minx,miny,maxx,maxy"),
+        ("other labels", "its model predicts 19 classes, not the requested 43"),
     ],
 )
 def test_bad_scenes_are_one_line_exit_2(damage, message, scene_model, tmp_path, reported_errors):
@@ -152,6 +153,8 @@ def test_bad_scenes_are_one_line_exit_2(damage, message, scene_model, tmp_path, 
         extra = ["--bbox", "0,0,1000,1000"]
     elif damage == "bad bbox":
         extra = ["--bbox", "1,2,3"]
+    elif damage == "other labels":
+        extra = ["--labels", "43"]
     else:
         scene = tmp_path / "stack.tif"
         write_scene(scene, SceneTruth(240, 240, 0, ((3,),)), layout="stack")

@@ -184,6 +184,13 @@ def build_scene_parser() -> Parser:
         help="map only this box, in the scene's CRS (widened to the 60 m grid)",
     )
     p.add_argument(
+        "--labels",
+        type=int,
+        choices=(19, 43),
+        help="the class set the map must have: refused (exit 2) if the run's model predicts "
+        "another (default: the model's)",
+    )
+    p.add_argument(
         "--mask-clouds",
         action="store_true",
         help="nodata where the L2A scene classification (SCL band, *_SCL_20m.jp2 or *SCL*.tif) "
@@ -236,6 +243,7 @@ def _map_scene(args: argparse.Namespace) -> None:
         bbox=args.bbox,
         band_order=args.band_order,
         mask_clouds=args.mask_clouds,
+        labels=args.labels,
     )
 
 
