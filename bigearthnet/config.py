@@ -69,6 +69,13 @@ class TrainConfig:
     warmup_epochs: float = _opt(
         5.0, "linear warm-up from the base LR to base LR x ranks (Goyal et al.)"
     )
+    lr_scaling: str = _opt(
+        "linear",
+        "how the LR grows with the global batch: linear (base LR x ranks, with the warm-up; "
+        "Goyal et al.) or adascale (base LR x the AdaScale gain r in [1, ranks x passes], "
+        "recomputed every update from the measured gradient noise; needs --gns)",
+        ("linear", "adascale"),
+    )
     schedule: str = _opt("cosine", "LR schedule after warm-up", ("cosine", "step", "constant"))
     min_lr: float = _opt(0.0, "final LR of the cosine schedule")
     step_epochs: list | None = _opt(
@@ -193,6 +200,8 @@ class TrainConfig:
         require_non_negative("--precise-bn-samples", self.precise_bn_samples)
         if not 0.0 <= self.gns_decay < 1.0:
             raise ConfigError(f"--gns-decay must be in [0, 1), got {self.gns_decay}")
+        if self.lr_scaling == "adascale" and not self.gns:
+            raise ConfigError("--lr-scaling adascale needs the noise monitor: drop --no-gns")
         require_non_negative("--warmup-epochs", self.warmup_epochs)
         require_open_fraction("--threshold", self.threshold)
         if self.target_f1 is not None:

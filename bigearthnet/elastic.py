@@ -15,7 +15,9 @@ one epoch loop (:func:`bigearthnet.loop.train_epoch`) and the epoch end
 * **the epoch's global order** (:class:`bigearthnet.batching.GlobalOrder`): after a resize
   the rest of the epoch is re-cut for the new size; no sample is skipped or repeated;
 * **the LR for the new size**: the schedule is rebuilt (peak LR = base LR x size, warm-up in
-  epochs) and the optimizer's update counter moved to the same point of the epoch.
+  epochs) and the optimizer's update counter moved to the same point of the epoch. With
+  ``--lr-scaling adascale`` the peak is instead the base LR x AdaScale's gain for the new
+  size, from the noise-scale averages every worker takes from the state.
 
 No collective runs before ``hvd.elastic.run``: set-up is local; rank 0 alone restores a
 checkpoint, and the first sync broadcasts it. SIGUSR1 (Slurm's warning) is voted on in the
@@ -87,7 +89,14 @@ class ElasticTrainer:
     def run(self) -> HistoryRow | None:
         position = self._restore_on_root()
         # loss_sum/loss_steps: a rollback to a commit must not lose the epoch's mean loss.
-        state = distributed.elastic_state(self.replica.model, self.replica.optimizer, **position)
+        # noise: the monitor's averages, so that every worker (a new one too) computes the
+        # same AdaScale gain after a resize.
+        state = distributed.elastic_state(
+            self.replica.model,
+            self.replica.optimizer,
+            noise=self.replica.noise.snapshot(),
+            **position,
+        )
         state.register_reset_callbacks([lambda: self._on_reset(state)])
         return distributed.elastic_run(self._train)(state)
 
@@ -159,6 +168,7 @@ class ElasticTrainer:
             )
             state.epoch, state.consumed, state.batch = epoch + 1, 0, 0
             state.loss_sum, state.loss_steps = 0.0, 0
+            state.noise = self.replica.noise.snapshot()
             state.commit()
             if outcome.stop_after and state.epoch < self.cfg.epochs:
                 distributed.barrier()  # rank 0's epoch checkpoint is on disk
@@ -171,6 +181,7 @@ class ElasticTrainer:
         state.consumed += batch.taken
         state.batch += 1
         if state.batch % self.cfg.commit_every == 0 and not result.stop:
+            state.noise = self.replica.noise.snapshot()
             state.commit()  # may raise HostsUpdatedInterrupt: resize at this point
 
     def _stop_in_epoch(self, state: Any) -> None:
@@ -215,6 +226,8 @@ class ElasticTrainer:
         done = state.epoch * steps + state.consumed // (self.cfg.batch_size * size)
         self.replica.use_schedule(schedule, updates_done=done)
         self.replica.epoch.assign(state.epoch)
+        self.replica.noise.restore(state.noise)  # rank 0's, or the last commit's
+        self.replica.refresh_gain(base_batch=self.cfg.batch_size, scale=size)
 
     def _on_reset(self, state: Any) -> None:
         """Runs on every worker after Horovod re-initialised with the new world."""

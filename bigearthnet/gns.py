@@ -105,10 +105,34 @@ class NoiseScaleMonitor:
             updates=self.updates,
         )
 
+    def snapshot(self) -> list[float]:
+        """The averages as plain numbers (elastic state: every worker takes rank 0's)."""
+        return [self._grad_sq, self._trace, float(self.updates)]
+
+    def restore(self, values: list[float]) -> None:
+        self._grad_sq, self._trace, self.updates = values[0], values[1], int(values[2])
+
     def take_points(self) -> list[tuple[int, NoiseEstimate]]:
         """The TensorBoard points since the last call."""
         points, self.points = self.points, []
         return points
+
+
+def adascale_gain(estimate: NoiseEstimate | None, *, base_batch: int, scale: float) -> float:
+    """AdaScale's gain ratio (Johnson et al. 2020, as AdaptDL uses it) for a batch ``scale``
+    times ``base_batch``: r = (s2 + m2) / (s2 / scale + m2) with s2 = tr(S) / base_batch the
+    gradient variance of a base batch and m2 = |G|^2. r is ~scale while the noise dominates
+    (B_simple >> the batch: linear scaling) and ~1 once it does not (a larger batch buys no
+    larger step). 1 before the first estimate; clipped to [1, scale], the range of the true
+    r, as single estimates can fall outside it."""
+    if estimate is None or scale <= 1:
+        return 1.0
+    variance = max(estimate.trace, 0.0) / base_batch
+    grad_sq = max(estimate.grad_sq, 0.0)
+    if variance + grad_sq <= 0:
+        return 1.0
+    gain = (variance + grad_sq) / (variance / scale + grad_sq)
+    return min(max(gain, 1.0), scale)
 
 
 def verdict(b_simple: float | None, global_batch: int) -> str:

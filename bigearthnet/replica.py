@@ -30,9 +30,9 @@ from bigearthnet import distributed, metrics, optimizers
 from bigearthnet.augment import mixup, random_dihedral
 from bigearthnet.config import TrainConfig
 from bigearthnet.data import normalize
-from bigearthnet.gns import NoiseSample, NoiseScaleMonitor
+from bigearthnet.gns import NoiseSample, NoiseScaleMonitor, adascale_gain
 from bigearthnet.precise_bn import PreciseBatchNorm
-from bigearthnet.schedules import LRSchedule, WarmupSchedule
+from bigearthnet.schedules import GainedSchedule, LRSchedule, WarmupSchedule
 from bigearthnet.shards import IMAGE_SHAPE
 
 # --amp -> Keras policy. Both mixed policies keep variables, logits and the loss in float32.
@@ -78,7 +78,9 @@ class Replica:
             weight_decay=cfg.weight_decay if optimizers.decay_in_loss(cfg.optimizer) else 0.0,
         )
         self.schedule = schedule
-        self.optimizer = _make_optimizer(cfg, WarmupSchedule(schedule))
+        # AdaScale's gain (--lr-scaling adascale), set after every update; 1 otherwise.
+        self.lr_gain = tf.Variable(1.0, trainable=False, dtype=tf.float32, name="lr_gain")
+        self.optimizer = _make_optimizer(cfg, self._lr(schedule))
         self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self._accumulated = (
@@ -93,12 +95,13 @@ class Replica:
         self._create_optimizer_state()
         self._compile()
         log.info(
-            "model %s: %s parameters; %d classes; optimizer %s; peak LR %.4g",
+            "model %s: %s parameters; %d classes; optimizer %s; peak LR %.4g%s",
             cfg.model,
             f"{models.count_parameters(self.model):,}",
             num_classes,
             cfg.optimizer,
             schedule.peak_lr,
+            " x the AdaScale gain" if cfg.lr_scaling == "adascale" else "",
         )
 
     # ------------------------------------------------------------------ state
@@ -139,9 +142,25 @@ class Replica:
     def use_schedule(self, schedule: LRSchedule, *, updates_done: int) -> None:
         """Switch to ``schedule`` (an elastic resize) at optimizer update ``updates_done``."""
         self.schedule = schedule
-        self.optimizer.learning_rate = WarmupSchedule(schedule)
+        self.optimizer.learning_rate = self._lr(schedule)
         self.optimizer.iterations.assign(updates_done)
         self._compile()  # the step functions captured the previous schedule
+
+    def _lr(self, schedule: LRSchedule):
+        if self.cfg.lr_scaling == "adascale":
+            return GainedSchedule(schedule, self.lr_gain)
+        return WarmupSchedule(schedule)
+
+    def lr_at_epoch(self, epoch: float) -> float:
+        """The LR the optimizer uses at ``epoch`` (the gain as it stands now)."""
+        return self.schedule.lr_at_epoch(epoch) * float(self.lr_gain.numpy())
+
+    def refresh_gain(self, *, base_batch: int, scale: float) -> None:
+        """--lr-scaling adascale: the gain for the monitor's current estimate (the same on
+        every rank: the estimate comes from allreduced norms)."""
+        if self.cfg.lr_scaling == "adascale":
+            gain = adascale_gain(self.noise.estimate(), base_batch=base_batch, scale=scale)
+            self.lr_gain.assign(gain)
 
     def _create_optimizer_state(self) -> None:
         """Create the optimizer's slots now (a zero update), so they can be restored and
@@ -204,6 +223,7 @@ class Replica:
                 b_big=rows * distributed.size() * passes,
             )
             self.noise.add(noise)
+            self.refresh_gain(base_batch=noise.b_small, scale=noise.b_big / noise.b_small)
         return StepResult(loss=float(loss), stop=bool(votes > 0), noise=noise, **times)
 
     def eval_step(

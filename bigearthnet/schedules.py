@@ -199,6 +199,22 @@ class WarmupSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
         return cls(LRSchedule(**config))
 
 
+class GainedSchedule(tf.keras.optimizers.schedules.LearningRateSchedule):
+    """A schedule times a gain held in a variable (AdaScale's r): the gain changes every
+    update without retracing the compiled step."""
+
+    def __init__(self, schedule: LRSchedule, gain: tf.Variable) -> None:
+        super().__init__()
+        self.inner = WarmupSchedule(schedule)
+        self.gain = gain
+
+    def __call__(self, step: Any, dtype: tf.DType = tf.float32) -> tf.Tensor:
+        return self.inner(step, dtype) * tf.cast(self.gain, dtype)
+
+    def get_config(self) -> dict[str, Any]:
+        return self.inner.get_config()  # the gain is recomputed, not saved
+
+
 Schedule = Union[LRSchedule, WarmupSchedule]
 
 

@@ -67,10 +67,12 @@ SPLITS_USED = ("train", "val")  # what training reads (test: the final evaluatio
 
 
 def make_schedule(cfg: TrainConfig, *, world_size: int, updates_per_epoch: int) -> LRSchedule:
-    """The LR schedule of ``cfg`` for a world of ``world_size`` ranks (linear scaling)."""
+    """The LR schedule of ``cfg`` for a world of ``world_size`` ranks: linear scaling, or
+    with --lr-scaling adascale the base LR's schedule (the replica multiplies it by the
+    gain it measures)."""
     return LRSchedule(
         base_lr=cfg.lr,
-        world_size=world_size,
+        world_size=1 if cfg.lr_scaling == "adascale" else world_size,
         steps_per_epoch=updates_per_epoch,
         total_epochs=cfg.epochs,
         warmup_epochs=cfg.effective_warmup_epochs,
@@ -157,7 +159,7 @@ class EpochEnd:
         busy = max(times.wait + times.step, 1e-9)
         row = HistoryRow(
             epoch=epoch + 1,
-            lr=self.replica.schedule.lr_at_epoch(epoch + 1),
+            lr=self.replica.lr_at_epoch(epoch + 1),
             loss=outcome.mean_loss,
             val_loss=val.loss,
             val_micro_f1=val.micro_f1,

@@ -19,7 +19,14 @@ from helpers import (
 
 import train
 from bigearthnet import distributed
-from bigearthnet.gns import NoiseSample, NoiseScaleMonitor, unbiased, verdict
+from bigearthnet.gns import (
+    NoiseEstimate,
+    NoiseSample,
+    NoiseScaleMonitor,
+    adascale_gain,
+    unbiased,
+    verdict,
+)
 from bigearthnet.history import read_history
 from bigearthnet.replica import bce_loss
 
@@ -148,3 +155,48 @@ def test_a_run_writes_the_noise_scale(tmp_path, shards_v1):
     assert train.main([*argv, "--run-dir", str(tmp_path / "one")]) == 0
     rows = read_history(tmp_path / "one")
     assert all(r.gns_b_simple is None and r.gns_grad_sq is None for r in rows)
+
+
+def test_adascale_gain_goes_from_linear_scaling_to_none():
+    """r = (tr(S)/b + |G|^2) / (tr(S)/(s b) + |G|^2): ~s while noise dominates, ~1 when the
+    gradient does; 1 before any estimate; clipped to [1, s]."""
+    noisy = NoiseEstimate(grad_sq=1.0, trace=1000.0, updates=5)  # B_simple 1000, batch 10
+    assert adascale_gain(noisy, base_batch=10, scale=4) == pytest.approx(101 / 26)
+    quiet = NoiseEstimate(grad_sq=1.0, trace=0.01, updates=5)  # B_simple 0.01
+    assert adascale_gain(quiet, base_batch=10, scale=4) == pytest.approx(1.0, abs=1e-3)
+    assert adascale_gain(None, base_batch=10, scale=4) == 1.0
+    assert adascale_gain(NoiseEstimate(-1.0, 50.0, 1), base_batch=10, scale=4) == 4.0
+    assert adascale_gain(NoiseEstimate(1.0, -50.0, 1), base_batch=10, scale=4) == 1.0
+
+
+def test_monitor_state_round_trips_for_elastic_workers():
+    monitor = NoiseScaleMonitor(decay=0.9)
+    for trace in (300.0, 500.0):
+        monitor.add(_expected_sample(2.0, trace, 8, 16))
+    joined = NoiseScaleMonitor(decay=0.9)
+    joined.restore(monitor.snapshot())
+    assert joined.estimate() == monitor.estimate()
+
+
+def test_adascale_lr_follows_the_measured_gain(tmp_path, shards_v1):
+    """1 rank x 2 accumulated passes (scale 2), constant schedule: the LR in history.csv is
+    the base LR times the gain of the run's final noise estimate, inside (1, 2]."""
+    run = tmp_path / "adascale"
+    argv = ["--data", str(shards_v1), "--run-dir", str(run), "--epochs", "2", "--no-eval-test"]
+    extra = [
+        "--backward-passes-per-step",
+        "2",
+        "--lr-scaling",
+        "adascale",
+        "--schedule",
+        "constant",
+    ]
+    assert train.main([*argv, *TINY_RECIPE, *extra]) == 0
+    base_lr = float(TINY_RECIPE[TINY_RECIPE.index("--lr") + 1])
+    report = json.loads((run / "efficiency.json").read_text())["gradient_noise"]
+    final = NoiseEstimate(report["grad_sq"], report["trace"], report["updates_averaged"])
+    rank_batch = read_history(run)[-1].global_batch // 2
+    gain = adascale_gain(final, base_batch=rank_batch, scale=2)
+    assert 1.0 < gain <= 2.0
+    assert read_history(run)[-1].lr == pytest.approx(base_lr * gain, rel=1e-5)
+    assert train.main([*argv, *TINY_RECIPE, "--lr-scaling", "adascale", "--no-gns"]) == 2
