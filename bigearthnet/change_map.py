@@ -30,7 +30,7 @@ import numpy as np
 from bigearthnet.map_preview import LegendEntry, write_preview
 from bigearthnet.maps import NODATA, PROB_SCALE, MapError
 from bigearthnet.scene_output import write_cog
-from bigearthnet.util import write_csv
+from bigearthnet.util import first_line, write_csv
 
 CODE_BASE = 100  # from * CODE_BASE + to: readable as two 2-digit class indices
 NO_CHANGE = 0
@@ -67,7 +67,7 @@ def read_scene_map(path: Path, *, with_confidence: bool) -> SceneMap:
         with rasterio.open(path) as src:
             top, crs, transform, tags = src.read(1), src.crs, src.transform, src.tags()
     except rasterio.errors.RasterioIOError as err:
-        raise MapError(f"{path}: cannot read ({str(err).splitlines()[0]})") from None
+        raise MapError(f"{path}: cannot read ({first_line(err)})") from None
     try:
         classes = json.loads(tags["classes"])
     except (KeyError, ValueError):

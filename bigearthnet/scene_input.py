@@ -33,6 +33,7 @@ import numpy as np
 
 from bigearthnet import constants
 from bigearthnet.errors import InputError
+from bigearthnet.util import first_line
 
 WINDOW = constants.PATCH_SIZE  # 120 px at 10 m
 BAND_FACTOR = {b: constants.BAND_RESOLUTION_M[b] // 10 for b in constants.BANDS}
@@ -272,8 +273,4 @@ class Scene:
         try:
             return self._open[source.file].read(source.index, window=window)
         except Exception as err:  # GDAL's decoders raise several types on a damaged file
-            raise SceneError(f"{source.file}: cannot read ({_first_line(err)})") from None
-
-
-def _first_line(err: Exception) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise SceneError(f"{source.file}: cannot read ({first_line(err)})") from None
