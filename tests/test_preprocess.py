@@ -439,3 +439,63 @@ def test_cli_help_explains_every_flag() -> None:
         "--overwrite",
     ):
         assert flag in result.stdout
+
+
+# A real SIGKILL at a chosen line of preprocessing: the wrapped function kills the process
+# when it is called (the Nth time), so the fault lands exactly where the row says.
+KILL_AT = """
+import os, signal, sys
+import bigearthnet.preprocess as pre
+import bigearthnet.shards as shards
+where, nth = sys.argv[1], int(sys.argv[2])
+calls = [0]
+def dying(original):
+    def wrapper(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == nth:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(*args, **kwargs)
+    return wrapper
+if where == "join":  # the manifest's write, after rejects.csv: the join's last step
+    pre.atomic_write_json = dying(pre.atomic_write_json)
+else:  # appending a block to a shard under its temporary name
+    shards.ShardWriter.append = dying(shards.ShardWriter.append)
+from bigearthnet.cli.preprocess import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("where, nth", [("join", 2), ("shard", 3)])
+def test_kill_during_join_or_shard_write_then_rerun_gives_same_shards(
+    where: str, nth: int, synth_v1: Path, tmp_path: Path, fault_row
+) -> None:
+    """SIGKILL while joining (the manifest's write: the 2nd atomic JSON after the plan
+    record) or inside a shard's write (its 3rd block): no manifest, no partial shard
+    under a final name; the rerun completes with the shards of an undisturbed run."""
+    reference = tmp_path / "reference"
+    assert preprocess(synth_v1, reference, "--shard-size", "20") == 0
+    out = tmp_path / "killed"
+    argv = [str(synth_v1), str(out), "--shard-size", "20", "--workers", "1", "--no-progress"]
+    killed = subprocess.run([sys.executable, "-c", KILL_AT, where, str(nth), *argv], cwd=REPO)
+    assert killed.returncode == -signal.SIGKILL
+    assert not (out / "manifest.json").exists()
+    for path in out.glob("*.h5"):  # every shard under its final name is whole
+        with h5py.File(path, "r") as f:
+            assert f.attrs["count"] == len(f["names"]) == len(f["images"]) > 0
+    finished, total = len(list(out.glob("*.h5"))), len(list(reference.glob("*.h5")))
+    assert (finished == total) if where == "join" else (finished < total)
+    assert preprocess(synth_v1, out, "--shard-size", "20") == 0
+    assert shard_contents(out) == shard_contents(reference)
+    assert read_manifest(out).counts == read_manifest(reference).counts
+    assert (out / "rejects.csv").read_text() == (reference / "rejects.csv").read_text()
+    assert not list(out.glob(".*.tmp-*")) and not list(out.glob("*.tmp-*"))
+    moment = "during the join" if where == "join" else "inside a shard write"
+    fault_row(
+        f"preprocessing SIGKILLed {moment}",
+        runs=2,
+        data_lost="none (rerun: "
+        + ("joins again" if where == "join" else "the partial shard redone")
+        + ", identical shards)",
+        detect_s=None,
+    )
