@@ -160,7 +160,8 @@ class ElasticTrainer:
             state.epoch, state.consumed, state.batch = epoch + 1, 0, 0
             state.loss_sum, state.loss_steps = 0.0, 0
             state.commit()
-            if outcome.stop_after and state.epoch < self.cfg.epochs:
+            stop = outcome.stop_after or self.epoch_end.stop_voted  # last step, validation
+            if stop and state.epoch < self.cfg.epochs:
                 distributed.barrier()  # rank 0's epoch checkpoint is on disk
                 raise RequeueRequested(f"stopped after epoch {state.epoch}; rerun resumes")
         return row
