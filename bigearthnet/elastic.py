@@ -170,7 +170,8 @@ class ElasticTrainer:
             state.loss_sum, state.loss_steps = 0.0, 0
             state.noise = self.replica.noise.snapshot()
             state.commit()
-            if outcome.stop_after and state.epoch < self.cfg.epochs:
+            stop = outcome.stop_after or self.epoch_end.stop_voted  # last step, validation
+            if stop and state.epoch < self.cfg.epochs:
                 distributed.barrier()  # rank 0's epoch checkpoint is on disk
                 raise RequeueRequested(f"stopped after epoch {state.epoch}; rerun resumes")
         return row

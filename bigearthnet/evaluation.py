@@ -33,6 +33,7 @@ The report's files are written by :mod:`bigearthnet.report`, its figures drawn b
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from bigearthnet import checkpoints, constants, distributed, metrics, runlock
 from bigearthnet.checkpoints import CheckpointError, CheckpointRecord
 from bigearthnet.config import ConfigError, TrainConfig, load_run_config
 from bigearthnet.data import RankData, band_stats, normalize
+from bigearthnet.errors import RequeueRequested
 from bigearthnet.history import HistoryRow, read_history
 from bigearthnet.plots import (
     draw_plots,
@@ -201,17 +203,40 @@ def load_model(
 # --------------------------------------------------------------------------- prediction
 
 
-def predict_part(loaded: LoadedModel, part: RankData, batch_size: int) -> Predictions:
-    """This rank's part of a split, scored in order (no shuffling)."""
+def predict_part(
+    loaded: LoadedModel,
+    part: RankData,
+    batch_size: int,
+    stop: Callable[[], bool] | None = None,
+) -> Predictions:
+    """This rank's part of a split, scored in order (no shuffling). With ``stop``
+    (collective): before each batch every rank votes whether to stop (a time-limit warning
+    during train.py's final evaluation), and all raise RequeueRequested together."""
     steps = math.ceil(len(part) / batch_size)
+    batches = iter(part.batches(steps, epoch=0, seed=0, shuffle=False) if steps else [])
+    rounds = steps
+    if stop is not None:  # parts differ by a sample: the same number of votes on every rank
+        rounds = int(
+            distributed.allgather(np.array([steps]), name=f"eval_steps_{part.split}").max()
+        )
     scores = [np.zeros((0, loaded.num_classes), dtype=np.float32)]
     labels = [np.zeros((0, loaded.num_classes), dtype=np.uint8)]
-    for images, batch_labels in (
-        part.batches(steps, epoch=0, seed=0, shuffle=False) if steps else []
-    ):
-        scores.append(loaded.predict(images))
-        labels.append(batch_labels)
+    for _ in range(rounds):
+        if stop is not None and _any_rank_stops(stop(), part.split):
+            raise RequeueRequested(
+                f"stopped while scoring the {part.split} split (training is complete and "
+                "checkpointed); the rerun only evaluates"
+            )
+        batch = next(batches, None)
+        if batch is not None:
+            scores.append(loaded.predict(batch[0]))
+            labels.append(batch[1])
     return Predictions(part.names(), np.concatenate(labels), np.concatenate(scores))
+
+
+def _any_rank_stops(mine: bool, split: str) -> bool:
+    """Collective: whether some rank was asked to stop."""
+    return bool(distributed.allreduce_sum(np.array([float(mine)]), name=f"eval_stop_{split}")[0])
 
 
 def gather(mine: Predictions, split: str) -> Predictions:
@@ -238,10 +263,14 @@ def check_coverage(predictions: Predictions, manifest: Manifest, split: str) -> 
 
 
 def predict_split(
-    loaded: LoadedModel, part: RankData, manifest: Manifest, batch_size: int
+    loaded: LoadedModel,
+    part: RankData,
+    manifest: Manifest,
+    batch_size: int,
+    stop: Callable[[], bool] | None = None,
 ) -> Predictions:
     """Collective: the whole split scored over all ranks, checked for exact coverage."""
-    gathered = gather(predict_part(loaded, part, batch_size), part.split)
+    gathered = gather(predict_part(loaded, part, batch_size, stop), part.split)
     check_coverage(gathered, manifest, part.split)
     return gathered
 
@@ -310,6 +339,7 @@ def evaluate_run(
     threshold: float | None = None,
     batch_size: int | None = None,
     tune_thresholds: bool = False,
+    stop: Callable[[], bool] | None = None,
 ) -> dict:
     """Collective: evaluate a checkpoint of ``run_dir`` on ``split``; returns the metrics.
 
@@ -318,7 +348,8 @@ def evaluate_run(
     chosen on the val split and applied to ``split``. Rank 0 writes the report to ``out``
     (default ``RUN/eval-<split>/``); every rank returns the same dict. Raises ConfigError,
     ShardError or CheckpointError on bad input (on every rank), EvaluationError when the
-    split is not covered exactly once.
+    split is not covered exactly once. ``stop``: asked before each batch (every rank
+    votes); when it says so on some rank, all raise RequeueRequested and nothing is written.
     """
     run_dir = Path(run_dir)
     splits = [split, "val"] if tune_thresholds and split != "val" else [split]
@@ -332,7 +363,7 @@ def evaluate_run(
     distributed.raise_if_any_failed(error, "preparing evaluation")
     assert setup is not None  # raise_if_any_failed raised on every rank otherwise
     scored = {
-        name: predict_split(setup.loaded, part, setup.manifest, setup.batch_size)
+        name: predict_split(setup.loaded, part, setup.manifest, setup.batch_size, stop)
         for name, part in setup.parts.items()
     }
     predictions, history = scored[split], read_history(run_dir)

@@ -119,10 +119,13 @@ class Validation:
     loss: float
     micro_f1: float
     macro_f1: float
+    stop: bool = False  # some rank got a stop request (SIGUSR1/SIGTERM) by the end of it
 
 
 def validate(replica: Replica, batches: Iterable[tuple], *, threshold: float) -> Validation:
-    """Collective: loss and micro/macro F1 over all ranks' batches (summed TP/FP/FN)."""
+    """Collective: loss and micro/macro F1 over all ranks' batches (summed TP/FP/FN), and
+    whether any rank was asked to stop meanwhile (voted in the same allreduce, so a warning
+    that came during validation stops the run at this epoch's end, not a step into the next)."""
     classes = replica.num_classes
     loss_sum, counts, seen = 0.0, np.zeros((3, classes)), 0
     for images, labels in batches:
@@ -130,9 +133,12 @@ def validate(replica: Replica, batches: Iterable[tuple], *, threshold: float) ->
         batch_loss, batch_counts = replica.eval_step(images, labels, threshold)
         loss_sum += batch_loss
         counts += batch_counts
-    packed = np.concatenate([[loss_sum, seen], counts.ravel()])
+    packed = np.concatenate([[loss_sum, seen, float(STOP.requested)], counts.ravel()])
     total = distributed.allreduce_sum(packed, name="val_counts")
-    scores = metrics.f1_from_counts(total[2:].reshape(3, classes))
+    scores = metrics.f1_from_counts(total[3:].reshape(3, classes))
     return Validation(
-        loss=total[0] / max(total[1], 1), micro_f1=scores["micro_f1"], macro_f1=scores["macro_f1"]
+        loss=total[0] / max(total[1], 1),
+        micro_f1=scores["micro_f1"],
+        macro_f1=scores["macro_f1"],
+        stop=bool(total[2]),
     )

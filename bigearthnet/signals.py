@@ -19,14 +19,14 @@ class StopSignal:
     request to checkpoint and stop, for the whole life of a command.
 
     :meth:`handling` is entered by train.py before anything else, so a signal during
-    start-up is remembered (training stops at its first step) and one during the final
-    evaluation is ignored instead of killing the process; the previous handlers come back
-    afterwards (in-process callers such as tests keep their own).
+    start-up is remembered (training stops at its first step), one during validation stops
+    the run at that epoch's end and one during the final evaluation stops it there (every
+    rank votes; exit 3, the rerun evaluates); the previous handlers come back afterwards
+    (in-process callers such as tests keep their own).
     """
 
     def __init__(self) -> None:
         self.requested = False
-        self.training_over = False
         self.early = False  # a SIGUSR1 before handling() began (see remember_warnings)
 
     def _remember(self, _signum, _frame) -> None:
@@ -35,17 +35,16 @@ class StopSignal:
         self.early = True
 
     def _handle(self, signum, _frame) -> None:
-        if self.training_over:
-            log.warning("signal %d after training: ignored, finishing up", signum)
-            return
-        log.warning("signal %d: stopping at the next step to checkpoint and requeue", signum)
+        log.warning(
+            "signal %d: checkpointing and stopping at the next step or epoch end (requeue)", signum
+        )
         self.requested = True
 
     @contextlib.contextmanager
     def handling(self, warning_only: bool = False):
         """``warning_only``: SIGUSR1 alone (elastic runs, where horovodrun ends workers it
         no longer needs with SIGTERM, which must keep ending them)."""
-        self.requested, self.training_over, self.early = self.early, False, False
+        self.requested, self.early = self.early, False
         if self.requested:
             log.warning("SIGUSR1 during start-up: stopping at the first step to checkpoint")
         if threading.current_thread() is not threading.main_thread():

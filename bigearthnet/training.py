@@ -129,6 +129,7 @@ class EpochEnd:
     def __init__(self, cfg: TrainConfig, replica: Replica, outputs: RunOutputs | None) -> None:
         self.cfg, self.replica, self.outputs = cfg, replica, outputs
         self._batchnorm: dict[str, float] = {}  # this epoch's BatchNorm statistics: cost
+        self.stop_voted = False  # a stop request reached some rank by the end of validation
 
     def finish(
         self,
@@ -153,6 +154,7 @@ class EpochEnd:
             bn_samples = 0
         self._batchnorm = {"samples": bn_samples, "seconds": time.perf_counter() - bn_started}
         val = validate(self.replica, val_batches, threshold=self.cfg.threshold)
+        self.stop_voted = val.stop
         seconds = time.perf_counter() - started
         times = outcome.times
         total_samples = distributed.allreduce_sum(np.array([times.samples]), "samples")[0]
@@ -343,7 +345,9 @@ class Trainer:
                 steps_per_epoch=self.steps,
                 global_batch=global_batch,
             )
-            if outcome.stop_after and epoch + 1 < self.cfg.epochs:
+            # A stop voted on the last step or during validation: the epoch is saved, stop
+            # before the next one (after the last epoch the final evaluation votes again).
+            if (outcome.stop_after or self.epoch_end.stop_voted) and epoch + 1 < self.cfg.epochs:
                 distributed.barrier()  # rank 0's epoch checkpoint is on disk
                 raise RequeueRequested(f"stopped after epoch {epoch + 1}; rerun resumes")
             if reached_target(self.cfg, row):

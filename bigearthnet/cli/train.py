@@ -90,7 +90,6 @@ def _train_then_evaluate(cfg: TrainConfig) -> None:
 
     trainer = Trainer(cfg)
     trainer.run()
-    STOP.training_over = True  # a late signal must not kill the final evaluation
     test_count = trainer.manifest.count("test")
     del trainer  # free this rank's cached training data before the test split is loaded
     if not cfg.eval_test:
@@ -100,8 +99,16 @@ def _train_then_evaluate(cfg: TrainConfig) -> None:
         return
     from bigearthnet.evaluation import evaluate_run
 
-    # Every rank scores its part of the test split with the best checkpoint.
-    evaluate_run(cfg.run_dir, data_dir=cfg.data, split="test", checkpoint="best")
+    # Every rank scores its part of the test split with the best checkpoint. A warning
+    # (also one left from the last epoch) stops it with exit 3: the job may not live to
+    # its end, and the rerun, with every epoch done, only evaluates.
+    evaluate_run(
+        cfg.run_dir,
+        data_dir=cfg.data,
+        split="test",
+        checkpoint="best",
+        stop=lambda: STOP.requested,
+    )
 
 
 if __name__ == "__main__":
