@@ -78,7 +78,7 @@ class ElasticTrainer:
         self.replica = Replica(
             cfg, num_classes=cfg.labels, band_mean=mean, band_std=std, schedule=schedule
         )
-        self._outputs = RunOutputs(cfg)  # used by whichever worker is rank 0
+        self._outputs = RunOutputs(cfg, manifest.data_id)  # used by whichever worker is rank 0
         self.epoch_end = EpochEnd(cfg, self.replica, self.outputs)
 
     @property
