@@ -81,6 +81,8 @@ class CheckpointRecord:
     loss_sum: float | None = None  # a fixed-size run's losses of the ``step`` steps done
     loss_steps: int | None = None
     elastic: ElasticPosition | None = None  # an elastic run stopped mid-epoch
+    data: str | None = None  # the --data folder trained on, and its shards' identity
+    data_id: str | None = None  # (shards.Manifest.data_id): a resume checks it
     folder: str = ""
     tag: str = ""
 

@@ -165,6 +165,11 @@ class TrainConfig:
         "remove a leftover lease of RUN (BIGEARTHNET_RUN_LOCK=lease, a holder that died on "
         "another host); refused while the holder runs on this host",
     )
+    allow_new_data: bool = _opt(
+        False,
+        "resume although --data holds other shards than the checkpoint was trained on "
+        "(another preprocessing: other patches, splits or shards); refused without it",
+    )
     max_steps_per_epoch: int | None = _opt(
         None, "cap on steps per epoch: each epoch trains on that many batches (smoke tests)"
     )

@@ -20,10 +20,11 @@ one epoch loop (:func:`bigearthnet.loop.train_epoch`) and the epoch end
   size, from the noise-scale averages every worker takes from the state.
 
 No collective runs before ``hvd.elastic.run``: set-up is local; rank 0 alone restores a
-checkpoint, and the first sync broadcasts it. SIGUSR1 (Slurm's warning) is voted on in the
-step's allreduce; rank 0 checkpoints the position and every worker exits 3; a rerun on any
-number of workers resumes at that sample. Every resize is logged and written to
-``RUN/elastic_events.csv``.
+checkpoint, and the first sync broadcasts it - or rank 0's reason not to train (a run
+folder held by another run), on which every worker exits 2. SIGUSR1 (Slurm's warning) is
+voted on in the step's allreduce; rank 0 checkpoints the position and every worker exits
+3; a rerun on any number of workers resumes at that sample. Every resize is logged and
+written to ``RUN/elastic_events.csv``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from bigearthnet.batching import GlobalOrder, StepBatch, validation_slices
 from bigearthnet.checkpoints import ElasticPosition
 from bigearthnet.config import TrainConfig
 from bigearthnet.data import band_stats
-from bigearthnet.errors import RequeueRequested
+from bigearthnet.errors import InputError, RequeueRequested
 from bigearthnet.history import HistoryRow
 from bigearthnet.loop import train_epoch
 from bigearthnet.replica import Replica, StepResult
@@ -51,6 +52,7 @@ from bigearthnet.training import (
     open_splits,
     precise_bn_batches,
 )
+from bigearthnet.util import first_line
 
 log = distributed.log
 POSITION = tuple(f.name for f in dataclasses.fields(ElasticPosition))
@@ -78,7 +80,7 @@ class ElasticTrainer:
         self.replica = Replica(
             cfg, num_classes=cfg.labels, band_mean=mean, band_std=std, schedule=schedule
         )
-        self._outputs = RunOutputs(cfg)  # used by whichever worker is rank 0
+        self._outputs = RunOutputs(cfg, manifest.data_id)  # used by whichever worker is rank 0
         self.epoch_end = EpochEnd(cfg, self.replica, self.outputs)
 
     @property
@@ -103,11 +105,22 @@ class ElasticTrainer:
     def _restore_on_root(self) -> dict[str, Any]:
         """Rank 0 prepares the run dir and restores the latest checkpoint (local I/O only);
         returns where training continues (the first sync broadcasts rank 0's values)."""
-        position: dict[str, Any] = {"epoch": 0, **dataclasses.asdict(ElasticPosition())}
+        position: dict[str, Any] = {
+            "epoch": 0,
+            **dataclasses.asdict(ElasticPosition()),
+            "refused": "",  # rank 0's reason not to train (held folder, bad checkpoint)
+        }
         if self.outputs is None:
             return position
-        self.outputs.prepare()
-        record = self.outputs.resume(self.replica.trackables)
+        try:
+            self.outputs.prepare()
+            record = self.outputs.resume(self.replica.trackables)
+        except (InputError, OSError) as err:
+            # No collective may run before hvd.elastic.run, and a rank 0 that just exited
+            # would leave the others with a traceback at the first sync: the reason travels
+            # in the state that sync broadcasts, and every worker stops on it (_train).
+            position["refused"] = first_line(err)
+            return position
         if record is None:
             return position
         # Mid-epoch saves of elastic runs carry the position in the epoch's global order;
@@ -126,6 +139,8 @@ class ElasticTrainer:
 
     def _train(self, state: Any) -> HistoryRow | None:
         """Entered after the first sync and after every reset, with the state in sync."""
+        if state.refused:  # every worker now has rank 0's reason: all exit 2 with it
+            raise InputError(state.refused)
         self._fit_world(state)
         size = distributed.size()
         self.epoch_end = EpochEnd(self.cfg, self.replica, self.outputs)

@@ -48,31 +48,37 @@ TENSORBOARD_SCALARS = (
 class RunOutputs:
     """Rank 0's writer of one run folder (the other ranks never call it)."""
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    def __init__(self, cfg: TrainConfig, data_id: str) -> None:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
+        self.data_id = data_id  # shards.Manifest.data_id of --data: in every checkpoint
         self._writer: Any = None  # the TensorBoard writer, opened with the first epoch
 
     def prepare(self) -> None:
         """Lock the folder for this process (RunLocked when another holds it), clear it
-        (``--no-resume``), save the options."""
+        (``--no-resume``)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         runlock.acquire(self.run_dir, force_unlock=self.cfg.force_unlock)  # first: one writer
         if not self.cfg.resume:
             checkpoints.clear(self.run_dir)
             for name in ("history.csv", EFFICIENCY):
                 (self.run_dir / name).unlink(missing_ok=True)
-        save_yaml(self.cfg, self.run_dir / "config.yaml")
 
     def resume(self, trackables: dict) -> CheckpointRecord | None:
         """Restore the newest readable checkpoint into ``trackables`` (falling back past a
-        damaged one); its record, or None when the run starts fresh."""
-        if not self.cfg.resume:
-            return None
-        return checkpoints.restore_latest(self.run_dir, trackables, check=self._check_compatible)
+        damaged one); its record, or None when the run starts fresh. The options are saved
+        once the checkpoint is accepted: a refused resume leaves RUN/config.yaml as it was."""
+        record = None
+        if self.cfg.resume:
+            record = checkpoints.restore_latest(
+                self.run_dir, trackables, check=self._check_compatible
+            )
+        save_yaml(self.cfg, self.run_dir / "config.yaml")
+        return record
 
     def _check_compatible(self, record: CheckpointRecord) -> None:
-        """A run folder cannot switch model or label set and resume."""
+        """A run folder cannot switch model or label set and resume, nor - unless
+        ``--allow-new-data`` - the shards it was trained on."""
         for key, saved, wanted in (
             ("model", record.model, self.cfg.model),
             ("labels", record.num_classes, self.cfg.labels),
@@ -82,6 +88,20 @@ class RunOutputs:
                     f"{self.run_dir}: holds a run with {key}={saved}, not {wanted}; "
                     "use another --run-dir, or --no-resume to start this one over"
                 )
+        if record.data_id is None or record.data_id == self.data_id:
+            return  # the same shards (or a checkpoint from before data ids: unknown)
+        what = (
+            f"{self.run_dir}: checkpoint {record.folder} was trained on {record.data} "
+            f"(shards {record.data_id}), but --data {self.cfg.data} holds other shards "
+            f"({self.data_id})"
+        )
+        if not self.cfg.allow_new_data:
+            raise ConfigError(f"{what}; --allow-new-data resumes on them anyway")
+        log.warning("%s: resuming on them (--allow-new-data)", what)
+
+    def _stamped(self, record: CheckpointRecord) -> CheckpointRecord:
+        """``record`` naming the data it was trained on."""
+        return dataclasses.replace(record, data=str(self.cfg.data), data_id=self.data_id)
 
     def history(self, *, through_epoch: int) -> list[HistoryRow]:
         """The rows of the epochs a resumed run keeps (up to its checkpoint's epoch)."""
@@ -94,6 +114,7 @@ class RunOutputs:
         row = history[-1]
         best = max((r.val_micro_f1 for r in history[:-1]), default=-1.0)
         write_history(self.run_dir, history)
+        record = self._stamped(record)
         if row.val_micro_f1 > best:
             checkpoints.save(self.run_dir, "best", trackables, record)
         checkpoints.save(self.run_dir, "latest", trackables, record)
@@ -114,7 +135,7 @@ class RunOutputs:
 
     def save_mid_epoch(self, trackables: dict, record: CheckpointRecord) -> None:
         """A checkpoint inside an epoch (all ranks agreed to stop there)."""
-        checkpoints.save(self.run_dir, "latest", trackables, record)
+        checkpoints.save(self.run_dir, "latest", trackables, self._stamped(record))
 
     def write_efficiency(self, report: dict) -> None:
         atomic_write_json(self.run_dir / EFFICIENCY, report)

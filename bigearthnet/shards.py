@@ -28,6 +28,7 @@ the split, so a shard is self-describing even without the manifest.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -156,6 +157,14 @@ class Manifest:
 
     def count(self, split: str) -> int:
         return int(self.counts.get(split, 0))
+
+    @property
+    def data_id(self) -> str:
+        """The identity of these shards' contents: a digest of every shard's split, count
+        and sha256. A copy or a move of the folder keeps it; another preprocessing (other
+        patches, splits, shard size or resampling) changes it."""
+        entries = sorted((s.file, s.split, s.count, s.sha256) for s in self.shards)
+        return hashlib.sha256(json.dumps(entries).encode()).hexdigest()[:16]
 
     def to_json(self) -> dict:
         """The manifest as written to disk (with the fixed facts readers may want)."""

@@ -295,7 +295,7 @@ class Trainer:
         self.replica = Replica(
             cfg, num_classes=cfg.labels, band_mean=mean, band_std=std, schedule=schedule
         )
-        self.outputs = RunOutputs(cfg) if distributed.is_root() else None
+        self.outputs = RunOutputs(cfg, self.manifest.data_id) if distributed.is_root() else None
         self.epoch_end = EpochEnd(cfg, self.replica, self.outputs)
 
     @property

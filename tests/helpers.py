@@ -43,6 +43,64 @@ TINY_RECIPE = [
 ]
 
 
+HOLD = (
+    "import sys, time; from bigearthnet import runlock; "
+    "runlock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(600)"
+)
+
+
+def hold_run_folder(run: Path, **env: str) -> subprocess.Popen:
+    """Another process holding ``run`` (as a training on it would), until killed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(run)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+DISCOVER = REPO / "jobs" / "elastic" / "discover_hosts.sh"
+
+
+def elastic_command(
+    data: Path, run: Path, np_: int, epochs: int, *extra: str, discover: Path = DISCOVER
+) -> list[str]:
+    """horovodrun of an elastic train.py on this machine (1 to 2 workers, hosts from
+    ``discover``, Gloo over loopback)."""
+    return [
+        str(Path(sys.executable).with_name("horovodrun")),
+        "-np",
+        str(np_),
+        "--min-np",
+        "1",
+        "--max-np",
+        "2",
+        "--host-discovery-script",
+        str(discover),
+        "--network-interface",
+        "lo",
+        "--gloo",
+        sys.executable,
+        "train.py",
+        "--elastic",
+        "--data",
+        str(data),
+        "--run-dir",
+        str(run),
+        "--epochs",
+        str(epochs),
+        "--commit-every",
+        "4",
+        *TINY_RECIPE,
+        "--batch-size",
+        "2",
+        *extra,
+    ]
+
+
 def horovodrun(np_: int, *argv: str, timeout: int = 600, env: dict | None = None):
     """Run ``python argv...`` on ``np_`` local ranks through horovodrun (Gloo)."""
     launcher = Path(sys.executable).with_name("horovodrun")  # installed by `make setup`

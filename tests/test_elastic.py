@@ -16,12 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import REPO, TINY_RECIPE
+from helpers import DISCOVER, REPO, elastic_command
 
 from bigearthnet.batching import global_step_take, step_slices
 from bigearthnet.history import read_history
-
-DISCOVER = REPO / "jobs" / "elastic" / "discover_hosts.sh"
 
 
 @pytest.mark.parametrize("sizes", [[1, 2, 2, 1, 3], [4, 1], [3, 3, 3, 2, 5, 1]])
@@ -126,34 +124,7 @@ def test_grow_then_lose_a_worker_then_finish(tmp_path: Path, shards_v1: Path) ->
     assert second != "localhost"
     run, log_path = tmp_path / "run", tmp_path / "horovodrun.log"
     epochs = 14
-    cmd = [
-        str(Path(sys.executable).with_name("horovodrun")),
-        "-np",
-        "1",
-        "--min-np",
-        "1",
-        "--max-np",
-        "2",
-        "--host-discovery-script",
-        str(DISCOVER),
-        "--network-interface",
-        "lo",
-        "--gloo",
-        sys.executable,
-        "train.py",
-        "--elastic",
-        "--data",
-        str(shards_v1),
-        "--run-dir",
-        str(run),
-        "--epochs",
-        str(epochs),
-        "--commit-every",
-        "4",
-        *TINY_RECIPE,
-        "--batch-size",
-        "2",
-    ]
+    cmd = elastic_command(shards_v1, run, 1, epochs)
     env = {**os.environ, "ELASTIC_HOSTS_DIR": str(hosts), "TF_CPP_MIN_LOG_LEVEL": "1"}
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -191,37 +162,6 @@ def test_grow_then_lose_a_worker_then_finish(tmp_path: Path, shards_v1: Path) ->
     assert json.loads((run / "eval-test" / "metrics.json").read_text())["count"] == 48
 
 
-def _elastic_command(run: Path, np_: int, epochs: int) -> list[str]:
-    return [
-        str(Path(sys.executable).with_name("horovodrun")),
-        "-np",
-        str(np_),
-        "--min-np",
-        "1",
-        "--max-np",
-        "2",
-        "--host-discovery-script",
-        str(DISCOVER),
-        "--network-interface",
-        "lo",
-        "--gloo",
-        sys.executable,
-        "train.py",
-        "--elastic",
-        "--data",
-        str(str(run.parent / "shards")),
-        "--run-dir",
-        str(run),
-        "--epochs",
-        str(epochs),
-        "--commit-every",
-        "4",
-        *TINY_RECIPE,
-        "--batch-size",
-        "2",
-    ]
-
-
 @pytest.mark.slow
 @pytest.mark.horovod
 def test_warning_stops_every_worker_and_the_rerun_resumes_at_that_sample(
@@ -232,13 +172,12 @@ def test_warning_stops_every_worker_and_the_rerun_resumes_at_that_sample(
     on). The rerun, on 1 worker, continues from that sample and finishes."""
     hosts = tmp_path / "hosts"
     hosts.mkdir()
-    (tmp_path / "shards").symlink_to(shards_v1)
     run, log_path, epochs = tmp_path / "run", tmp_path / "first.log", 5
     env = {**os.environ, "ELASTIC_HOSTS_DIR": str(hosts), "TF_CPP_MIN_LOG_LEVEL": "1"}
     (hosts / "driver.hosts").write_text("localhost:2\n")
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            _elastic_command(run, 2, epochs),
+            elastic_command(shards_v1, run, 2, epochs),
             cwd=REPO,
             env=env,
             stdout=log,
@@ -266,7 +205,7 @@ def test_warning_stops_every_worker_and_the_rerun_resumes_at_that_sample(
 
     (hosts / "driver.hosts").write_text("localhost:1\n")
     second = subprocess.run(
-        _elastic_command(run, 1, epochs),
+        elastic_command(shards_v1, run, 1, epochs),
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -187,3 +187,55 @@ def test_disk_full_stops_every_rank_with_one_line(shards_v1, small_disk, fault_r
         data_lost="the epoch in progress; every rank stops with one line",
         detect_s=seconds,
     )
+
+
+@pytest.mark.fault
+def test_resume_on_another_preprocessing_is_refused_unless_allowed(
+    tmp_path, shards_v1, synth_v1, reported_errors, fault_row
+):
+    """Checkpoints name the shards they were trained on. A copy of those shards elsewhere
+    resumes; the same archive preprocessed again with another split is refused at start
+    (exit 2, one line naming both, nothing in RUN/ changed) unless --allow-new-data."""
+    import shutil
+
+    from helpers import preprocess
+
+    import train
+    from bigearthnet.checkpoints import read_pointer
+    from bigearthnet.shards import read_manifest
+
+    run = tmp_path / "run"
+
+    def train_on(data, epochs, *extra):
+        argv = ["--data", str(data), "--run-dir", str(run), "--epochs", str(epochs)]
+        return train.main([*argv, "--no-eval-test", *TINY_RECIPE, *extra])
+
+    assert train_on(shards_v1, 1) == 0
+    trained_on = read_manifest(shards_v1).data_id
+    assert read_pointer(run, "latest").data_id == trained_on
+    copy = tmp_path / "copy"
+    shutil.copytree(shards_v1, copy)
+    assert train_on(copy, 2) == 0  # the same shards, moved: the same data
+    other = tmp_path / "other"
+    assert preprocess(synth_v1, other, "--shard-size", "32", "--seed", "5") == 0
+    new_id = read_manifest(other).data_id
+    assert new_id != trained_on
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    reported_errors()  # forget the lines of the runs above
+    started = time.monotonic()
+    assert train_on(other, 3) == 2
+    seconds = time.monotonic() - started
+    (line,) = reported_errors()
+    assert f"trained on {copy} (shards {trained_on})" in line
+    assert f"--data {other} holds other shards ({new_id})" in line and "--allow-new-data" in line
+    after = {p: p.read_bytes() for p in run.rglob("*") if p.is_file() and p.name != ".lock"}
+    assert after == before  # not a byte of the run folder changed
+    assert train_on(other, 3, "--allow-new-data") == 0
+    assert [r.epoch for r in read_history(run)] == [1, 2, 3]
+    assert read_pointer(run, "latest").data_id == new_id
+    fault_row(
+        "resume with --data of another preprocessing run",
+        runs=4,
+        data_lost="none (refused at start, exit 2; --allow-new-data resumes)",
+        detect_s=seconds,
+    )

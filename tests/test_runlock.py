@@ -4,38 +4,17 @@ latest checkpoint."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TINY_RECIPE
+from helpers import TINY_RECIPE, hold_run_folder
 
 import train
 from bigearthnet import runlock
 from bigearthnet.history import read_history
-
-HOLD = (
-    "import sys, time; from bigearthnet import runlock; "
-    "runlock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(600)"
-)
-
-
-def _holder(run: Path, **env: str) -> subprocess.Popen:
-    """Another process holding ``run`` (as a training on it would), until killed."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(run)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **env},
-    )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
-    return proc
 
 
 def _train(data: Path, run: Path, *extra: str) -> int:
@@ -50,7 +29,7 @@ def test_second_run_stops_naming_the_holder_until_it_dies(
 ):
     monkeypatch.setenv(runlock.MECHANISM_ENV, mechanism)
     run = tmp_path / "run"
-    holder = _holder(run, **{runlock.MECHANISM_ENV: mechanism})
+    holder = hold_run_folder(run, **{runlock.MECHANISM_ENV: mechanism})
     try:
         started = time.monotonic()
         assert _train(shards_v1, run) == 2
@@ -97,7 +76,7 @@ def test_a_live_lease_elsewhere_waits_for_staleness_or_force_unlock(
 def test_force_unlock_refuses_while_the_holder_runs_here(tmp_path, shards_v1, monkeypatch):
     monkeypatch.setenv(runlock.MECHANISM_ENV, "lease")
     run = tmp_path / "run"
-    holder = _holder(run, **{runlock.MECHANISM_ENV: "lease"})
+    holder = hold_run_folder(run, **{runlock.MECHANISM_ENV: "lease"})
     try:
         assert _train(shards_v1, run, "--force-unlock") == 2
         assert (run / runlock.LEASE_FILE).is_file()
