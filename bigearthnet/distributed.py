@@ -17,11 +17,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 
 import horovod.tensorflow as hvd
 import numpy as np
 import tensorflow as tf
-from horovod.common.exceptions import HorovodInternalError
+from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 from bigearthnet.errors import InputError, RunFailed
 
@@ -268,6 +269,20 @@ def elastic_state(model, optimizer, **attrs):
     # Horovod: commit() copies this state and checks for host changes; after a worker is
     # lost it is restored from the last commit, after any reset it is broadcast from rank 0.
     return hvd.elastic.TensorFlowKerasState(model, optimizer, **attrs)
+
+
+def commit(state, before_reset: Callable[[bool], None]) -> None:
+    """Commit the elastic ``state``. When the driver found hosts added or gone, every worker
+    learns it at this same commit and ``before_reset(removed)`` runs on each before the
+    reset: a world that never comes back from it (discovery listing no hosts for longer
+    than the elastic timeout: the driver ends the workers inside the reset) has saved first."""
+    try:
+        state.commit()
+    except HostsUpdatedInterrupt as interrupt:
+        # Horovod: commit() broadcasts the driver's news, so all workers raise here together;
+        # skip_sync is set when hosts were only removed.
+        before_reset(bool(interrupt.skip_sync))
+        raise
 
 
 def elastic_run(func):

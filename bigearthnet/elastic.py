@@ -184,7 +184,7 @@ class ElasticTrainer:
             state.epoch, state.consumed, state.batch = epoch + 1, 0, 0
             state.loss_sum, state.loss_steps = 0.0, 0
             state.noise = self.replica.noise.snapshot()
-            state.commit()
+            distributed.commit(state, lambda removed: self._before_reset(state, removed))
             stop = outcome.stop_after or self.epoch_end.stop_voted  # last step, validation
             if stop and state.epoch < self.cfg.epochs:
                 distributed.barrier()  # rank 0's epoch checkpoint is on disk
@@ -198,30 +198,59 @@ class ElasticTrainer:
         state.batch += 1
         if state.batch % self.cfg.commit_every == 0 and not result.stop:
             state.noise = self.replica.noise.snapshot()
-            state.commit()  # may raise HostsUpdatedInterrupt: resize at this point
+            # A change of hosts interrupts here: resize at this point.
+            distributed.commit(state, lambda removed: self._before_reset(state, removed))
 
     def _stop_in_epoch(self, state: Any) -> None:
         """Every worker agreed to stop after this step: rank 0 saves the position, raise."""
-        if self.outputs is not None:
-            self.replica.step.assign(0)  # a fixed-size run resuming this restarts the epoch
-            where = ElasticPosition(**{key: getattr(state, key) for key in POSITION})
-            record = self.epoch_end.record(
-                epochs_done=state.epoch,
-                step=state.batch,
-                steps_per_epoch=self.order.steps(distributed.size()),
-                elastic=where,
-            )
-            self.outputs.save_mid_epoch(self.replica.trackables, record)
-            log.info(
-                "checkpointed epoch %d at sample %d of %d",
-                state.epoch + 1,
-                state.consumed,
-                len(self.train_data),
-            )
+        self._save_position(state)
         distributed.barrier()  # nobody exits before rank 0's checkpoint is on disk
         raise RequeueRequested(
             f"stopped in epoch {state.epoch + 1} at sample {state.consumed}; rerun resumes"
         )
+
+    def _save_position(self, state: Any) -> None:
+        """Rank 0 checkpoints the committed position inside the epoch (a no-op elsewhere,
+        and at an epoch's start, whose checkpoint the epoch end wrote)."""
+        if self.outputs is None or not (state.consumed or state.batch):
+            return
+        self.replica.step.assign(0)  # a fixed-size run resuming this restarts the epoch
+        where = ElasticPosition(**{key: getattr(state, key) for key in POSITION})
+        record = self.epoch_end.record(
+            epochs_done=state.epoch,
+            step=state.batch,
+            steps_per_epoch=self.order.steps(distributed.size()),
+            elastic=where,
+        )
+        self.outputs.save_mid_epoch(self.replica.trackables, record)
+        log.info(
+            "checkpointed epoch %d at sample %d of %d",
+            state.epoch + 1,
+            state.consumed,
+            len(self.train_data),
+        )
+
+    def _before_reset(self, state: Any, removed: bool) -> None:
+        """Hosts came or went (the discovery script's word): before Horovod's reset, which
+        never returns if no host is left for the elastic timeout, rank 0 saves the committed
+        position and records the event. The reset's own row follows if the world comes back."""
+        what = "hosts removed" if removed else "hosts changed"
+        log.warning(
+            "elastic: %s at epoch %d, sample %d: checkpointing before the reset",
+            what,
+            state.epoch + 1,
+            state.consumed,
+        )
+        if self.outputs is not None:
+            self._save_position(state)
+            self.outputs.append_event(
+                event=what,
+                old_size=distributed.size(),
+                new_size=None,
+                epoch=state.epoch + 1,
+                consumed=state.consumed,
+                batch=state.batch,
+            )
 
     def _val_batches(self):
         """This rank's slice of the validation split for the current world size."""
@@ -260,6 +289,7 @@ class ElasticTrainer:
         )
         if self.outputs is not None:
             self.outputs.append_event(
+                event="resize",
                 old_size=old,
                 new_size=new,
                 epoch=state.epoch + 1,

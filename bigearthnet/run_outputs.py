@@ -28,7 +28,9 @@ from bigearthnet.util import atomic_write_json, read_csv, write_csv
 log = distributed.log
 EFFICIENCY = "efficiency.json"
 EVENTS = "elastic_events.csv"
-EVENT_FIELDS = ("time", "old_size", "new_size", "epoch", "consumed", "batch")
+# event: "resize" (the world re-formed: old -> new size), "hosts removed"/"hosts changed"
+# (discovery's news, before the reset; new_size unknown then). Rows of older runs lack it.
+EVENT_FIELDS = ("time", "old_size", "new_size", "epoch", "consumed", "batch", "event")
 TENSORBOARD_SCALARS = (
     "lr",
     "loss",
@@ -141,19 +143,27 @@ class RunOutputs:
         atomic_write_json(self.run_dir / EFFICIENCY, report)
 
     def append_event(
-        self, *, old_size: int, new_size: int, epoch: int, consumed: int, batch: int
+        self,
+        *,
+        event: str,
+        old_size: int,
+        new_size: int | None,
+        epoch: int,
+        consumed: int,
+        batch: int,
     ) -> None:
-        """One elastic resize as a row of ``elastic_events.csv``."""
+        """One elastic event (a resize, a change of hosts) as a row of ``elastic_events.csv``."""
         path = self.run_dir / EVENTS
         rows: list[dict] = read_csv(path) if path.is_file() else []
         rows.append(
             {
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "old_size": old_size,
-                "new_size": new_size,
+                "new_size": "" if new_size is None else new_size,
                 "epoch": epoch,
                 "consumed": consumed,
                 "batch": batch,
+                "event": event,
             }
         )
         write_csv(path, EVENT_FIELDS, rows)

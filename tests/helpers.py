@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -66,10 +67,10 @@ DISCOVER = REPO / "jobs" / "elastic" / "discover_hosts.sh"
 
 
 def elastic_command(
-    data: Path, run: Path, np_: int, epochs: int, *extra: str, discover: Path = DISCOVER
+    data: Path, run: Path, np_: int, epochs: int, *extra: str, discover: str | Path = DISCOVER
 ) -> list[str]:
     """horovodrun of an elastic train.py on this machine (1 to 2 workers, hosts from
-    ``discover``, Gloo over loopback)."""
+    ``discover``: a command line, Gloo over loopback)."""
     return [
         str(Path(sys.executable).with_name("horovodrun")),
         "-np",
@@ -99,6 +100,21 @@ def elastic_command(
         "2",
         *extra,
     ]
+
+
+def wait_for_text(path: Path, text: str, proc: subprocess.Popen, timeout: float) -> None:
+    """Wait until ``text`` is in the log ``path`` of the running ``proc``."""
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text(errors="replace"):
+        assert proc.poll() is None, path.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, f"no '{text}' after {timeout} s"
+        time.sleep(0.3)
+
+
+def run_elastic(data: Path, run: Path, np_: int, epochs: int, env: dict[str, str]):
+    """:func:`elastic_command` run to its end (at most 10 minutes), output captured."""
+    cmd = elastic_command(data, run, np_, epochs)
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
 def horovodrun(np_: int, *argv: str, timeout: int = 600, env: dict | None = None):

@@ -11,12 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import DISCOVER, REPO, elastic_command
+from helpers import DISCOVER, REPO, elastic_command, run_elastic, wait_for_text
 
 from bigearthnet.batching import global_step_take, step_slices
 from bigearthnet.history import read_history
@@ -80,14 +79,6 @@ def test_discovery_with_no_holders_prints_nothing(tmp_path: Path) -> None:
     assert missing.returncode == 1 and "does not exist" in missing.stderr
 
 
-def _wait_for_text(path: Path, text: str, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.time() + timeout
-    while text not in path.read_text(errors="replace"):
-        assert proc.poll() is None, path.read_text(errors="replace")[-3000:]
-        assert time.time() < deadline, f"no '{text}' after {timeout} s"
-        time.sleep(0.5)
-
-
 def _worker_on(host: str, run: Path) -> int:
     """pid of the training worker that Horovod started for ``host``."""
     for pid in os.listdir("/proc"):
@@ -129,10 +120,10 @@ def test_grow_then_lose_a_worker_then_finish(tmp_path: Path, shards_v1: Path) ->
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            _wait_for_text(log_path, "epoch 2/", proc, 240)
+            wait_for_text(log_path, "epoch 2/", proc, 240)
             (hosts / "holder-1.hosts").write_text(f"{second}:1\n")
-            _wait_for_text(log_path, "world size 1 -> 2", proc, 240)
-            _wait_for_text(log_path, "[rank 0/2] epoch", proc, 240)  # an epoch on 2 ranks
+            wait_for_text(log_path, "world size 1 -> 2", proc, 240)
+            wait_for_text(log_path, "[rank 0/2] epoch", proc, 240)  # an epoch on 2 ranks
             (hosts / "holder-1.hosts").unlink()
             os.kill(_worker_on(second, run), 9)
             proc.wait(timeout=600)
@@ -143,7 +134,8 @@ def test_grow_then_lose_a_worker_then_finish(tmp_path: Path, shards_v1: Path) ->
     assert proc.returncode == 0, output[-4000:]
     assert "world size 2 -> 1" in output
     with open(run / "elastic_events.csv", newline="") as f:
-        events = [(int(r["old_size"]), int(r["new_size"])) for r in csv.DictReader(f)]
+        resizes = [r for r in csv.DictReader(f) if r["event"] == "resize"]
+        events = [(int(r["old_size"]), int(r["new_size"])) for r in resizes]
     assert events[:2] == [(1, 2), (2, 1)]
     with open(run / "history.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -184,7 +176,7 @@ def test_warning_stops_every_worker_and_the_rerun_resumes_at_that_sample(
             stderr=subprocess.STDOUT,
         )
         try:
-            _wait_for_text(log_path, "[rank 0/2] epoch 2/", proc, 240)
+            wait_for_text(log_path, "[rank 0/2] epoch 2/", proc, 240)
             os.kill(_worker_on("localhost", run), signal.SIGUSR1)
             proc.wait(timeout=300)
         finally:
@@ -204,14 +196,7 @@ def test_warning_stops_every_worker_and_the_rerun_resumes_at_that_sample(
         resumed = f"epoch {done + 1} of {epochs}, 0 samples of it done"
 
     (hosts / "driver.hosts").write_text("localhost:1\n")
-    second = subprocess.run(
-        elastic_command(shards_v1, run, 1, epochs),
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    second = run_elastic(shards_v1, run, 1, epochs, env)
     output = second.stdout + second.stderr
     assert second.returncode == 0, output[-4000:]
     assert resumed in output, output[-4000:]

@@ -4,15 +4,29 @@ prints garbage or nothing."""
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, elastic_command, hold_run_folder
+from helpers import DISCOVER, REPO, elastic_command, hold_run_folder, run_elastic, wait_for_text
 
 from bigearthnet import runlock
+from bigearthnet.history import read_history
+
+# The project's discovery until the test writes a fault into $FAULT_MODE: then what a
+# broken discovery prints (an error on stdout, a stray line) or nothing at all.
+FAULTY_DISCOVERY = """#!/bin/bash
+case "$(cat "$FAULT_MODE" 2>/dev/null)" in
+  garbage) printf 'squeue: error: timed out\\nnot a host line\\nlocalhost:1\\n' ;;
+  nothing) ;;
+  *) exec bash "$REAL_DISCOVERY" ;;
+esac
+"""
+ELASTIC_TIMEOUT_S = 15  # horovodrun --elastic-timeout: how long the driver waits for slots
 
 
 def _hosts(tmp_path: Path, text: str) -> dict[str, str]:
@@ -68,4 +82,106 @@ def test_elastic_run_on_a_held_folder_stops_every_worker_naming_the_holder(
         "elastic run (2 workers) on a folder in use",
         data_lost="none (every worker exits 2 naming the holder)",
         detect_s=seconds,
+    )
+
+
+def _events(run: Path) -> list[dict[str, str]]:
+    with open(run / "elastic_events.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _run_with_faulty_discovery(
+    tmp_path: Path, shards: Path, mode: str, epochs: int, *, still_running_after: float = 0
+):
+    """2 elastic workers; once epoch 2 is done, discovery prints ``mode`` for good, through
+    discover_hosts.sh's check (how jobs/elastic/train_elastic.sbatch runs any discovery).
+    ``still_running_after``: the run must outlive the fault that long. Returns the run
+    folder, horovodrun's exit code and log, and the seconds from the fault to the end."""
+    script = tmp_path / "discover.sh"
+    script.write_text(FAULTY_DISCOVERY)
+    script.chmod(0o755)
+    env = {
+        **_hosts(tmp_path, "localhost:2\n"),
+        "FAULT_MODE": str(tmp_path / "fault"),
+        "REAL_DISCOVERY": str(DISCOVER),
+        "HOROVOD_ELASTIC_TIMEOUT": str(ELASTIC_TIMEOUT_S),
+    }
+    run, log_path = tmp_path / "run", tmp_path / "horovodrun.log"
+    cmd = elastic_command(shards, run, 2, epochs, discover=f"{DISCOVER} {script}")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for_text(log_path, "[rank 0/2] epoch 2/", proc, 240)
+            (tmp_path / "fault").write_text(mode)
+            faulted = time.monotonic()
+            time.sleep(still_running_after)
+            assert proc.poll() is None, "the run ended before the fault outlasted the timeout"
+            proc.wait(timeout=ELASTIC_TIMEOUT_S + 240)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    return run, proc.returncode, log_path.read_text(errors="replace"), time.monotonic() - faulted
+
+
+@pytest.mark.fault
+@pytest.mark.horovod
+@pytest.mark.slow
+def test_discovery_printing_nothing_ends_the_run_with_its_position_checkpointed(
+    tmp_path: Path, shards_v1: Path, fault_row
+) -> None:
+    """Discovery lists no host any more: the driver tells the workers at their next commit;
+    before the reset rank 0 checkpoints that committed position and records the event; the
+    driver gives up after its timeout and ends them. The rerun resumes at that sample."""
+    epochs = 6
+    run, _, output, seconds = _run_with_faulty_discovery(tmp_path, shards_v1, "nothing", epochs)
+    assert "Timed out waiting for" in output, output[-4000:]  # the driver gave up
+    assert len(read_history(run)) < epochs
+    (event,) = [e for e in _events(run) if e["event"] != "resize"]
+    assert event["event"] == "hosts removed" and event["old_size"] == "2", event
+    record = json.loads((run / "checkpoints" / "latest.json").read_text())
+    if int(event["consumed"]):  # mid-epoch: that position, not the epoch before it
+        assert record["elastic"]["consumed"] == int(event["consumed"]), (record, event)
+        assert record["epoch"] == int(event["epoch"]) - 1
+    else:  # at an epoch's start: the epoch's checkpoint is that position
+        assert record["epoch"] == int(event["epoch"]) - 1 and "elastic" not in record
+    (tmp_path / "fault").unlink()
+    rerun = run_elastic(shards_v1, run, 1, epochs, _hosts(tmp_path, "localhost:1\n"))
+    out = rerun.stdout + rerun.stderr
+    assert rerun.returncode == 0, out[-4000:]
+    assert f"epoch {event['epoch']} of {epochs}, {event['consumed']} samples of it done" in out
+    assert [r.epoch for r in read_history(run)] == list(range(1, epochs + 1))
+    fault_row(
+        "elastic: host discovery lists no host for longer than the timeout (15 s)",
+        runs=2,
+        data_lost="none (position checkpointed before the reset; the rerun resumes there)",
+        detect_s=seconds,
+    )
+
+
+@pytest.mark.fault
+@pytest.mark.horovod
+@pytest.mark.slow
+def test_discovery_printing_garbage_keeps_the_run_on_the_hosts_still_listed(
+    tmp_path: Path, shards_v1: Path, fault_row
+) -> None:
+    """Discovery prints an error message and a stray line, with one host line left, for
+    longer than the elastic timeout: the stray lines are dropped (Horovod alone would take
+    one for a host and ignore the whole answer for the other), the world shrinks to the
+    host still listed - recorded, position checkpointed - and the run finishes there."""
+    epochs = 24
+    run, code, output, seconds = _run_with_faulty_discovery(
+        tmp_path, shards_v1, "garbage", epochs, still_running_after=ELASTIC_TIMEOUT_S + 3
+    )
+    assert code == 0, output[-4000:]
+    assert "ignoring 'not a host line'" in output and "ignoring 'squeue: error" in output
+    events = _events(run)
+    assert [e["event"] for e in events] == ["hosts removed", "resize"], events
+    assert (events[1]["old_size"], events[1]["new_size"]) == ("2", "1")
+    rows = read_history(run)
+    assert [r.epoch for r in rows] == list(range(1, epochs + 1))
+    assert rows[-1].world_size == 1
+    fault_row(
+        "elastic: host discovery prints garbage beside 1 of 2 hosts, longer than the timeout",
+        data_lost="none (the run goes on with the host still listed)",
+        detect_s=None,
     )

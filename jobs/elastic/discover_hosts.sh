@@ -1,31 +1,53 @@
 #!/usr/bin/env bash
-# Elastic Horovod host discovery: print one `host:slots` line per host, from the files in
-# $ELASTIC_HOSTS_DIR (one file per worker-holder job, lines `host:slots`, written atomically
-# by the holder). Slots of a host listed by several holders are summed. Lines that are not
-# `host:slots`, and hosts that do not resolve, are skipped with a warning on stderr, so one
-# bad file never hides the good ones. Horovod calls this every few seconds.
+# Elastic Horovod host discovery: print one `host:slots` line per host. Horovod calls this
+# every second or so.
+#   discover_hosts.sh               the holders' files in $ELASTIC_HOSTS_DIR (one file per
+#                                   worker-holder job, lines `host:slots`, written atomically
+#                                   by the holder); slots of a host listed twice are summed
+#   discover_hosts.sh COMMAND...    another discovery command's output, checked the same way
+#                                   (horovodrun --host-discovery-script "discover_hosts.sh
+#                                   my_discovery.sh"): Horovod itself would take a stray
+#                                   line for a host, or drop a whole answer for one bad line
+# Lines that are not `host:slots`, and hosts that do not resolve, are skipped with a warning
+# on stderr, so one bad line never hides the good ones; an answer with no good line lists no
+# host (the run checkpoints, records the event, and ends if none comes back within
+# horovodrun's --elastic-timeout). A COMMAND that fails makes this fail: Horovod then keeps
+# the hosts it has.
 set -euo pipefail
-dir=${ELASTIC_HOSTS_DIR:?set ELASTIC_HOSTS_DIR to the folder the holder jobs write to}
-[ -d "$dir" ] || { echo "discover_hosts: $dir does not exist" >&2; exit 1; }
 
-shopt -s nullglob
 declare -A slots=()
-for file in "$dir"/*.hosts; do
-  name=$(basename "$file")
-  while IFS= read -r line || [ -n "$line" ]; do
-    [ -z "${line// /}" ] && continue
-    if [[ ! $line =~ ^([A-Za-z0-9._-]+):([0-9]+)$ ]]; then
-      echo "discover_hosts: ignoring '$line' in $name: expected host:slots" >&2
-      continue
-    fi
-    host=${BASH_REMATCH[1]} n=${BASH_REMATCH[2]}
-    if ! getent hosts "$host" >/dev/null; then
-      echo "discover_hosts: ignoring unknown host '$host' in $name" >&2
-      continue
-    fi
-    slots[$host]=$(( ${slots[$host]:-0} + n ))
-  done < "$file"
-done
+# add SOURCE LINE: count LINE's slots, or say why it is skipped
+add() {
+  local source=$1 line=$2 host n
+  [ -z "${line// /}" ] && return 0
+  if [[ ! $line =~ ^([A-Za-z0-9._-]+):([0-9]+)$ ]]; then
+    echo "discover_hosts: ignoring '$line' in $source: expected host:slots" >&2
+    return 0
+  fi
+  host=${BASH_REMATCH[1]} n=${BASH_REMATCH[2]}
+  if ! getent hosts "$host" >/dev/null; then
+    echo "discover_hosts: ignoring unknown host '$host' in $source" >&2
+    return 0
+  fi
+  slots[$host]=$((${slots[$host]:-0} + 10#$n))
+}
+
+if (($#)); then
+  answer=$("$@") || {
+    rc=$?
+    echo "discover_hosts: '$*' failed (exit $rc)" >&2
+    exit 1
+  }
+  while IFS= read -r line; do add "the output of $1" "$line"; done <<<"$answer"
+else
+  dir=${ELASTIC_HOSTS_DIR:?set ELASTIC_HOSTS_DIR to the folder the holder jobs write to}
+  [ -d "$dir" ] || { echo "discover_hosts: $dir does not exist" >&2; exit 1; }
+  shopt -s nullglob
+  for file in "$dir"/*.hosts; do
+    name=$(basename "$file")
+    while IFS= read -r line || [ -n "$line" ]; do add "$name" "$line"; done <"$file"
+  done
+fi
 for host in "${!slots[@]}"; do
   [ "${slots[$host]}" -gt 0 ] && echo "$host:${slots[$host]}"
 done | sort
