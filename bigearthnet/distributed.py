@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable
 
@@ -229,11 +230,19 @@ class PeerLost(RunFailed):
     """Another rank ended during a collective (killed, crashed): this one cannot go on."""
 
 
+# Horovod: when a peer dies, the collective in flight on the others fails with Gloo's
+# transport error (the socket to the dead peer was reset or closed), and the ones after it
+# with "Horovod has been shut down" - which of the two a rank sees is a matter of timing.
+_PEER_GONE = re.compile(
+    r"Horovod has been shut down|gloo/transport/.*(Read|Write) error|"
+    r"Connection (reset|closed) by peer"
+)
+
+
 def peer_lost(err: Exception) -> PeerLost | None:
     """A :class:`PeerLost` naming this rank if ``err`` is Horovod's shutdown after another
     rank ended (fixed-size runs; elastic runs recover from it instead), else None."""
-    # Horovod: a collective in flight when a peer dies fails with this text on the others.
-    if not isinstance(err, tf.errors.OpError) or "Horovod has been shut down" not in str(err):
+    if not isinstance(err, tf.errors.OpError) or not _PEER_GONE.search(str(err)):
         return None
     return PeerLost(
         f"rank {rank()}/{size()}: another rank ended during a collective (Horovod shut "

@@ -111,6 +111,26 @@ def wait_for_text(path: Path, text: str, proc: subprocess.Popen, timeout: float)
         time.sleep(0.3)
 
 
+def worker_on(host: str, run: Path) -> int:
+    """pid of the training worker that Horovod started for ``host``."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        is_python = cmdline and cmdline[0].endswith(b"python") and b"train.py" in cmdline
+        if (
+            is_python
+            and str(run).encode() in cmdline
+            and f"HOROVOD_HOSTNAME={host}".encode() in environ
+        ):
+            return int(pid)
+    raise AssertionError(f"no worker for {host}")
+
+
 def run_elastic(data: Path, run: Path, np_: int, epochs: int, env: dict[str, str]):
     """:func:`elastic_command` run to its end (at most 10 minutes), output captured."""
     cmd = elastic_command(data, run, np_, epochs)

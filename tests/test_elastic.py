@@ -4,6 +4,7 @@ stops on Slurm's SIGUSR1 warning and resumes at the same sample on another world
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -11,13 +12,23 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import DISCOVER, REPO, elastic_command, run_elastic, wait_for_text
+from helpers import (
+    DISCOVER,
+    REPO,
+    TINY_RECIPE,
+    elastic_command,
+    run_elastic,
+    wait_for_text,
+    worker_on,
+)
 
 from bigearthnet.batching import global_step_take, step_slices
+from bigearthnet.gns import NoiseEstimate, adascale_gain
 from bigearthnet.history import read_history
 
 
@@ -79,58 +90,46 @@ def test_discovery_with_no_holders_prints_nothing(tmp_path: Path) -> None:
     assert missing.returncode == 1 and "does not exist" in missing.stderr
 
 
-def _worker_on(host: str, run: Path) -> int:
-    """pid of the training worker that Horovod started for ``host``."""
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        is_python = cmdline and cmdline[0].endswith(b"python") and b"train.py" in cmdline
-        if (
-            is_python
-            and str(run).encode() in cmdline
-            and f"HOROVOD_HOSTNAME={host}".encode() in environ
-        ):
-            return int(pid)
-    raise AssertionError(f"no worker for {host}")
-
-
-@pytest.mark.slow
-@pytest.mark.horovod
-def test_grow_then_lose_a_worker_then_finish(tmp_path: Path, shards_v1: Path) -> None:
-    """1 worker -> a holder adds a host -> 2 workers -> that worker is SIGKILLed and its
-    holder file removed -> 1 worker continues from the last commit -> all epochs done.
-
-    Horovod blacklists the host of a failed worker, so the second worker runs on a second
-    name of this machine (its short hostname), as a second node would on a cluster.
-    """
+@contextlib.contextmanager
+def _grown_to_two(tmp_path: Path, shards: Path, epochs: int, *extra: str):
+    """An elastic run on 1 worker that a holder grows to 2 after its second epoch. Yields
+    (run folder, horovodrun, the holder's hosts file, the second host) once the world is
+    2; the run is killed if it still runs when the block ends. Horovod blacklists the
+    host of a failed worker, so the second worker runs on a second name of this machine
+    (its short hostname), as a second node would on a cluster."""
     hosts = tmp_path / "hosts"
     hosts.mkdir()
     (hosts / "driver.hosts").write_text("localhost:1\n")
     second = socket.gethostname().split(".")[0]
     assert second != "localhost"
     run, log_path = tmp_path / "run", tmp_path / "horovodrun.log"
-    epochs = 14
-    cmd = elastic_command(shards_v1, run, 1, epochs)
+    cmd = elastic_command(shards, run, 1, epochs, *extra)
     env = {**os.environ, "ELASTIC_HOSTS_DIR": str(hosts), "TF_CPP_MIN_LOG_LEVEL": "1"}
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_for_text(log_path, "epoch 2/", proc, 240)
-            (hosts / "holder-1.hosts").write_text(f"{second}:1\n")
+            holder = hosts / "holder-1.hosts"
+            holder.write_text(f"{second}:1\n")
             wait_for_text(log_path, "world size 1 -> 2", proc, 240)
-            wait_for_text(log_path, "[rank 0/2] epoch", proc, 240)  # an epoch on 2 ranks
-            (hosts / "holder-1.hosts").unlink()
-            os.kill(_worker_on(second, run), 9)
-            proc.wait(timeout=600)
+            yield run, proc, holder, second
         finally:
             if proc.poll() is None:
                 proc.kill()
-    output = log_path.read_text(errors="replace")
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_grow_then_lose_a_worker_then_finish(tmp_path: Path, shards_v1: Path) -> None:
+    """1 worker -> a holder adds a host -> 2 workers -> that worker is SIGKILLed and its
+    holder file removed -> 1 worker continues from the last commit -> all epochs done."""
+    epochs = 14
+    with _grown_to_two(tmp_path, shards_v1, epochs) as (run, proc, holder, second):
+        wait_for_text(tmp_path / "horovodrun.log", "[rank 0/2] epoch", proc, 240)  # 2 ranks
+        holder.unlink()
+        os.kill(worker_on(second, run), 9)
+        proc.wait(timeout=600)
+    output = (tmp_path / "horovodrun.log").read_text(errors="replace")
     assert proc.returncode == 0, output[-4000:]
     assert "world size 2 -> 1" in output
     with open(run / "elastic_events.csv", newline="") as f:
@@ -148,7 +147,7 @@ def test_grow_then_lose_a_worker_then_finish(tmp_path: Path, shards_v1: Path) ->
         cwd=REPO,
         capture_output=True,
         text=True,
-        env=env,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"},
     )
     assert evaluation.returncode == 0, evaluation.stderr[-2000:]
     assert json.loads((run / "eval-test" / "metrics.json").read_text())["count"] == 48
@@ -177,7 +176,7 @@ def test_warning_stops_every_worker_and_the_rerun_resumes_at_that_sample(
         )
         try:
             wait_for_text(log_path, "[rank 0/2] epoch 2/", proc, 240)
-            os.kill(_worker_on("localhost", run), signal.SIGUSR1)
+            os.kill(worker_on("localhost", run), signal.SIGUSR1)
             proc.wait(timeout=300)
         finally:
             if proc.poll() is None:
@@ -205,3 +204,39 @@ def test_warning_stops_every_worker_and_the_rerun_resumes_at_that_sample(
     assert [int(r["epoch"]) for r in rows] == list(range(1, epochs + 1))
     assert [r["world_size"] for r in rows][done:] == ["1"] * (epochs - done)
     assert all(np.isfinite(float(r["loss"])) for r in rows)
+
+
+def _wait_for_rows(run: Path, *, world_size: int, count: int, proc: subprocess.Popen) -> None:
+    """Wait until ``count`` epochs of the running ``proc`` ended on ``world_size`` workers."""
+    deadline = time.monotonic() + 240
+    while sum(r.world_size == world_size for r in read_history(run)) < count:
+        assert proc.poll() is None and time.monotonic() < deadline, read_history(run)
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_adascale_gain_follows_real_resizes(tmp_path: Path, shards_v1: Path) -> None:
+    """--lr-scaling adascale in an elastic run that grows 1 -> 2 workers and shrinks back:
+    on 1 worker the LR is the base LR (one batch size: gain 1), on 2 it is the base LR
+    times the gain of the noise estimate recorded in that epoch's row, inside (1, 2]."""
+    adascale = ["--lr-scaling", "adascale", "--schedule", "constant"]
+    with _grown_to_two(tmp_path, shards_v1, 10, *adascale) as (run, proc, holder, _):
+        _wait_for_rows(run, world_size=2, count=2, proc=proc)
+        holder.unlink()  # a clean shrink: the holder gave its host back
+        proc.wait(timeout=600)
+    output = (tmp_path / "horovodrun.log").read_text(errors="replace")
+    assert proc.returncode == 0, output[-4000:]
+    rows = read_history(run)
+    assert [r.epoch for r in rows] == list(range(1, 11))
+    base_lr = float(TINY_RECIPE[TINY_RECIPE.index("--lr") + 1])
+    sizes = [r.world_size for r in rows]
+    assert sizes[0] == 1 and 2 in sizes and sizes[-1] == 1, sizes
+    for row in rows:
+        if row.world_size == 1:
+            assert row.lr == pytest.approx(base_lr, rel=1e-6), row
+            continue
+        assert row.gns_grad_sq is not None and row.gns_trace is not None, row
+        estimate = NoiseEstimate(row.gns_grad_sq, row.gns_trace, 1)
+        gain = adascale_gain(estimate, base_batch=row.global_batch // 2, scale=2)
+        assert 1.0 < gain <= 2.0 and row.lr == pytest.approx(base_lr * gain, rel=1e-4), row

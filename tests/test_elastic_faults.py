@@ -7,26 +7,38 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from helpers import DISCOVER, REPO, elastic_command, hold_run_folder, run_elastic, wait_for_text
+from helpers import (
+    DISCOVER,
+    REPO,
+    elastic_command,
+    hold_run_folder,
+    run_elastic,
+    wait_for_text,
+    worker_on,
+)
 
 from bigearthnet import runlock
 from bigearthnet.history import read_history
 
 # The project's discovery until the test writes a fault into $FAULT_MODE: then what a
-# broken discovery prints (an error on stdout, a stray line) or nothing at all.
+# broken discovery prints (an error on stdout, a stray line), nothing at all, or a hang.
 FAULTY_DISCOVERY = """#!/bin/bash
 case "$(cat "$FAULT_MODE" 2>/dev/null)" in
   garbage) printf 'squeue: error: timed out\\nnot a host line\\nlocalhost:1\\n' ;;
   nothing) ;;
+  hang) sleep 3600 ;;
   *) exec bash "$REAL_DISCOVERY" ;;
 esac
 """
 ELASTIC_TIMEOUT_S = 15  # horovodrun --elastic-timeout: how long the driver waits for slots
+DISCOVERY_TIMEOUT_S = 3  # discover_hosts.sh: how long another discovery may take to answer
 
 
 def _hosts(tmp_path: Path, text: str) -> dict[str, str]:
@@ -91,12 +103,19 @@ def _events(run: Path) -> list[dict[str, str]]:
 
 
 def _run_with_faulty_discovery(
-    tmp_path: Path, shards: Path, mode: str, epochs: int, *, still_running_after: float = 0
+    tmp_path: Path,
+    shards: Path,
+    mode: str,
+    epochs: int,
+    *,
+    outlast_s: float = 0,
+    then: Callable[[Path], None] | None = None,
 ):
     """2 elastic workers; once epoch 2 is done, discovery prints ``mode`` for good, through
     discover_hosts.sh's check (how jobs/elastic/train_elastic.sbatch runs any discovery).
-    ``still_running_after``: the run must outlive the fault that long. Returns the run
-    folder, horovodrun's exit code and log, and the seconds from the fault to the end."""
+    ``outlast_s``: the run must still be going that long after the fault; ``then(run)``
+    runs after that (it may end the run). Returns the run folder, horovodrun's exit code
+    and log, and the seconds from the fault to the end."""
     script = tmp_path / "discover.sh"
     script.write_text(FAULTY_DISCOVERY)
     script.chmod(0o755)
@@ -105,6 +124,7 @@ def _run_with_faulty_discovery(
         "FAULT_MODE": str(tmp_path / "fault"),
         "REAL_DISCOVERY": str(DISCOVER),
         "HOROVOD_ELASTIC_TIMEOUT": str(ELASTIC_TIMEOUT_S),
+        "DISCOVERY_TIMEOUT_S": str(DISCOVERY_TIMEOUT_S),
     }
     run, log_path = tmp_path / "run", tmp_path / "horovodrun.log"
     cmd = elastic_command(shards, run, 2, epochs, discover=f"{DISCOVER} {script}")
@@ -114,8 +134,10 @@ def _run_with_faulty_discovery(
             wait_for_text(log_path, "[rank 0/2] epoch 2/", proc, 240)
             (tmp_path / "fault").write_text(mode)
             faulted = time.monotonic()
-            time.sleep(still_running_after)
-            assert proc.poll() is None, "the run ended before the fault outlasted the timeout"
+            time.sleep(outlast_s)
+            assert proc.poll() is None, log_path.read_text(errors="replace")[-4000:]
+            if then is not None:
+                then(run)
             proc.wait(timeout=ELASTIC_TIMEOUT_S + 240)
         finally:
             if proc.poll() is None:
@@ -132,7 +154,7 @@ def test_discovery_printing_nothing_ends_the_run_with_its_position_checkpointed(
     """Discovery lists no host any more: the driver tells the workers at their next commit;
     before the reset rank 0 checkpoints that committed position and records the event; the
     driver gives up after its timeout and ends them. The rerun resumes at that sample."""
-    epochs = 6
+    epochs = 12  # the driver hears of the fault within a few steps: far from the last epoch
     run, _, output, seconds = _run_with_faulty_discovery(tmp_path, shards_v1, "nothing", epochs)
     assert "Timed out waiting for" in output, output[-4000:]  # the driver gave up
     assert len(read_history(run)) < epochs
@@ -167,21 +189,61 @@ def test_discovery_printing_garbage_keeps_the_run_on_the_hosts_still_listed(
     """Discovery prints an error message and a stray line, with one host line left, for
     longer than the elastic timeout: the stray lines are dropped (Horovod alone would take
     one for a host and ignore the whole answer for the other), the world shrinks to the
-    host still listed - recorded, position checkpointed - and the run finishes there."""
-    epochs = 24
-    run, code, output, seconds = _run_with_faulty_discovery(
-        tmp_path, shards_v1, "garbage", epochs, still_running_after=ELASTIC_TIMEOUT_S + 3
+    host still listed - recorded, position checkpointed - and the run goes on there until
+    the test stops it (SIGUSR1: checkpoint, exit 3), however fast the epochs are."""
+
+    def stop_once_an_epoch_ran_on_one_worker(run: Path) -> None:
+        deadline = time.monotonic() + 240
+        while not any(r.world_size == 1 for r in read_history(run)):
+            assert time.monotonic() < deadline, "no epoch on the host still listed"
+            time.sleep(0.5)
+        os.kill(worker_on("localhost", run), signal.SIGUSR1)
+
+    run, code, output, _ = _run_with_faulty_discovery(
+        tmp_path,
+        shards_v1,
+        "garbage",
+        epochs=1000,  # more than any machine trains before the test stops it
+        outlast_s=ELASTIC_TIMEOUT_S + 3,
+        then=stop_once_an_epoch_ran_on_one_worker,
     )
-    assert code == 0, output[-4000:]
+    assert code != 0 and "Exit code: 3" in output, output[-4000:]  # our stop, not a failure
     assert "ignoring 'not a host line'" in output and "ignoring 'squeue: error" in output
     events = _events(run)
     assert [e["event"] for e in events] == ["hosts removed", "resize"], events
     assert (events[1]["old_size"], events[1]["new_size"]) == ("2", "1")
     rows = read_history(run)
-    assert [r.epoch for r in rows] == list(range(1, epochs + 1))
-    assert rows[-1].world_size == 1
+    assert [r.epoch for r in rows] == list(range(1, len(rows) + 1))
+    sizes = [r.world_size for r in rows]
+    assert sizes == sorted(sizes, reverse=True) and sizes[-1] == 1, sizes  # 2s, then 1s
     fault_row(
         "elastic: host discovery prints garbage beside 1 of 2 hosts, longer than the timeout",
         data_lost="none (the run goes on with the host still listed)",
+        detect_s=None,
+    )
+
+
+@pytest.mark.fault
+@pytest.mark.horovod
+@pytest.mark.slow
+def test_discovery_that_hangs_keeps_the_run_on_its_hosts_and_lets_it_end(
+    tmp_path: Path, shards_v1: Path, fault_row
+) -> None:
+    """Discovery stops answering for good. Horovod runs it holding the lock its driver
+    needs for every change of hosts and joins it at the end, so a hang would stall the run
+    at its last epoch for ever; discover_hosts.sh gives it DISCOVERY_TIMEOUT_S, then fails
+    (Horovod warns and keeps its hosts), and the run finishes on the workers it has."""
+    epochs = 8
+    run, code, output, _ = _run_with_faulty_discovery(
+        tmp_path, shards_v1, "hang", epochs, outlast_s=2 * DISCOVERY_TIMEOUT_S
+    )
+    assert code == 0, output[-4000:]
+    assert f"gave no answer within {DISCOVERY_TIMEOUT_S} s" in output, output[-4000:]
+    rows = read_history(run)
+    assert [r.epoch for r in rows] == list(range(1, epochs + 1))
+    assert {r.world_size for r in rows} == {2}
+    fault_row(
+        "elastic: host discovery hangs (stops answering) for good",
+        data_lost="none (each call given up after 3 s; the run finishes on its hosts)",
         detect_s=None,
     )

@@ -18,6 +18,33 @@ from bigearthnet.history import read_history
 DETECT_LIMIT_S = 120  # every rank must be gone this long after one is killed
 
 
+@pytest.mark.parametrize(
+    "text, lost",
+    [
+        # the collective in flight when the peer died (what the survivor of a kill saw here)
+        (
+            "Graph execution error: [third_party/compatible17_gloo/gloo/transport/tcp/pair.cc:"
+            "589] Read error [127.0.0.1]:64174: Connection reset by peer [[{{node grad_6}}]]",
+            True,
+        ),
+        ("Horovod has been shut down. This was caused by an exception on one of the ranks", True),
+        ("OOM when allocating tensor with shape[512,64,60,60]", False),
+    ],
+)
+def test_a_dead_peer_is_told_apart_from_other_op_errors(text: str, lost: bool) -> None:
+    """Whichever of Horovod's two texts the survivor's op fails with, it stops with the one
+    line naming itself; any other op error stays what it is."""
+    import tensorflow as tf
+
+    from bigearthnet import distributed
+
+    distributed.init()  # the line names this rank
+    found = distributed.peer_lost(tf.errors.UnknownError(None, None, text))
+    assert (found is not None) == lost
+    if found is not None:
+        assert "another rank ended during a collective" in str(found)
+
+
 def rank_pids(run: Path) -> dict[int, int]:
     """Horovod rank -> PID of the training processes working on ``run``."""
     ranks = {}

@@ -11,8 +11,9 @@
 # Lines that are not `host:slots`, and hosts that do not resolve, are skipped with a warning
 # on stderr, so one bad line never hides the good ones; an answer with no good line lists no
 # host (the run checkpoints, records the event, and ends if none comes back within
-# horovodrun's --elastic-timeout). A COMMAND that fails makes this fail: Horovod then keeps
-# the hosts it has.
+# horovodrun's --elastic-timeout). A COMMAND that fails, or hangs for longer than
+# $DISCOVERY_TIMEOUT_S (default 20 s; Horovod would wait on it for ever and miss every later
+# change), makes this fail: Horovod warns, keeps the hosts it has and asks again.
 set -euo pipefail
 
 declare -A slots=()
@@ -33,9 +34,14 @@ add() {
 }
 
 if (($#)); then
-  answer=$("$@") || {
+  limit=${DISCOVERY_TIMEOUT_S:-20}
+  answer=$(timeout "$limit" "$@") || {
     rc=$?
-    echo "discover_hosts: '$*' failed (exit $rc)" >&2
+    if [ "$rc" = 124 ]; then
+      echo "discover_hosts: '$*' gave no answer within ${limit} s (DISCOVERY_TIMEOUT_S)" >&2
+    else
+      echo "discover_hosts: '$*' failed (exit $rc)" >&2
+    fi
     exit 1
   }
   while IFS= read -r line; do add "the output of $1" "$line"; done <<<"$answer"
