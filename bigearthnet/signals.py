@@ -28,6 +28,7 @@ class StopSignal:
     def __init__(self) -> None:
         self.requested = False
         self.early = False  # a SIGUSR1 before handling() began (see remember_warnings)
+        self.own_process = False  # the command owns its process (see remember_warnings)
 
     def _remember(self, _signum, _frame) -> None:
         """SIGUSR1 outside handling(): kept for the next handling() (before it: start-up)
@@ -56,7 +57,19 @@ class StopSignal:
             yield self
         finally:
             for sig, old in previous.items():
-                signal.signal(sig, old)
+                signal.signal(sig, self._after_handling(sig, old))
+
+    def _after_handling(self, sig: int, previous):
+        """What ``sig`` does once handling() ends: what it did before, except SIGTERM in a
+        process that stopped on request and now only exits (3, checkpointed). srun
+        --kill-on-bad-exit and horovodrun end the other tasks with SIGTERM as soon as the
+        first exits 3, while the slower ones still shut TensorFlow and Horovod down; killed,
+        they report 143 and the job script, which requeues only on 3, reports a failure.
+        The work is saved, so the signal is ignored (Slurm's SIGKILL after KillWait, and
+        horovodrun's after its grace time, still end a process that would not exit)."""
+        if sig == signal.SIGTERM and self.requested and self.own_process:
+            return signal.SIG_IGN
+        return previous
 
 
 STOP = StopSignal()
@@ -68,6 +81,8 @@ def remember_warnings() -> None:
     acted on at the first step; one that comes after training stopped is ignored - the job
     script passes the warning to the ranks one after another, and a rank that already
     stopped (the first one's vote is enough) would otherwise die of it (exit 138) instead of
-    exiting 3. Not for in-process callers, whose handlers stay theirs."""
+    exiting 3; nor does a SIGTERM while it exits 3 (:meth:`StopSignal._after_handling`).
+    Not for in-process callers, whose handlers stay theirs."""
+    STOP.own_process = True
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGUSR1, STOP._remember)

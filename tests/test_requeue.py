@@ -1,9 +1,11 @@
 """Slurm's time-limit warning (SIGUSR1) during validation and during the final evaluation of a
-real train.py run: a checkpoint, exit 3, and a rerun that goes on from there.
+real train.py run: a checkpoint, exit 3, and a rerun that goes on from there; and a SIGTERM
+while a rank that stopped exits 3.
 
 The signal comes from a small injector script that runs ``train.cli`` as ``python train.py``
 does and has the process signal itself from inside validation (or the evaluation's
-scoring): exactly then, on every machine, instead of racing a phase of milliseconds."""
+scoring), or while it exits: exactly then, on every machine, instead of racing a phase of
+milliseconds."""
 
 from __future__ import annotations
 
@@ -47,6 +49,18 @@ if PHASE == "validation":
         return real_validate(replica, signalled(), **kw)
 
     training.validate = validate
+elif PHASE == "exit":
+    import atexit, time
+    from bigearthnet import signals
+
+    def terminated_while_exiting() -> None:
+        # srun --kill-on-bad-exit: another rank exited 3 first, this one is shutting down
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)
+
+    atexit.register(terminated_while_exiting)  # runs last: after TensorFlow's and Horovod's
+    signals.remember_warnings()
+    os.kill(os.getpid(), signal.SIGUSR1)  # the warning during start-up: exit 3 at step 1
 else:
     real_predict = evaluation.LoadedModel.predict
 
@@ -138,5 +152,25 @@ def test_sigusr1_during_the_final_evaluation_exits_3_and_the_rerun_evaluates(
         "SIGUSR1 to 1 of 2 ranks during the final test evaluation",
         runs=2,
         data_lost="the evaluation in progress (exit 3; the rerun only evaluates)",
+        detect_s=None,
+    )
+
+
+@pytest.mark.fault
+def test_sigterm_while_exiting_3_keeps_the_exit_code(
+    tmp_path: Path, shards_v1: Path, fault_row
+) -> None:
+    """A rank that stopped on the warning and checkpointed gets SIGTERM while it shuts down
+    (srun --kill-on-bad-exit ends the other tasks once the first exits 3): it still exits
+    3, the code the job script requeues on - not 143, which it reports as a failure."""
+    run = tmp_path / "run"
+    argv = [*_argv(shards_v1, run, 3), "--no-eval-test"]
+    first = _run([*_injector(tmp_path), "exit", "0", "0", *argv])
+    assert first.returncode == train.EXIT_REQUEUE, (first.returncode, first.stderr[-3000:])
+    pointer = json.loads((run / "checkpoints" / "latest.json").read_text())
+    assert (pointer["epoch"], pointer["step"]) == (0, 1), pointer
+    fault_row(
+        "SIGTERM to a rank while it exits 3 (srun ends the others once one has)",
+        data_lost="none (exit 3 kept: the job requeues)",
         detect_s=None,
     )
