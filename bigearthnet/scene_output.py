@@ -2,7 +2,8 @@
 
 Cloud-Optimized GeoTIFFs (tiled, DEFLATE, overviews) in the scene's CRS with the stride's
 cell size: ``MAP.tif``, the top class (uint8, 255 = nodata) with the project's CORINE colour
-table and the class names as tags; ``MAP.tif.probabilities.tif``, one band per class stored
+table, the class names as GDAL category names (in ``MAP.tif.aux.xml``: TIFF has no place for
+them) and as tags; ``MAP.tif.probabilities.tif``, one band per class stored
 as round(p x 250) with scale/offset tags (255 = nodata). Two files because a TIFF colour
 table needs a single-band (palette) image. ``MAP.tif.areas.csv``: cells and km^2 per top
 class. ``MAP.png``: a preview with a legend (classes present, by area) and a scale bar.
@@ -12,6 +13,8 @@ Every file is written under a temporary name and renamed.
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +58,8 @@ def write_scene_map(
         dst.offsets = (0.0,) * len(classes)
 
     path.parent.mkdir(parents=True, exist_ok=True)
+    # The names first: a sidecar without its map is harmless, a map without names is not.
+    write_category_names(path, classes)
     write_cog(path, bands[:1], grid, all_tags, top_class)
     write_cog(Path(f"{path}.probabilities.tif"), bands[1:], grid, all_tags, probabilities)
     cell_km2 = abs(transform.a * transform.e) / 1e6
@@ -62,6 +67,38 @@ def write_scene_map(
     write_csv(Path(f"{path}.areas.csv"), ("class", "cells", "km2"), areas)
     preview(path.with_suffix(".png"), bands[0], transform=transform, classes=classes, tags=tags)
     return bands
+
+
+def write_category_names(path: Path, names: Sequence[str]) -> None:
+    """Name band 1's values (value i -> ``names[i]``) in GDAL's sidecar ``<path>.aux.xml``.
+
+    GeoTIFF has no tag for category names; GDAL keeps them, like raster attribute tables,
+    in this "PAM" file beside the image, and reads them back with the file: QGIS labels the
+    colour table's entries with them, ``gdalinfo`` lists them. Any older sidecar is replaced.
+    """
+    dataset = ET.Element("PAMDataset")
+    band = ET.SubElement(dataset, "PAMRasterBand", band="1")
+    categories = ET.SubElement(band, "CategoryNames")
+    for name in names:
+        ET.SubElement(categories, "Category").text = name
+    ET.indent(dataset)
+    with atomic_path(sidecar_path(path)) as tmp:
+        ET.ElementTree(dataset).write(tmp, encoding="UTF-8", xml_declaration=False)
+
+
+def read_category_names(path: Path) -> list[str]:
+    """Band 1's category names from ``<path>.aux.xml`` ([] when there are none)."""
+    sidecar = sidecar_path(path)
+    if not sidecar.exists():
+        return []
+    band = ET.parse(sidecar).getroot().find("PAMRasterBand[@band='1']")
+    found = band.findall("CategoryNames/Category") if band is not None else []
+    return [category.text or "" for category in found]
+
+
+def sidecar_path(path: Path) -> Path:
+    """Where GDAL looks for an image's auxiliary metadata (PAM)."""
+    return Path(f"{path}.aux.xml")
 
 
 def preview(path: Path, top: np.ndarray, *, transform, classes: list[str], tags: dict) -> None:

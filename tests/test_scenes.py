@@ -4,6 +4,7 @@ SAFE product with JPEG 2000 bands), the real v1 patches as tiny scenes, bad inpu
 from __future__ import annotations
 
 import shutil
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import h5py
@@ -11,11 +12,13 @@ import numpy as np
 import pytest
 import rasterio
 from helpers import TINY_RECIPE, preprocess
+from rasterio.shutil import copy as copy_dataset
 
 import train
 from bigearthnet.change_map import CHANGE_NODATA, NO_CHANGE, UNCERTAIN
 from bigearthnet.cli.map import main as map_main
 from bigearthnet.scene_input import Scene
+from bigearthnet.scene_output import read_category_names
 from bigearthnet.scenes import strip_windows
 from bigearthnet.shards import read_manifest
 from bigearthnet.synthetic_scene import SceneTruth, write_scene
@@ -74,6 +77,17 @@ def test_scene_map_finds_the_known_land_cover(layout, scene_model, tmp_path):
     assert areas[0] == "class,cells,km2" and len(areas) == 1 + 19 + 1
     assert (tmp_path / "map.png").stat().st_size > 10_000  # preview with legend, scale bar
     assert not list(tmp_path.glob(".*"))  # no temporary file left
+    assert gdal_category_names(out)[:2] == ["Urban fabric", "Industrial or commercial units"]
+
+
+def gdal_category_names(path: Path) -> list[str]:
+    """Band 1's category names as GDAL itself reads them (its VRT copy writes them out)."""
+    vrt = path.parent / "gdal-view" / "map.vrt"
+    vrt.parent.mkdir()
+    copy_dataset(path, vrt, driver="VRT")
+    names = [c.text for c in ET.parse(vrt).getroot().iterfind(".//CategoryNames/Category")]
+    assert names == read_category_names(path)  # the project's reader agrees with GDAL
+    return names
 
 
 def test_safe_offset_gives_the_values_of_the_band_geotiffs(tmp_path):
