@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bigearthnet.history import read_history
+from bigearthnet.formats.history import read_history
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results.json"
@@ -282,7 +282,7 @@ def say(message: str) -> None:
 
 def synthetic_archive(work: Path, patches: int, seed: int = 0) -> Path:
     """A v1 synthetic archive of ``patches`` patches, generated once per work folder."""
-    from bigearthnet.synthetic import generate_archive
+    from bigearthnet.synthetic.archive import generate_archive
 
     out = work / f"archive-{patches}-s{seed}"
     if not out.is_dir():  # generate_archive publishes atomically: a folder is complete

@@ -1,6 +1,6 @@
 """P5: parallel evaluation, wall time with 2 ranks against 1 rank.
 
-Side by side, runs interleaved: ``bigearthnet.evaluation.evaluate_run`` - what evaluate.py
+Side by side, runs interleaved: ``bigearthnet.evaluation.evaluate.evaluate_run`` - what evaluate.py
 runs after start-up: read the config and checkpoint, rebuild and restore the ResNet-50,
 predict the rank's part of the split, gather, check coverage, the report on rank 0 and the
 plots on rank 1, predictions.h5 and the files written by rank 0 - timed between two
@@ -50,7 +50,8 @@ def evaluate(run: Path, data: Path, out: Path, ranks: int, split: str) -> dict:
 def worker(run: Path, data: Path, out: Path, split: str) -> None:
     """In each rank: evaluate_run between two barriers; rank 0 prints the seconds."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from bigearthnet import distributed, evaluation
+    from bigearthnet.core import distributed
+    from bigearthnet.evaluation import evaluate as evaluation
 
     distributed.init(threads=1)
     distributed.barrier()

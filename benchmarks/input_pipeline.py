@@ -45,7 +45,7 @@ def pipeline_rate(part, steps: int, rep: int, host_normalize=None) -> float:
 
 def bound_rate(part, steps: int, rep: int, buffer: np.ndarray) -> float:
     """Samples/s of numpy gathering the same shuffled batches into a reused buffer."""
-    from bigearthnet.partition import epoch_order, split_batches
+    from bigearthnet.data.partition import epoch_order, split_batches
 
     images = part._images  # the warm cache the pipeline gathers from
     start, samples = time.perf_counter(), 0
@@ -59,9 +59,10 @@ def bound_rate(part, steps: int, rep: int, buffer: np.ndarray) -> float:
 
 
 def run(args, work: Path) -> list[Figure]:
-    from bigearthnet.data import RankData, band_stats
-    from bigearthnet.partition import steps_per_epoch
-    from bigearthnet.shards import IMAGE_SHAPE, read_manifest
+    from bigearthnet.data.normalization import band_stats
+    from bigearthnet.data.partition import steps_per_epoch
+    from bigearthnet.data.rank_data import RankData
+    from bigearthnet.formats.shards import IMAGE_SHAPE, read_manifest
 
     data = common.eval_shards(work)
     manifest = read_manifest(data)

@@ -24,9 +24,9 @@ import common
 import numpy as np
 from common import Figure
 
-from bigearthnet import constants
-from bigearthnet.archive import list_patches, read_patch
-from bigearthnet.shard_assembly import assemble, one_blas_thread
+from bigearthnet.core import constants
+from bigearthnet.preprocessing.archive import list_patches, read_patch
+from bigearthnet.preprocessing.assembly import assemble, one_blas_thread
 
 SHARD_SIZE = 250  # 9 shards for 2,000 patches: the 2 workers get balanced work
 

@@ -45,7 +45,7 @@ def tile_windows(stride: int = STRIDE) -> int:
 
 def scene(work: Path, size: int, layout: str) -> Path:
     """The benchmark scene, written once per work folder."""
-    from bigearthnet.synthetic_scene import SceneTruth, write_scene
+    from bigearthnet.synthetic.scene import SceneTruth, write_scene
 
     out = work / f"p9-scene-{size}-{layout}" / ("S2B_MSIL2A_P9.SAFE" if layout == "safe" else "b")
     if not out.parent.is_dir():
@@ -83,8 +83,8 @@ def measure_worker(mode: str, scene_dir: Path, run: Path | None) -> float:
 
 def worker(mode: str, scene_dir: Path, run: Path | None) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from bigearthnet.scene_input import Scene
-    from bigearthnet.scenes import window_origins, windows_of
+    from bigearthnet.maps.scene_input import Scene
+    from bigearthnet.maps.windows import window_origins, windows_of
 
     with Scene(scene_dir) as source:
         started = time.perf_counter()
@@ -99,8 +99,8 @@ def worker(mode: str, scene_dir: Path, run: Path | None) -> None:
         return
     import numpy as np
 
-    from bigearthnet import distributed
-    from bigearthnet.evaluation import load_model
+    from bigearthnet.core import distributed
+    from bigearthnet.inference.trained_run import load_model
 
     distributed.init(threads=1)
     loaded = load_model(run, "best")

@@ -46,9 +46,10 @@ def keras_worker(data: Path, threads: int) -> None:
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(min(2, threads))
-    import models
-    from bigearthnet.data import RankData, band_stats
-    from bigearthnet.shards import IMAGE_SHAPE, read_manifest
+    from bigearthnet import models
+    from bigearthnet.data.normalization import band_stats
+    from bigearthnet.data.rank_data import RankData
+    from bigearthnet.formats.shards import IMAGE_SHAPE, read_manifest
 
     manifest = read_manifest(data)
     part = RankData(data, manifest, "train", labels=19, cache="memory", verify=False)

@@ -1,6 +1,6 @@
 """bigearthnet-hpc: BigEarthNet data side and the shared machinery of training at scale.
 
-Module map: ``docs/ARCHITECTURE.md``. Domain constants live in :mod:`bigearthnet.constants`
+Module map: ``docs/ARCHITECTURE.md``. Domain constants live in :mod:`bigearthnet.core.constants`
 only.
 """
 

@@ -17,9 +17,8 @@ from typing import Any
 
 import tensorflow as tf
 
-import bigearthnet  # noqa: F401  (first: it selects Keras 2 before TensorFlow loads Keras)
-from models.resnet import DEFAULT_INPUT_SHAPE, resnet18, resnet50
-from models.tiny import tiny_cnn
+from bigearthnet.models.resnet import DEFAULT_INPUT_SHAPE, resnet18, resnet50
+from bigearthnet.models.tiny import tiny_cnn
 
 __all__ = ["MODELS", "available_models", "count_parameters", "get_model"]
 

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from bigearthnet.constants import BANDS, PATCH_SIZE
+from bigearthnet.core.constants import BANDS, PATCH_SIZE
 
 layers = tf.keras.layers
 

@@ -11,7 +11,12 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from models.resnet import BN_EPSILON, DEFAULT_INPUT_SHAPE, classification_head, l2_regularizer
+from bigearthnet.models.resnet import (
+    BN_EPSILON,
+    DEFAULT_INPUT_SHAPE,
+    classification_head,
+    l2_regularizer,
+)
 
 layers = tf.keras.layers
 

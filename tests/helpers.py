@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bigearthnet.history import HistoryRow
+from bigearthnet.formats.history import HistoryRow
 
 if TYPE_CHECKING:  # TensorFlow loads only in the tests that build a model
     import tensorflow as tf
@@ -45,7 +45,7 @@ TINY_RECIPE = [
 
 
 HOLD = (
-    "import sys, time; from bigearthnet import runlock; "
+    "import sys, time; from bigearthnet.core import runlock; "
     "runlock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(600)"
 )
 
@@ -196,12 +196,12 @@ def pooled_linear(input_shape, num_classes, *, name: str = "pooled_linear", **_)
 
 
 def pooled_linear_replica(*, batch_size: int, passes: int, lr: float, gns_decay: float = 0.99):
-    """A :class:`~bigearthnet.replica.Replica` of :func:`pooled_linear` (registered for the
+    """A :class:`~bigearthnet.training.replica.Replica` of :func:`pooled_linear` (registered for the
     call) with plain SGD, no augmentation: its update is a fixed function of its batches."""
-    import models
-    from bigearthnet.config import TrainConfig
-    from bigearthnet.replica import Replica
-    from bigearthnet.schedules import LRSchedule
+    from bigearthnet import models
+    from bigearthnet.core.config import TrainConfig
+    from bigearthnet.training.replica import Replica
+    from bigearthnet.training.schedules import LRSchedule
 
     models.MODELS.setdefault("pooled_linear", pooled_linear)
     cfg = TrainConfig(

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 from helpers import pooled_linear_replica, synthetic_batch
 
-from bigearthnet import distributed
+from bigearthnet.core import distributed
 
 UPDATES = 6
 

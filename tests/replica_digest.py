@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import train
-from bigearthnet import distributed, training
-from bigearthnet.config import TrainConfig, resolve
+from bigearthnet.core import distributed
+from bigearthnet.core.config import TrainConfig, resolve
+from bigearthnet.training import trainer as training
 
 
 def main() -> int:

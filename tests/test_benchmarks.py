@@ -98,7 +98,7 @@ def test_run_all_collects_figures_and_failures(tmp_path: Path, monkeypatch, caps
 
 
 def test_efficiency_report_factors_multiply_to_parallel_efficiency() -> None:
-    from bigearthnet.efficiency import efficiency_line, efficiency_report
+    from bigearthnet.training.efficiency import efficiency_line, efficiency_report
 
     # per rank: step, wait, samples, epoch, compute, comm
     table = np.array([[10.0, 1.0, 80, 12.0, 8.0, 2.0], [9.0, 0.5, 80, 12.0, 6.0, 3.0]])

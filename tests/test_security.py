@@ -67,7 +67,7 @@ def test_written_files_get_the_umask_permissions(tmp_path):
     """Shared project folders keep their group's access: 0666 & ~umask, as open() would."""
     target = tmp_path / "report.json"
     code = (
-        "import os, sys; os.umask(0o027); from bigearthnet.util import atomic_write_text; "
+        "import os, sys; os.umask(0o027); from bigearthnet.core.util import atomic_write_text; "
         "atomic_write_text(sys.argv[1], 'x')"
     )
     subprocess.run([sys.executable, "-c", code, str(target)], cwd=REPO, check=True)

@@ -16,7 +16,7 @@ import tensorflow as tf
 from helpers import REPO, TINY_RECIPE
 
 import train
-from bigearthnet.history import read_history
+from bigearthnet.formats.history import read_history
 
 VENVS = {"2.15": REPO / ".venv", "2.18": REPO / ".venv-tf2.18"}
 

@@ -1,6 +1,6 @@
 """``bigearthnet-batch-study``: the same recipe at several global batch sizes, steps to a
 target validation micro-F1 at each; ``study.csv`` and a log-log plot answer "up to which
-batch size can we scale?" (see :mod:`bigearthnet.batch_study`).
+batch size can we scale?" (see :mod:`bigearthnet.scaling.batch_study`).
 
     bigearthnet-batch-study --data SHARDS --out STUDY --batches 64,128,256,512,1024 \\
         --target-f1 0.7 --optimizer lamb --base-lr 0.002 --base-batch 256 --rule sqrt --ranks 2
@@ -15,9 +15,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from bigearthnet.batch_study import LAUNCHERS, RULES, StudySettings, run_study
 from bigearthnet.cli.common import Parser, checked, run
-from bigearthnet.errors import (
+from bigearthnet.core.errors import (
     ConfigError,
     InputError,
     require_non_negative,
@@ -25,6 +24,7 @@ from bigearthnet.errors import (
     require_positive,
     require_positive_int,
 )
+from bigearthnet.scaling.batch_study import LAUNCHERS, RULES, StudySettings, run_study
 
 PROG = "bigearthnet-batch-study"
 POSITIVE_INT = checked(require_positive_int, int)

@@ -12,10 +12,10 @@ and turns what it raises into one line on stderr and an exit code:
 raised                                              code  meaning
 ==================================================  ====  ================================
 nothing (the handler's int, or 0 for None)          0     done
-:class:`~bigearthnet.errors.RunFailed`              1     ran and failed; outputs kept
+:class:`~bigearthnet.core.errors.RunFailed`              1     ran and failed; outputs kept
 InputError (ConfigError, ShardError, ...),          2     bad input or options: nothing
   ValueError, OSError                                     was done
-:class:`~bigearthnet.errors.RequeueRequested`       3     checkpointed; requeue the job
+:class:`~bigearthnet.core.errors.RequeueRequested`       3     checkpointed; requeue the job
 ==================================================  ====  ================================
 
 Under a Horovod launcher the line carries the rank prefix (the ranks' logger prints it), so
@@ -31,8 +31,8 @@ import sys
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
-from bigearthnet import runlock
-from bigearthnet.errors import (
+from bigearthnet.core import runlock
+from bigearthnet.core.errors import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_REQUEUE,
@@ -40,15 +40,12 @@ from bigearthnet.errors import (
     InputError,
     RequeueRequested,
     RunFailed,
+    UsageError,
 )
-from bigearthnet.util import first_line
+from bigearthnet.core.util import first_line
 
 T = TypeVar("T")
 Handler = Callable[[argparse.Namespace], "int | None"]
-
-
-class UsageError(InputError):
-    """A flag argparse rejected (unknown, missing, not a number)."""
 
 
 class Parser(argparse.ArgumentParser):
@@ -91,7 +88,7 @@ def report(prog: str, message: str, *, warning: bool = False) -> None:
 
 
 def checked(check: Callable[[str, T], T], kind: Callable[[str], T]) -> Callable[[str], T]:
-    """An argparse ``type=`` from one of :mod:`bigearthnet.errors`' checks, so a flag and the
+    """An argparse ``type=`` from one of :mod:`bigearthnet.core.errors`' checks, so a flag and the
     YAML key of the same option are validated by the same code."""
 
     def parse(text: str) -> T:

@@ -6,7 +6,7 @@
     bigearthnet-elastic --hosts-dir H follow --run-dir RUN --schedule ramp.txt
     bigearthnet-elastic --hosts-dir H follow --run-dir RUN --policy gns --max-workers 8
 
-See :mod:`bigearthnet.elastic_controller` for how holders work. No TensorFlow here: the
+See :mod:`bigearthnet.scaling.controller` for how holders work. No TensorFlow here: the
 controller runs on a login node.
 """
 
@@ -18,10 +18,10 @@ import sys
 from pathlib import Path
 
 from bigearthnet.cli.common import Parser, checked, run
-from bigearthnet.config import load_run_config
-from bigearthnet.elastic_controller import PROG, Controller, parse_schedule
-from bigearthnet.errors import ConfigError, require_positive, require_positive_int
-from bigearthnet.gns_policy import PolicySettings
+from bigearthnet.core.config import load_run_config
+from bigearthnet.core.errors import ConfigError, require_positive, require_positive_int
+from bigearthnet.scaling.controller import PROG, Controller, parse_schedule
+from bigearthnet.scaling.policy import PolicySettings
 
 POSITIVE = checked(require_positive_int, int)
 

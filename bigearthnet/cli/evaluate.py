@@ -8,7 +8,7 @@ One process or many, started by any Horovod launcher::
     srun --mpi=pmix python evaluate.py --run-dir runs/r50 --tune-thresholds
 
 Outputs in OUT (default RUN/eval-<split>/): metrics.json, per_class.csv, predictions.h5,
-thresholds.json (with --tune-thresholds) and PNG plots; see bigearthnet/evaluation.py.
+thresholds.json (with --tune-thresholds) and PNG plots; see bigearthnet/evaluation/evaluate.py.
 Exit codes: 0 done, 1 the split was not scored exactly once, 2 bad input or options.
 """
 
@@ -18,7 +18,7 @@ import argparse
 import os
 
 from bigearthnet.cli.common import Parser, run
-from bigearthnet.errors import RunFailed, require_open_fraction, require_positive_int
+from bigearthnet.core.errors import require_open_fraction, require_positive_int
 
 PROG = "evaluate.py"
 __all__ = ["build_parser", "main"]
@@ -87,20 +87,18 @@ def _evaluate(args: argparse.Namespace) -> None:
     # TensorFlow's C++ INFO lines (oneDNN, CPU features) drown the rank logs; keep warnings.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     # Imported after parsing so that --help and option errors answer without TensorFlow.
-    from bigearthnet import distributed, evaluation
-    from bigearthnet.config import default_threads
+    from bigearthnet.core import distributed
+    from bigearthnet.core.config import default_threads
+    from bigearthnet.evaluation import evaluate as evaluation
 
     distributed.init(threads=default_threads())
-    try:
-        evaluation.evaluate_run(
-            args.run_dir,
-            data_dir=args.data,
-            split=args.split,
-            checkpoint=args.checkpoint,
-            out=args.out,
-            threshold=args.threshold,
-            batch_size=args.batch_size,
-            tune_thresholds=args.tune_thresholds,
-        )
-    except evaluation.EvaluationError as err:  # a bug, not bad input: exit 1
-        raise RunFailed(str(err)) from None
+    evaluation.evaluate_run(
+        args.run_dir,
+        data_dir=args.data,
+        split=args.split,
+        checkpoint=args.checkpoint,
+        out=args.out,
+        threshold=args.threshold,
+        batch_size=args.batch_size,
+        tune_thresholds=args.tune_thresholds,
+    )

@@ -1,4 +1,4 @@
-"""``bigearthnet-map``: land-cover GeoTIFFs from a trained run (see :mod:`bigearthnet.maps`).
+"""``bigearthnet-map``: land-cover GeoTIFFs from a trained run (see :mod:`bigearthnet.maps.patches`).
 Parses, picks the input (an archive or shards), predicts and writes the maps."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from bigearthnet import constants
 from bigearthnet.cli.common import Parser, run
-from bigearthnet.maps import (
+from bigearthnet.core import constants
+from bigearthnet.maps.patches import (
     PROG,
     MapError,
     MapFile,
@@ -20,7 +20,7 @@ from bigearthnet.maps import (
     shard_batches,
     write_maps,
 )
-from bigearthnet.resample import METHODS
+from bigearthnet.preprocessing.resample import METHODS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _inputs(args, loaded, skipped: list) -> tuple[int, Iterator]:
     if args.shards is not None:
-        from bigearthnet.shards import read_manifest
+        from bigearthnet.formats.shards import read_manifest
 
         manifest = read_manifest(args.shards)
         return shard_batches(
@@ -105,7 +105,7 @@ def _inputs(args, loaded, skipped: list) -> tuple[int, Iterator]:
 
 def _training_resampling(config) -> str:
     """Resample like the run's training data, so the model sees what it learned on."""
-    from bigearthnet.shards import ShardError, read_manifest
+    from bigearthnet.formats.shards import ShardError, read_manifest
 
     try:
         return read_manifest(config.data).resampling
@@ -115,7 +115,7 @@ def _training_resampling(config) -> str:
 
 def make_maps(args: argparse.Namespace) -> list[MapFile]:
     """Predict and write; raises MapError (and the readers' ValueErrors) on bad input."""
-    from bigearthnet.evaluation import load_model
+    from bigearthnet.inference.trained_run import load_model
 
     if args.batch_size < 1:
         raise MapError(f"--batch-size must be a positive integer, got {args.batch_size}")
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def build_scene_parser() -> Parser:
-    from bigearthnet.scenes import STRIDES
+    from bigearthnet.maps.windows import STRIDES
 
     p = Parser(
         prog=f"{PROG} scene",
@@ -227,7 +227,7 @@ def build_scene_parser() -> Parser:
 
 def _map_scene(args: argparse.Namespace) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    from bigearthnet.scene_map import map_scene
+    from bigearthnet.maps.scene import map_scene
 
     if args.batch_size < 1:
         raise MapError(f"--batch-size must be a positive integer, got {args.batch_size}")
@@ -252,7 +252,7 @@ def _band_list(text: str) -> list[str]:
 
 
 def _bbox(text: str) -> tuple[float, float, float, float]:
-    from bigearthnet.scene_input import parse_bbox
+    from bigearthnet.maps.scene_input import parse_bbox
 
     try:
         return parse_bbox(text)
@@ -283,7 +283,7 @@ def build_change_parser() -> Parser:
 
 
 def _map_change(args: argparse.Namespace) -> None:
-    from bigearthnet.change_map import map_change
+    from bigearthnet.maps.change import map_change
 
     summary = map_change(args.before, args.after, out=args.out, min_prob=args.min_prob)
     print(

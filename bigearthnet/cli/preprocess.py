@@ -1,5 +1,5 @@
 """``bigearthnet-preprocess ARCHIVE OUT``: a BigEarthNet archive -> upsampled HDF5 shards
-(see :mod:`bigearthnet.preprocess`). Parses, builds the options, runs."""
+(see :mod:`bigearthnet.preprocessing.preprocess`). Parses, builds the options, runs."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import os
 import sys
 from pathlib import Path
 
-from bigearthnet import splits
 from bigearthnet.cli.common import Parser, run
-from bigearthnet.preprocess_plan import Options, UsageError
-from bigearthnet.resample import METHODS
+from bigearthnet.core.errors import UsageError
+from bigearthnet.preprocessing import splits
+from bigearthnet.preprocessing.plan import Options
+from bigearthnet.preprocessing.resample import METHODS
 
 
 def slurm_task_defaults(environ=os.environ) -> tuple[int, int]:
@@ -136,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _preprocess(args: argparse.Namespace, argv: list[str] | None) -> int:
-    from bigearthnet.preprocess import run as run_preprocessing  # numpy, h5py: after parsing
+    from bigearthnet.preprocessing.preprocess import (
+        run as run_preprocessing,  # numpy, h5py: after parsing
+    )
 
     return run_preprocessing(options_from_args(args), argv)
 

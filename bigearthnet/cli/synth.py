@@ -1,5 +1,5 @@
 """``bigearthnet-synth OUT``: write a small synthetic BigEarthNet archive (see
-:mod:`bigearthnet.synthetic`)."""
+:mod:`bigearthnet.synthetic.archive`)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _generate(args: argparse.Namespace) -> None:
-    from bigearthnet.synthetic import generate_archive  # numpy, rasterio: after parsing
+    from bigearthnet.synthetic.archive import generate_archive  # numpy, rasterio: after parsing
 
     start = time.perf_counter()
     generate_archive(

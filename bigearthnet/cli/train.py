@@ -6,7 +6,7 @@ One process per GPU (or per CPU socket), started by any Horovod launcher::
     horovodrun -np 8 -H n1:4,n2:4 python train.py --data ...      # Gloo or MPI
     srun --mpi=pmix python train.py --data ...                    # Slurm, MPI-built Horovod
 
-Options: defaults in code (bigearthnet/config.py), then ``--config FILE.yaml``, then flags.
+Options: defaults in code (bigearthnet/core/config.py), then ``--config FILE.yaml``, then flags.
 The resolved options are saved as RUN/config.yaml; rerunning with the same --run-dir
 resumes from RUN/checkpoints. Exit codes: 0 done, 1 training failed (e.g. non-finite
 loss), 2 bad input or options (nothing trained), 3 stopped by SIGUSR1/SIGTERM after
@@ -23,9 +23,9 @@ import os
 import sys
 
 from bigearthnet.cli.common import Parser, run
-from bigearthnet.config import TrainConfig, add_config_arguments, default_threads, resolve
-from bigearthnet.errors import EXIT_REQUEUE
-from bigearthnet.signals import STOP, remember_warnings
+from bigearthnet.core.config import TrainConfig, add_config_arguments, default_threads, resolve
+from bigearthnet.core.errors import EXIT_REQUEUE
+from bigearthnet.core.signals import STOP, remember_warnings
 
 PROG = "train.py"
 __all__ = ["EXIT_REQUEUE", "build_parser", "cli", "main"]
@@ -34,6 +34,7 @@ __all__ = ["EXIT_REQUEUE", "build_parser", "cli", "main"]
 def build_parser() -> Parser:
     parser = Parser(
         prog=PROG,
+        usage="%(prog)s --data SHARDS --run-dir RUN [--config FILE.yaml] [options]",
         description="Data-parallel (Horovod) training of a multi-label classifier on "
         "BigEarthNet HDF5 shards made by bigearthnet-preprocess.",
         epilog="Recipes: configs/*.yaml. Outputs in RUN/: config.yaml, checkpoints/, "
@@ -64,7 +65,7 @@ def _train(args: argparse.Namespace) -> int:
     # installed before TensorFlow is imported, which takes seconds on every rank. Elastic
     # runs take SIGUSR1 alone: horovodrun ends the workers it drops with SIGTERM.
     with STOP.handling(warning_only=cfg.elastic):
-        from bigearthnet import distributed
+        from bigearthnet.core import distributed
 
         distributed.init(
             threads=cfg.threads or default_threads(),
@@ -74,7 +75,7 @@ def _train(args: argparse.Namespace) -> int:
             elastic=cfg.elastic,
         )
         if cfg.elastic:
-            from bigearthnet.elastic import ElasticTrainer
+            from bigearthnet.training.elastic import ElasticTrainer
 
             # The world may change size until the last epoch; a final collective evaluation
             # outside Elastic Horovod's protection could hang, so evaluate.py does it after.
@@ -85,8 +86,8 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _train_then_evaluate(cfg: TrainConfig) -> None:
-    from bigearthnet import distributed
-    from bigearthnet.training import Trainer
+    from bigearthnet.core import distributed
+    from bigearthnet.training.trainer import Trainer
 
     trainer = Trainer(cfg)
     trainer.run()
@@ -97,7 +98,7 @@ def _train_then_evaluate(cfg: TrainConfig) -> None:
     if not test_count:
         distributed.log.warning("no test split in %s: skipping the final evaluation", cfg.data)
         return
-    from bigearthnet.evaluation import evaluate_run
+    from bigearthnet.evaluation.evaluate import evaluate_run
 
     # Every rank scores its part of the test split with the best checkpoint. A warning
     # (also one left from the last epoch) stops it with exit 3: the job may not live to

@@ -1,0 +1,406 @@
+"""Typed run configuration: defaults in code, an optional YAML file, then CLI overrides.
+
+Each field of :class:`TrainConfig` carries its own help text; the argparse parser is
+generated from the fields, so ``--help`` documents every option and a new option needs
+one line here. The resolved configuration is saved as ``RUN/config.yaml`` beside every
+run and is what ``evaluate.py`` reads back to rebuild the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bigearthnet.core.errors import (
+    ConfigError,
+    require_non_negative,
+    require_open_fraction,
+    require_positive,
+    require_positive_int,
+)
+from bigearthnet.core.util import atomic_write_text
+
+__all__ = ["ConfigError", "TrainConfig", "load_run_config", "resolve", "save_yaml"]
+RUN_CONFIG = "config.yaml"  # the resolved options, saved beside every run
+
+
+def _opt(
+    default: Any,
+    help: str,
+    choices: tuple | None = None,
+    flag: str | None = None,
+    const: Any = None,
+) -> Any:
+    metadata = {"help": help, "choices": choices, "flag": flag, "const": const}
+    return field(default=default, metadata=metadata)
+
+
+@dataclass
+class TrainConfig:
+    # --- data and run
+    data: str = _opt("", "folder with the preprocessed shards and manifest.json (required)")
+    run_dir: str = _opt("", "run folder: checkpoints, history, logs; an existing one resumes")
+    labels: int = _opt(19, "label set: 19 (BigEarthNet-19) or 43 (v1 CORINE classes)", (19, 43))
+    cache: str = _opt(
+        "auto",
+        "where this rank's part of the data lives as uint16: device (accelerator memory: "
+        "batches gathered, normalised and augmented there, nothing moved per step; "
+        "'device!' fails instead of falling back when it does not fit), memory (host RAM), "
+        "none (read the shards every epoch), auto (device where it fits, else memory)",
+        ("auto", "device", "device!", "memory", "none"),
+    )
+    loader_threads: int | None = _opt(
+        None,
+        "host threads gathering each batch from the memory cache, ahead of the step; default "
+        "from the rank's CPU share (SLURM_CPUS_PER_TASK, else the cores this rank may use)",
+    )
+    verify_data: bool = _opt(True, "check the sha256 of this rank's shards against the manifest")
+    # --- model and optimisation
+    model: str = _opt("resnet50", "model name from the registry (models/)")
+    epochs: int = _opt(50, "total number of epochs (a resumed run stops at the same count)")
+    batch_size: int = _opt(64, "batch size PER RANK; the global batch is this times the ranks")
+    lr: float = _opt(0.025, "base learning rate for ONE worker; scaled by the number of ranks")
+    warmup_epochs: float = _opt(
+        5.0, "linear warm-up from the base LR to base LR x ranks (Goyal et al.)"
+    )
+    lr_scaling: str = _opt(
+        "linear",
+        "how the LR grows with the global batch: linear (base LR x ranks, with the warm-up; "
+        "Goyal et al.) or adascale (base LR x the AdaScale gain r in [1, ranks x passes], "
+        "recomputed every update from the measured gradient noise; needs --gns)",
+        ("linear", "adascale"),
+    )
+    schedule: str = _opt("cosine", "LR schedule after warm-up", ("cosine", "step", "constant"))
+    min_lr: float = _opt(0.0, "final LR of the cosine schedule")
+    step_epochs: list | None = _opt(
+        None, "epochs at which the step schedule multiplies the LR by gamma"
+    )
+    gamma: float = _opt(0.1, "factor of each step of the step schedule")
+    optimizer: str = _opt(
+        "sgd",
+        "sgd (with momentum: the seed study), adam, adamw (decoupled weight decay: the reBEN "
+        "recipe), lars or lamb (layer-wise trust ratio for large global batches)",
+        ("sgd", "adam", "adamw", "lars", "lamb"),
+    )
+    momentum: float = _opt(0.9, "momentum of sgd and lars")
+    weight_decay: float = _opt(
+        0.0,
+        "weight decay of convolution and dense kernels (BatchNorm parameters and biases "
+        "never): an L2 loss term for sgd/adam, part of the update for adamw/lars/lamb",
+    )
+    trust_coefficient: float = _opt(
+        0.001, "lars: the trust coefficient eta of the layer-wise LR (You et al. 2017)"
+    )
+    mixup_alpha: float = _opt(0.0, "mix-up Beta(alpha, alpha) parameter; 0 turns mix-up off")
+    augment: bool = _opt(True, "random flips and 90-degree rotations of training batches")
+    seed: int = _opt(42, "seed of weights, shuffling and augmentation")
+    threshold: float = _opt(0.5, "score threshold for validation F1")
+    precise_bn_samples: int = _opt(
+        4096,
+        "before each validation and checkpoint, set the BatchNorm statistics to the exact "
+        "means/variances of this many training samples (all ranks together) under the current "
+        "weights (precise BN); 0: the moving averages, averaged over ranks",
+    )
+    # --- performance
+    amp: str = _opt(
+        "off",
+        "mixed precision, logits and loss stay float32: bf16 (bfloat16, no loss scaling: the "
+        "A100/H100 default), fp16 (float16 with dynamic loss scaling: V100); a bare --amp "
+        "means fp16",
+        ("off", "fp16", "bf16"),
+        const="fp16",
+    )
+    xla: bool = _opt(False, "compile the training step with XLA")
+    fp16_allreduce: bool = _opt(False, "compress gradients to float16 for the allreduce")
+    grouped_allreduce: bool = _opt(
+        False,
+        "exchange all gradients in one grouped allreduce after the backward pass (default: "
+        "each as soon as backprop makes it, overlapping communication with computation)",
+    )
+    backward_passes_per_step: int = _opt(
+        1, "accumulate gradients over this many batches before each allreduce"
+    )
+    fusion_threshold_mb: float | None = _opt(
+        None, "Horovod tensor fusion buffer in MB (HOROVOD_FUSION_THRESHOLD)"
+    )
+    cycle_time_ms: float | None = _opt(None, "Horovod cycle time in ms (HOROVOD_CYCLE_TIME)")
+    threads: int | None = _opt(
+        None, "TensorFlow intra-op threads per rank; default SLURM_CPUS_PER_TASK or all cores"
+    )
+    timeline: str | None = _opt(
+        None,
+        "write a Horovod timeline (chrome://tracing JSON) to this path",
+        flag="horovod-timeline",  # horovodrun rejects --timeline after the command
+    )
+    comm_timing: bool = _opt(
+        False,
+        "time each step's gradient computation and its allreduce+update apart (one more host "
+        "sync per step): compute and communication times in RUN/efficiency.json",
+    )
+    gns: bool = _opt(
+        True,
+        "measure the gradient noise scale B_simple every update (one gradient norm per rank "
+        "and a scalar in the loss allreduce; needs 2+ ranks or --backward-passes-per-step 2+)",
+    )
+    gns_decay: float = _opt(
+        0.99, "per-update decay of the noise scale's moving averages (0.99: ~100 updates)"
+    )
+    # --- elastic (malleable) training
+    elastic: bool = _opt(
+        False,
+        "Elastic Horovod: run under `horovodrun --min-np A --max-np B "
+        "--host-discovery-script S`; workers may join or leave while training",
+    )
+    commit_every: int = _opt(10, "elastic: commit the training state every N batches")
+    # --- control
+    resume: bool = _opt(True, "resume from RUN/checkpoints when present")
+    force_unlock: bool = _opt(
+        False,
+        "remove a leftover lease of RUN (BIGEARTHNET_RUN_LOCK=lease, a holder that died on "
+        "another host); refused while the holder runs on this host",
+    )
+    allow_new_data: bool = _opt(
+        False,
+        "resume although --data holds other shards than the checkpoint was trained on "
+        "(another preprocessing: other patches, splits or shards); refused without it",
+    )
+    max_steps_per_epoch: int | None = _opt(
+        None, "cap on steps per epoch: each epoch trains on that many batches (smoke tests)"
+    )
+    target_f1: float | None = _opt(
+        None,
+        "stop once validation micro-F1 reaches this after an epoch (a batch-size study's "
+        "target; fixed-size runs)",
+    )
+    eval_test: bool = _opt(True, "evaluate the best checkpoint on the test split at the end")
+    progress: bool = _opt(True, "progress bar on rank 0")
+
+    def __post_init__(self) -> None:
+        # Run folders and YAML files written before --amp took a value say true/false.
+        if isinstance(self.amp, bool):
+            self.amp = "fp16" if self.amp else "off"
+
+    def validate(self) -> None:
+        """Raise ConfigError for values no run can use (the one place options are checked:
+        flags, YAML keys and the run config read back alike)."""
+        if not self.data:
+            raise ConfigError("--data is required")
+        if not self.run_dir:
+            raise ConfigError("--run-dir is required")
+        if self.elastic and self.backward_passes_per_step > 1:
+            raise ConfigError("--elastic works with --backward-passes-per-step 1 only")
+        for name in ("epochs", "batch_size", "backward_passes_per_step", "commit_every"):
+            require_positive_int(f"--{_flag(_field(name))}", getattr(self, name))
+        if self.loader_threads is not None:
+            require_positive_int("--loader-threads", self.loader_threads)
+        require_positive("--lr", self.lr)
+        require_positive("--trust-coefficient", self.trust_coefficient)
+        require_non_negative("--weight-decay", self.weight_decay)
+        require_non_negative("--precise-bn-samples", self.precise_bn_samples)
+        if not 0.0 <= self.gns_decay < 1.0:
+            raise ConfigError(f"--gns-decay must be in [0, 1), got {self.gns_decay}")
+        if self.lr_scaling == "adascale" and not self.gns:
+            raise ConfigError("--lr-scaling adascale needs the noise monitor: drop --no-gns")
+        require_non_negative("--warmup-epochs", self.warmup_epochs)
+        require_open_fraction("--threshold", self.threshold)
+        if self.target_f1 is not None:
+            require_open_fraction("--target-f1", self.target_f1)
+        require_non_negative("--mixup-alpha", self.mixup_alpha)
+        for f in fields(self):
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise ConfigError(f"--{_flag(f)} must be one of {', '.join(map(str, choices))}")
+
+    @property
+    def effective_warmup_epochs(self) -> float:
+        """The warm-up actually used: the default (5, the seed study's) outlasts short runs,
+        which then warm up over all their epochs."""
+        return min(float(self.warmup_epochs), float(self.epochs))
+
+    def global_batch(self, world_size: int) -> int:
+        """Samples per optimizer update over a world of ``world_size`` ranks."""
+        return self.batch_size * world_size * self.backward_passes_per_step
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _flag(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag") or f.name.replace("_", "-")
+
+
+# --help shows the options by concern, the same groups in every command that takes them.
+OPTION_GROUPS: dict[str, tuple[str, ...]] = {
+    "data": ("data", "run_dir", "labels", "cache", "loader_threads", "verify_data"),
+    "model": ("model", "amp", "xla"),
+    "optimisation": (
+        "epochs",
+        "batch_size",
+        "lr",
+        "warmup_epochs",
+        "lr_scaling",
+        "schedule",
+        "min_lr",
+        "step_epochs",
+        "gamma",
+        "optimizer",
+        "momentum",
+        "weight_decay",
+        "trust_coefficient",
+        "mixup_alpha",
+        "augment",
+        "seed",
+        "precise_bn_samples",
+        "backward_passes_per_step",
+    ),
+    "distribution": (
+        "fp16_allreduce",
+        "grouped_allreduce",
+        "fusion_threshold_mb",
+        "cycle_time_ms",
+        "threads",
+        "elastic",
+        "commit_every",
+    ),
+    "monitoring": (
+        "threshold",
+        "target_f1",
+        "max_steps_per_epoch",
+        "gns",
+        "gns_decay",
+        "comm_timing",
+        "timeline",
+        "progress",
+        "eval_test",
+    ),
+    "faults and resume": ("resume", "force_unlock", "allow_new_data"),
+}
+
+
+def option_group(name: str) -> str:
+    """The --help group of the option of field ``name``."""
+    return next(group for group, names in OPTION_GROUPS.items() if name in names)
+
+
+def _field(name: str) -> dataclasses.Field:
+    return next(f for f in fields(TrainConfig) if f.name == name)
+
+
+def add_config_arguments(
+    parser: argparse.ArgumentParser, cls: type[TrainConfig] = TrainConfig
+) -> None:
+    """One option per field. Defaults are SUPPRESSed so only flags given override YAML."""
+    parser.add_argument(
+        "--config",
+        help="YAML file of options (keys as in RUN/config.yaml); command-line flags override it",
+    )
+    defaults = cls()
+    groups = {name: parser.add_argument_group(f"{name} options") for name in OPTION_GROUPS}
+    for f in fields(cls):
+        default = getattr(defaults, f.name)
+        shown = "" if default in ("", None) else f" (default: {default})"
+        help_text = f"{f.metadata['help']}{shown}"
+        flag = f"--{_flag(f)}"
+        group = groups[option_group(f.name)]
+        if isinstance(default, bool):
+            group.add_argument(
+                flag,
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
+        elif f.name == "step_epochs":
+            group.add_argument(
+                flag, dest=f.name, type=float, nargs="+", default=argparse.SUPPRESS, help=help_text
+            )
+        else:
+            kind = _field_type(f, default)
+            group.add_argument(
+                flag,
+                dest=f.name,
+                type=kind,
+                default=argparse.SUPPRESS,
+                choices=f.metadata.get("choices"),
+                help=help_text,
+                **_bare_flag(f),
+            )
+
+
+def _bare_flag(f: dataclasses.Field) -> dict[str, Any]:
+    """``--amp`` alone means ``--amp fp16``: the flag was a switch before it took a value."""
+    const = f.metadata.get("const")
+    return {} if const is None else {"nargs": "?", "const": const}
+
+
+def _field_type(f: dataclasses.Field, default: Any) -> type:
+    if default is not None:
+        return type(default)
+    return {
+        "fusion_threshold_mb": float,
+        "cycle_time_ms": float,
+        "threads": int,
+        "loader_threads": int,
+        "target_f1": float,
+        "max_steps_per_epoch": int,
+    }.get(f.name, str)
+
+
+def resolve(args: argparse.Namespace, cls: type[TrainConfig] = TrainConfig) -> TrainConfig:
+    """Defaults <- YAML (--config) <- flags given on the command line."""
+    values: dict[str, Any] = {}
+    config_path = getattr(args, "config", None)
+    if config_path:
+        values.update(load_yaml(Path(config_path), cls))
+    values.update({k: v for k, v in vars(args).items() if k != "config"})
+    cfg = cls(**values)
+    cfg.validate()
+    return cfg
+
+
+def load_yaml(path: Path, cls: type[TrainConfig] = TrainConfig) -> dict[str, Any]:
+    """Options from a YAML mapping; unknown keys are an error (a typo must not pass silently).
+
+    ``yaml.safe_load`` builds plain data only: a Python tag (``!!python/object``) is refused,
+    so a config file can never run code.
+    """
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML ({str(err).splitlines()[0]})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of option: value")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"{path}: unknown option(s) {', '.join(unknown)}")
+    return raw
+
+
+def save_yaml(cfg: TrainConfig, path: Path) -> None:
+    atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+
+def load_run_config(run_dir: str | Path) -> TrainConfig:
+    """The options a run was trained with (``RUN/config.yaml``), as a TrainConfig."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir}: run folder does not exist")
+    path = run_dir / RUN_CONFIG
+    if not path.is_file():
+        raise ConfigError(f"{run_dir}: no {RUN_CONFIG} (not a training run folder)")
+    return TrainConfig(**load_yaml(path, TrainConfig))
+
+
+def default_threads() -> int | None:
+    """Threads per rank from Slurm's allocation, so ranks on one node do not oversubscribe."""
+    value = os.environ.get("SLURM_CPUS_PER_TASK")
+    return int(value) if value and value.isdigit() else None

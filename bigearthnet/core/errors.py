@@ -1,0 +1,74 @@
+"""The project's error classes and the checks that raise them: one home for "what went wrong"
+and for the exit code each kind of failure gets (see :mod:`bigearthnet.cli.common`).
+
+* :class:`InputError` - the input or the options cannot be used (a missing file, a corrupt
+  shard, a bad flag value). Nothing was done; commands exit 2.
+* :class:`RunFailed` - the command ran and failed (a non-finite loss, a split not scored
+  exactly once). Outputs written so far stay valid; commands exit 1.
+* :class:`RequeueRequested` - Slurm's warning (SIGUSR1) or SIGTERM stopped the run after a
+  checkpoint; a batch script requeues on exit 3.
+
+Kept free of TensorFlow and Horovod so that option errors answer at once.
+"""
+
+from __future__ import annotations
+
+import math
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_REQUEUE = 3  # stopped after checkpointing: resubmit to continue
+
+
+class InputError(ValueError):
+    """Bad input or options: one line naming the file or flag and the problem; exit 2."""
+
+
+class ConfigError(InputError):
+    """An invalid option value."""
+
+
+class UsageError(InputError):
+    """A flag argparse rejected (unknown, missing, not a number), or a command line the
+    command cannot act on (a missing archive folder, a task index out of range)."""
+
+
+class RunFailed(RuntimeError):
+    """The run could not finish; what it wrote so far is kept; exit 1."""
+
+
+class EvaluationError(RunFailed):
+    """The gathered predictions do not cover the split exactly once (a bug, not bad input)."""
+
+
+class RequeueRequested(RuntimeError):
+    """Every rank stopped at the same step and rank 0 checkpointed; exit 3 (requeue me)."""
+
+
+def require_positive_int(flag: str, value: int) -> int:
+    """``value`` if it is an integer >= 1, else ConfigError naming ``flag``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{flag} must be a positive integer, got {value}")
+    return value
+
+
+def require_open_fraction(flag: str, value: float) -> float:
+    """``value`` if it lies inside (0, 1), else ConfigError naming ``flag``."""
+    if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
+        raise ConfigError(f"{flag} must be inside (0, 1), got {value}")
+    return float(value)
+
+
+def require_non_negative(flag: str, value: float) -> float:
+    """``value`` if it is a finite number >= 0, else ConfigError naming ``flag``."""
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+        raise ConfigError(f"{flag} must be >= 0, got {value}")
+    return float(value)
+
+
+def require_positive(flag: str, value: float) -> float:
+    """``value`` if it is a finite number > 0, else ConfigError naming ``flag``."""
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ConfigError(f"{flag} must be positive, got {value}")
+    return float(value)

@@ -1,0 +1,148 @@
+"""Which samples each step of an epoch trains on: the two ways of cutting an epoch.
+
+* :class:`RankPartition` (fixed-size runs): every rank owns a fixed, disjoint part of the
+  split (:class:`~bigearthnet.data.rank_data.RankData`), shuffled per epoch, cut into the same number
+  of steps on every rank. A position inside an epoch is a step count.
+* :class:`GlobalOrder` (elastic runs): every epoch visits one permutation of the whole split,
+  seeded by (seed, epoch) only, so it does not depend on the world size; each step takes the
+  next ``batch x size`` samples and every rank trains on its slice. A position is the number
+  of samples of that order consumed, so after a resize the rest of the epoch is simply cut
+  for the new size: no sample is skipped or repeated.
+
+Both yield :class:`StepBatch` items, which the one training loop (:mod:`bigearthnet.training.loop`)
+consumes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import tensorflow as tf
+
+from bigearthnet.data.partition import epoch_plan, rank_range, updates_per_epoch
+from bigearthnet.data.rank_data import RankData
+
+
+@dataclass(frozen=True)
+class StepBatch:
+    """One step's batch on this rank and where it stands in the epoch."""
+
+    images: tf.Tensor  # uint16 (b, 120, 120, 12)
+    labels: tf.Tensor  # uint8 (b, classes)
+    step: int  # 0-based index of the step in the epoch
+    last: bool  # the epoch's last step
+    apply: bool  # the optimizer updates after this step (gradient accumulation boundary)
+    taken: int  # samples of the epoch this step consumes on all ranks together
+
+
+class RankPartition:
+    """A fixed-size run's epochs: this rank's part, ``steps`` batches per epoch."""
+
+    def __init__(
+        self,
+        data: RankData,
+        *,
+        batch_size: int,
+        world_size: int,
+        seed: int,
+        passes_per_update: int = 1,
+        max_steps: int | None = None,
+    ) -> None:
+        self.data, self.seed, self.passes = data, seed, passes_per_update
+        self.steps, self.samples = epoch_plan(
+            data.total, world_size=world_size, batch_size=batch_size, max_steps=max_steps
+        )
+        if len(data) < self.steps:
+            raise ValueError(
+                f"rank {data.rank} holds {len(data)} training samples but an epoch has "
+                f"{self.steps} steps; use a larger --batch-size or fewer ranks"
+            )
+        self.world_size = world_size
+
+    @property
+    def updates_per_epoch(self) -> int:
+        return updates_per_epoch(self.steps, self.passes)
+
+    def batches(self, epoch: int, *, start_step: int = 0) -> Iterator[StepBatch]:
+        source = self.data.dataset(
+            steps=self.steps,
+            epoch=epoch,
+            seed=self.seed,
+            shuffle=True,
+            start_step=start_step,
+            limit=self.samples,
+        )
+        for step, (images, labels) in enumerate(source, start=start_step):
+            last = step == self.steps - 1
+            yield StepBatch(
+                images,
+                labels,
+                step=step,
+                last=last,
+                apply=(step + 1) % self.passes == 0 or last,
+                taken=int(images.shape[0]) * self.world_size,
+            )
+
+
+def global_step_take(remaining: int, batch_size: int, size: int) -> int:
+    """Samples the next step takes from the epoch's order (all ranks together).
+
+    Normally ``batch_size x size``. A last step too small to give every rank a sample is
+    merged into this one instead, so no rank ever trains on an empty batch.
+    """
+    take = min(batch_size * size, remaining)
+    if 0 < remaining - take < size:
+        take = remaining
+    return take
+
+
+def step_slices(order: np.ndarray, consumed: int, batch_size: int, size: int):
+    """(samples taken, one position array per rank) for the step after ``consumed``."""
+    take = global_step_take(len(order) - consumed, batch_size, size)
+    return take, np.array_split(order[consumed : consumed + take], size)
+
+
+class GlobalOrder:
+    """An elastic run's epochs: one global order of the whole split, cut per world size."""
+
+    def __init__(self, data: RankData, *, batch_size: int, seed: int) -> None:
+        if data.total != len(data):
+            raise ValueError("GlobalOrder needs the whole split (RankData of rank 0 of 1)")
+        self.data, self.batch_size, self.seed = data, batch_size, seed
+
+    def steps(self, world_size: int) -> int:
+        return math.ceil(len(self.data) / (self.batch_size * world_size))
+
+    def batches(
+        self, epoch: int, *, consumed: int, step: int, rank: int, size: int
+    ) -> Iterator[StepBatch]:
+        """The epoch's steps after ``consumed`` samples (``step`` steps) for this world."""
+        total = len(self.data)
+        order = np.random.default_rng([self.seed, epoch]).permutation(total)
+        while consumed < total:
+            take, parts = step_slices(order, consumed, self.batch_size, size)
+            mine = parts[rank]
+            if len(mine) == 0:
+                # The world grew with fewer samples left than ranks: rather than an empty
+                # batch (a NaN mean loss), re-use one sample of rank 0's slice.
+                mine = parts[0][:1]
+            images, labels = self.data.take(np.sort(mine))
+            consumed += take
+            yield StepBatch(
+                tf.convert_to_tensor(images),
+                tf.convert_to_tensor(labels),
+                step=step,
+                last=consumed >= total,
+                apply=True,
+                taken=take,
+            )
+            step += 1
+
+
+def validation_slices(total: int, *, batch_size: int, rank: int, size: int) -> list[np.ndarray]:
+    """This rank's contiguous slice of a split for the current world size, in batches."""
+    start, stop = rank_range(total, rank, size)
+    return [np.arange(lo, min(lo + batch_size, stop)) for lo in range(start, stop, batch_size)]

@@ -1,0 +1,276 @@
+"""Distributed evaluation of a trained run: every rank predicts, rank 0 reports.
+
+Each rank loads the run (:mod:`bigearthnet.inference.trained_run`) and predicts its own disjoint, contiguous part
+of the split (``RankData``, shards verified, no shuffling). Sigmoid scores, labels and
+patch names are gathered to every rank in rank order, i.e. in manifest order whatever the
+number of ranks. The gathered count must equal the manifest's count of the split and the
+names must be unique: every sample is scored exactly once, or the evaluation fails.
+
+Rank 0 computes the report with :func:`bigearthnet.evaluation.metrics.full_report` (scikit-learn),
+shares it with the other ranks (so :func:`evaluate_run` returns the same dict everywhere)
+and writes, each file atomically, to ``OUT`` (default ``RUN/eval-<split>/``):
+
+=================== =====================================================================
+metrics.json        headline metrics, threshold(s), split, checkpoint, epoch, world_size,
+                    per_class list
+per_class.csv       class, index, support, precision, recall, f1, ap
+predictions.h5      names, scores (float32 sigmoid), labels (uint8), attribute ``classes``:
+                    enough to recompute every number above
+thresholds.json     per-class thresholds tuned on the val split (``tune_thresholds`` only)
+f1_per_class.png    per-class F1 bars with the micro and macro F1
+pr_curves.png       precision-recall curves per class and pooled (micro)
+training_curves.png loss, validation F1 and learning rate from RUN/history.csv (if any)
+=================== =====================================================================
+
+The report's files are written by :mod:`bigearthnet.evaluation.report`, its figures drawn by
+:mod:`bigearthnet.evaluation.plots`, both on rank 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bigearthnet.core import constants, distributed, runlock
+from bigearthnet.core.config import ConfigError, load_run_config
+from bigearthnet.core.errors import EvaluationError, RequeueRequested
+from bigearthnet.data.rank_data import RankData
+from bigearthnet.evaluation import metrics
+from bigearthnet.evaluation.plots import (
+    draw_plots,
+    plot_f1_per_class,
+    plot_pr_curves,
+    plot_training_curves,
+    write_plots,
+)
+from bigearthnet.evaluation.report import Predictions, format_table, write_outputs
+from bigearthnet.formats.history import HistoryRow, read_history
+from bigearthnet.formats.shards import Manifest, read_manifest
+from bigearthnet.inference.trained_run import LoadedModel, check_data_labels, load_model
+
+log = distributed.log
+CONFIG_FILE = "config.yaml"
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+def predict_part(
+    loaded: LoadedModel,
+    part: RankData,
+    batch_size: int,
+    stop: Callable[[], bool] | None = None,
+) -> Predictions:
+    """This rank's part of a split, scored in order (no shuffling). With ``stop``
+    (collective): before each batch every rank votes whether to stop (a time-limit warning
+    during train.py's final evaluation), and all raise RequeueRequested together."""
+    steps = math.ceil(len(part) / batch_size)
+    batches = iter(part.batches(steps, epoch=0, seed=0, shuffle=False) if steps else [])
+    rounds = steps
+    if stop is not None:  # parts differ by a sample: the same number of votes on every rank
+        rounds = int(
+            distributed.allgather(np.array([steps]), name=f"eval_steps_{part.split}").max()
+        )
+    scores = [np.zeros((0, loaded.num_classes), dtype=np.float32)]
+    labels = [np.zeros((0, loaded.num_classes), dtype=np.uint8)]
+    for _ in range(rounds):
+        if stop is not None and _any_rank_stops(stop(), part.split):
+            raise RequeueRequested(
+                f"stopped while scoring the {part.split} split (training is complete and "
+                "checkpointed); the rerun only evaluates"
+            )
+        batch = next(batches, None)
+        if batch is not None:
+            scores.append(loaded.predict(batch[0]))
+            labels.append(batch[1])
+    return Predictions(part.names(), np.concatenate(labels), np.concatenate(scores))
+
+
+def _any_rank_stops(mine: bool, split: str) -> bool:
+    """Collective: whether some rank was asked to stop."""
+    return bool(distributed.allreduce_sum(np.array([float(mine)]), name=f"eval_stop_{split}")[0])
+
+
+def gather(mine: Predictions, split: str) -> Predictions:
+    """Collective: every rank's predictions concatenated in rank order, on every rank."""
+    # Horovod: allgather in rank order = manifest order, whatever the number of ranks.
+    names = distributed.allgather_object(mine.names, name=f"eval_names_{split}")
+    return Predictions(
+        [name for rank_names in names for name in rank_names],
+        distributed.allgather(mine.labels.astype(np.uint8), name=f"eval_labels_{split}"),
+        distributed.allgather(mine.scores.astype(np.float32), name=f"eval_scores_{split}"),
+    )
+
+
+def check_coverage(predictions: Predictions, manifest: Manifest, split: str) -> None:
+    """EvaluationError unless every sample of the split was scored exactly once."""
+    expected = manifest.count(split)
+    counts = {len(predictions.names), len(predictions.labels), len(predictions.scores)}
+    unique = len(set(predictions.names))
+    if counts != {expected} or unique != expected:
+        raise EvaluationError(
+            f"{split}: gathered {sorted(counts)} rows ({unique} distinct names) over "
+            f"{distributed.size()} rank(s), but the manifest counts {expected} samples"
+        )
+
+
+def predict_split(
+    loaded: LoadedModel,
+    part: RankData,
+    manifest: Manifest,
+    batch_size: int,
+    stop: Callable[[], bool] | None = None,
+) -> Predictions:
+    """Collective: the whole split scored over all ranks, checked for exact coverage."""
+    gathered = gather(predict_part(loaded, part, batch_size, stop), part.split)
+    check_coverage(gathered, manifest, part.split)
+    return gathered
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class EvalSetup:
+    """Everything an evaluation needs, prepared (and checked) on every rank."""
+
+    loaded: LoadedModel
+    data_dir: Path
+    manifest: Manifest
+    parts: dict[str, RankData]
+    threshold: float
+    batch_size: int
+
+
+def prepare(
+    run_dir: Path,
+    data_dir: str | Path | None,
+    splits: list[str],
+    checkpoint: str,
+    threshold: float | None,
+    batch_size: int | None,
+) -> EvalSetup:
+    """Read config, data and checkpoint; raises ConfigError/ShardError/CheckpointError."""
+    config = load_run_config(run_dir)
+    threshold = float(config.threshold if threshold is None else threshold)
+    if not 0.0 < threshold < 1.0:
+        raise ConfigError(f"--threshold must be inside (0, 1), got {threshold}")
+    batch_size = int(config.batch_size if batch_size is None else batch_size)
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be a positive integer, got {batch_size}")
+    for split in splits:
+        if split not in constants.SPLITS:
+            raise ConfigError(f"unknown split {split!r}; use one of {', '.join(constants.SPLITS)}")
+    data_dir = Path(data_dir or config.data)
+    manifest = read_manifest(data_dir)
+    loaded = load_model(run_dir, checkpoint, manifest)
+    check_data_labels(loaded.record, manifest, data_dir)
+    rank, size = distributed.rank(), distributed.size()
+    parts = {
+        split: RankData(
+            data_dir,
+            manifest,
+            split,
+            labels=loaded.num_classes,
+            rank=rank,
+            size=size,
+            cache="none",
+            verify=True,
+        )
+        for split in splits
+    }
+    return EvalSetup(loaded, data_dir, manifest, parts, threshold, batch_size)
+
+
+def evaluate_run(
+    run_dir: str | Path,
+    data_dir: str | Path | None = None,
+    split: str = "test",
+    checkpoint: str = "best",
+    out: str | Path | None = None,
+    threshold: float | None = None,
+    batch_size: int | None = None,
+    tune_thresholds: bool = False,
+    stop: Callable[[], bool] | None = None,
+) -> dict:
+    """Collective: evaluate a checkpoint of ``run_dir`` on ``split``; returns the metrics.
+
+    Every rank of the job must call it. ``data_dir``, ``threshold`` and ``batch_size``
+    default to the run's config.yaml. With ``tune_thresholds`` per-class thresholds are
+    chosen on the val split and applied to ``split``. Rank 0 writes the report to ``out``
+    (default ``RUN/eval-<split>/``); every rank returns the same dict. Raises ConfigError,
+    ShardError or CheckpointError on bad input (on every rank), EvaluationError when the
+    split is not covered exactly once. ``stop``: asked before each batch (every rank
+    votes); when it says so on some rank, all raise RequeueRequested and nothing is written.
+    """
+    run_dir = Path(run_dir)
+    splits = [split, "val"] if tune_thresholds and split != "val" else [split]
+    setup, error = None, None
+    try:
+        if out is None and distributed.is_root():  # writes into the run folder: one writer
+            runlock.acquire(run_dir)
+        setup = prepare(run_dir, data_dir, splits, checkpoint, threshold, batch_size)
+    except (ValueError, OSError) as err:  # ConfigError, ShardError, CheckpointError, h5py
+        error = err
+    distributed.raise_if_any_failed(error, "preparing evaluation")
+    assert setup is not None  # raise_if_any_failed raised on every rank otherwise
+    scored = {
+        name: predict_split(setup.loaded, part, setup.manifest, setup.batch_size, stop)
+        for name, part in setup.parts.items()
+    }
+    predictions, history = scored[split], read_history(run_dir)
+    report, thresholds = None, None
+    if distributed.is_root():
+        if tune_thresholds:
+            if split == "val":
+                log.warning("thresholds tuned and reported on val: optimistic numbers")
+            thresholds = metrics.tune_thresholds(scored["val"].labels, scored["val"].scores)
+        report = build_report(setup, predictions, split, checkpoint, thresholds)
+        out_dir = Path(out) if out else run_dir / f"eval-{split}"
+        write_outputs(out_dir, report, predictions, thresholds)
+        write_plots(out_dir, draw_plots(_renderers(report, predictions, setup, history)))
+        log.info("evaluation report written to %s", out_dir)
+        print(format_table(report, run_dir))
+    # Horovod: only rank 0 computed the report; broadcast it so every rank returns the same.
+    return distributed.broadcast_object(report, name="eval_report")
+
+
+def _renderers(report: dict, predictions: Predictions, setup, history: list[HistoryRow]) -> dict:
+    """The report's plots, by file name (drawn on rank 0: a few seconds, once per run)."""
+    names = setup.loaded.class_names
+    return {
+        "pr_curves.png": lambda: plot_pr_curves(predictions.labels, predictions.scores, names),
+        "training_curves.png": lambda: plot_training_curves(history) if history else None,
+        "f1_per_class.png": lambda: plot_f1_per_class(report),
+    }
+    return report
+
+
+def build_report(
+    setup: EvalSetup,
+    predictions: Predictions,
+    split: str,
+    checkpoint: str,
+    thresholds: np.ndarray | None,
+) -> dict:
+    """metrics.full_report plus where the numbers come from."""
+    loaded = setup.loaded
+    threshold = setup.threshold if thresholds is None else thresholds
+    report = metrics.full_report(
+        predictions.labels, predictions.scores, threshold, loaded.class_names
+    )
+    report.update(
+        split=split,
+        checkpoint=checkpoint,
+        checkpoint_path=str(loaded.prefix),
+        epoch=loaded.epoch,
+        world_size=distributed.size(),
+        model=loaded.record.model,
+        data=str(setup.data_dir),
+        thresholds_tuned_on="val" if thresholds is not None else None,
+    )
+    return report

@@ -1,0 +1,317 @@
+"""Checkpoints that a kill at any moment cannot break.
+
+``RUN/checkpoints/`` holds one folder per saved state (``latest-e0007/``, ``best-e0005/``),
+each written complete under a temporary name and renamed into place, plus one small
+pointer per tag (``latest.json``, ``best.json``) written atomically *after* its folder.
+A reader follows the pointer, so it sees either the previous complete checkpoint or the
+new complete one, never a half-written state. Older folders are removed after the
+pointer moved.
+
+A checkpoint is a ``tf.train.Checkpoint`` of the model and the optimizer (slots, iteration
+count - hence the LR schedule position). The pointer carries where training stood
+(:class:`Position`) and what ``evaluate.py`` needs to rebuild the model: its name, class
+count and input shape.
+Only rank 0 writes; ranks that resume read rank 0's choice and receive its weights by
+broadcast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import tensorflow as tf
+
+from bigearthnet.core import constants
+from bigearthnet.core.errors import InputError, RunFailed
+from bigearthnet.core.util import atomic_write_json, first_line, fsync_tree
+
+CKPT_DIR = "checkpoints"
+TAGS = ("latest", "best")
+RECORD = "record.json"  # inside each checkpoint folder: its pointer, for fallbacks
+# What TensorFlow raises for a damaged checkpoint: a truncated data file gives IndexError
+# ("Read less bytes than requested"), a corrupt index DataLossError (an OpError).
+UNREADABLE = (tf.errors.OpError, InputError, ValueError, IndexError, KeyError)
+log = logging.getLogger("bigearthnet")
+
+
+class CheckpointError(InputError):
+    """A checkpoint that cannot be found or does not fit the model."""
+
+
+class CheckpointWriteError(RunFailed):
+    """A checkpoint could not be written (disk full, quota): training stops, the previous
+    checkpoint stays the latest."""
+
+
+ORDERS = ("partition", "global")  # how the epoch was cut: fixed-size ranks' parts, elastic order
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where training stands: the epoch it is in (= epochs completed) and, inside it, the
+    steps taken, the samples consumed over all ranks and their losses (so a resumed epoch
+    reports its whole mean). The replica's driver, the checkpoint and the elastic state all
+    carry this one record."""
+
+    epoch: int = 0
+    step: int = 0
+    consumed: int = 0
+    loss_sum: float = 0.0
+    loss_steps: int = 0
+
+    @property
+    def mid_epoch(self) -> bool:
+        return self.step > 0 or self.consumed > 0
+
+    @property
+    def mean_loss(self) -> float:
+        return self.loss_sum / self.loss_steps if self.loss_steps else float("nan")
+
+    def after_step(self, *, taken: int, loss: float) -> Position:
+        """The position after one more step of ``taken`` samples (over all ranks)."""
+        return dataclasses.replace(
+            self,
+            step=self.step + 1,
+            consumed=self.consumed + taken,
+            loss_sum=self.loss_sum + loss,
+            loss_steps=self.loss_steps + 1,
+        )
+
+    def epoch_start(self) -> Position:
+        """The start of this position's epoch (a position that cannot be mapped)."""
+        return Position(epoch=self.epoch)
+
+    def next_epoch(self) -> Position:
+        return Position(epoch=self.epoch + 1)
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    """The pointer file of a checkpoint: what it holds besides the tensors (model and
+    optimizer), where training stood, and what ``evaluate.py`` needs to rebuild the model.
+    ``folder`` and ``tag`` are set by :func:`save`."""
+
+    model: str
+    num_classes: int
+    position: Position = Position()
+    order: str = "partition"  # how the saved epoch was cut (ORDERS): a mid-epoch position
+    # resumes only in the same kind of cut (and, "partition", the same steps and world)
+    steps_per_epoch: int | None = None
+    world_size: int | None = None
+    input_shape: tuple[int, ...] = (
+        constants.PATCH_SIZE,
+        constants.PATCH_SIZE,
+        len(constants.BANDS),
+    )
+    val_micro_f1: float | None = None
+    val_macro_f1: float | None = None
+    data: str | None = None  # the --data folder trained on, and its shards' identity
+    data_id: str | None = None  # (shards.Manifest.data_id): a resume checks it
+    folder: str = ""
+    tag: str = ""
+
+    @property
+    def epoch(self) -> int:
+        """Epochs completed."""
+        return self.position.epoch
+
+    def to_json(self) -> dict:
+        """The pointer file's body: flat, the position's fields (epoch, step, consumed,
+        loss_sum, loss_steps) beside the record's."""
+        body = dataclasses.asdict(self)
+        body.update(body.pop("position"))
+        body["input_shape"] = list(self.input_shape)
+        return {k: v for k, v in body.items() if v is not None}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> CheckpointRecord:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in raw.items() if k in known}
+        values["position"] = _position_of(raw)
+        if raw.get("elastic"):
+            values["order"] = "global"
+        if raw.get("input_shape"):
+            values["input_shape"] = tuple(int(v) for v in raw["input_shape"])
+        return cls(**values)
+
+
+def _position_of(raw: dict) -> Position:
+    """The record's position; pointers of elastic runs written before Position (theirs in
+    ``elastic``) still resume."""
+    elastic = raw.get("elastic") or {}
+    return Position(
+        epoch=int(raw.get("epoch", 0)),
+        step=int(elastic.get("batch", raw.get("step") or 0)),
+        consumed=int(elastic.get("consumed", raw.get("consumed") or 0)),
+        loss_sum=float(elastic.get("loss_sum", raw.get("loss_sum") or 0.0)),
+        loss_steps=int(elastic.get("loss_steps", raw.get("loss_steps") or 0)),
+    )
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / CKPT_DIR
+
+
+def read_pointer(run_dir: str | Path, tag: str) -> CheckpointRecord | None:
+    """The pointer record of ``tag`` ('latest' or 'best'), or None when there is none."""
+    path = checkpoint_dir(run_dir) / f"{tag}.json"
+    if not path.is_file():
+        return None
+    try:
+        record = CheckpointRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError) as err:
+        raise CheckpointError(f"{path}: unreadable checkpoint pointer ({err})") from None
+    # A pointer is data: the folder it names must be a plain name inside checkpoints/.
+    if Path(record.folder).name != record.folder or record.folder in ("", ".", ".."):
+        raise CheckpointError(f"{path}: folder {record.folder!r} is not a plain name")
+    if not (checkpoint_dir(run_dir) / record.folder).is_dir():
+        raise CheckpointError(f"{path}: points to missing folder {record.folder}")
+    return record
+
+
+def save(
+    run_dir: str | Path, tag: str, trackables: dict, record: CheckpointRecord
+) -> CheckpointRecord:
+    """Write ``trackables`` (model, optimizer) as ``tag``; returns the pointer."""
+    root = checkpoint_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    folder = f"{tag}-e{record.epoch:04d}"
+    if record.position.step:
+        folder += f"-s{record.position.step:06d}"  # mid-epoch (a requeue): a distinct folder
+    tmp = root / f".{folder}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    record = dataclasses.replace(record, tag=tag, folder=folder)
+    try:
+        tf.train.Checkpoint(**trackables).write(str(tmp / "ckpt"))
+        # The folder's own copy of its pointer: a resume can fall back to it.
+        atomic_write_json(tmp / RECORD, record.to_json())
+        fsync_tree(tmp)  # every tensor on disk before the folder gets its final name
+    except (tf.errors.OpError, OSError) as err:  # e.g. the disk is full
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointWriteError(
+            f"{root}: cannot write checkpoint {folder} ({_reason(err)}); "
+            "the previous checkpoint is kept"
+        ) from None
+    final = root / folder
+    if final.exists():  # the same epoch saved again (a rerun): replace it
+        shutil.rmtree(final)
+    tmp.rename(final)
+    fsync_tree(root, recurse=False)
+    atomic_write_json(root / f"{tag}.json", record.to_json())
+    _prune(root, tag, keep=folder)
+    return record
+
+
+def _reason(err: Exception) -> str:
+    """The OS's words in a TensorFlow I/O error ("... tempstate123; No space left on device
+    [Op:SaveV2]" -> "No space left on device")."""
+    text = first_line(err)
+    if isinstance(err, tf.errors.OpError):
+        text = err.message.split("; ")[-1].split(" [Op:")[0].strip()
+    return text
+
+
+def restore(
+    run_dir: str | Path, tag: str, trackables: dict, *, partial: bool = False
+) -> CheckpointRecord:
+    """Restore ``trackables`` from ``tag``; returns its pointer record."""
+    record = read_pointer(run_dir, tag)
+    if record is None:
+        raise CheckpointError(f"{checkpoint_dir(run_dir)}: no '{tag}' checkpoint")
+    restore_path(prefix(run_dir, record), trackables, partial=partial)
+    return record
+
+
+def restore_latest(
+    run_dir: str | Path,
+    trackables: dict,
+    *,
+    check: Callable[[CheckpointRecord], None] = lambda record: None,
+) -> CheckpointRecord | None:
+    """Restore the newest readable 'latest' checkpoint; None when there is none.
+
+    The pointer's checkpoint first, then the older folders kept beside it, newest first:
+    a checkpoint damaged after it was written (power loss, a truncated file) costs the
+    epochs since the previous one, with a warning, never the run. ``check`` vets the record
+    before restoring (a run folder of another model raises, it is not a damaged one).
+    CheckpointError when checkpoints exist but none can be read.
+    """
+    candidates, problems = _latest_candidates(run_dir)
+    for record in candidates:
+        check(record)
+        try:
+            restore_path(prefix(run_dir, record), trackables, partial=False)
+        except UNREADABLE as err:
+            problems.append(f"{record.folder}: {first_line(err)[:160]}")
+            continue
+        for problem in problems:
+            log.warning("checkpoint unreadable, falling back to %s: %s", record.folder, problem)
+        return record
+    if problems:
+        raise CheckpointError(
+            f"{checkpoint_dir(run_dir)}: no readable checkpoint ({'; '.join(problems)}); "
+            "--no-resume starts over"
+        )
+    return None
+
+
+def _latest_candidates(run_dir: str | Path) -> tuple[list[CheckpointRecord], list[str]]:
+    """'latest' records, the pointer's first; and why any could not be read."""
+    records, problems = [], []
+    try:
+        pointed = read_pointer(run_dir, "latest")
+    except CheckpointError as err:
+        pointed, problems = None, [first_line(err)]
+    if pointed is not None:
+        records.append(pointed)
+    for folder in sorted(checkpoint_dir(run_dir).glob("latest-e*"), reverse=True):
+        if pointed is not None and folder.name == pointed.folder:
+            continue
+        try:
+            raw = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+            records.append(dataclasses.replace(CheckpointRecord.from_json(raw), folder=folder.name))
+        except (OSError, ValueError, TypeError) as err:
+            problems.append(f"{folder.name}: {first_line(err)}")
+    return records, problems
+
+
+def prefix(run_dir: str | Path, record: CheckpointRecord) -> Path:
+    """The ``tf.train.Checkpoint`` prefix of a pointer's folder."""
+    return checkpoint_dir(run_dir) / record.folder / "ckpt"
+
+
+def restore_path(prefix: str | Path, trackables: dict, *, partial: bool) -> None:
+    """Restore ``trackables`` from a checkpoint prefix; ``partial``: the checkpoint may hold
+    more (evaluation restores the model, not the optimizer)."""
+    status = tf.train.Checkpoint(**trackables).read(str(prefix))
+    try:
+        if partial:
+            status.expect_partial()  # e.g. evaluation restores the model, not the optimizer
+        else:
+            status.assert_existing_objects_matched()
+    except AssertionError as err:
+        raise CheckpointError(f"{prefix}: does not fit this model ({str(err)[:200]})") from None
+
+
+def clear(run_dir: str | Path) -> None:
+    """Remove all checkpoints of a run (``--no-resume`` starts from scratch)."""
+    shutil.rmtree(checkpoint_dir(run_dir), ignore_errors=True)
+
+
+def _prune(root: Path, tag: str, keep: str) -> None:
+    """Remove ``tag``'s older folders but ``keep`` and, for 'latest', the one before it
+    (the fallback if ``keep`` turns out damaged)."""
+    older = sorted(
+        (p for p in root.glob(f"{tag}-e*") if p.is_dir() and p.name != keep), reverse=True
+    )
+    spare = 1 if tag == "latest" else 0
+    for path in older[spare:]:
+        shutil.rmtree(path, ignore_errors=True)
+    for path in root.glob(f".{tag}-e*.tmp"):
+        shutil.rmtree(path, ignore_errors=True)

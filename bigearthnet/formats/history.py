@@ -1,0 +1,79 @@
+"""``RUN/history.csv``: one row per finished epoch, its one writer and its one reader.
+
+Written by rank 0 after every epoch (atomically, before the epoch's checkpoint: a kill in
+between leaves a row the resume drops, never a finished epoch without its row), read back by
+a resumed run, by ``evaluate.py``'s training-curve plot, by ``bigearthnet-elastic follow``
+and by the batch-size study.
+
+The gradient-noise-scale columns are empty ("n/a") where a run cannot measure it (one rank,
+no accumulation: there is no second batch size to compare).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from bigearthnet.core.util import read_csv, write_csv
+
+HISTORY = "history.csv"
+
+
+@dataclass(frozen=True)
+class HistoryRow:
+    """One epoch of a run: its learning rate, losses, validation scores and speed."""
+
+    epoch: int  # 1-based: epochs completed with this row
+    lr: float
+    loss: float  # mean training loss over the epoch's steps
+    val_loss: float
+    val_micro_f1: float
+    val_macro_f1: float
+    samples_per_s: float  # all ranks together
+    data_wait_fraction: float
+    seconds: float
+    world_size: int
+    global_batch: int | None = None  # samples per optimizer update, all ranks and passes
+    gns_b_simple: float | None = None  # the gradient noise scale tr(S)/|G|^2
+    gns_grad_sq: float | None = None  # |G|^2 estimate
+    gns_trace: float | None = None  # tr(S) estimate
+
+
+FIELDS = tuple(f.name for f in dataclasses.fields(HistoryRow))
+_KINDS = {f.name: f.type for f in dataclasses.fields(HistoryRow)}
+
+
+def write_history(run_dir: str | Path, rows: list[HistoryRow]) -> None:
+    """Replace ``RUN/history.csv`` with ``rows`` (atomically)."""
+    write_csv(Path(run_dir) / HISTORY, FIELDS, (_cells(row) for row in rows))
+
+
+def read_history(run_dir: str | Path, *, through_epoch: int | None = None) -> list[HistoryRow]:
+    """The rows of ``RUN/history.csv`` ([] when there is none), up to ``through_epoch``."""
+    path = Path(run_dir) / HISTORY
+    if not path.is_file():
+        return []
+    rows = [_row(cells) for cells in read_csv(path)]
+    if through_epoch is not None:
+        rows = [r for r in rows if r.epoch <= through_epoch]
+    return rows
+
+
+def _cells(row: HistoryRow) -> dict[str, object]:
+    return {k: ("" if v is None else v) for k, v in dataclasses.asdict(row).items()}
+
+
+def _row(cells: dict[str, str]) -> HistoryRow:
+    values: dict[str, object] = {}
+    for name, kind in _KINDS.items():
+        text = (cells.get(name) or "").strip()
+        if text in ("", "n/a", "None"):
+            values[name] = None
+        elif kind.startswith("int"):
+            values[name] = int(float(text))
+        else:
+            number = float(text)
+            values[name] = number if math.isfinite(number) or name != "gns_b_simple" else None
+    return HistoryRow(**values)  # type: ignore[arg-type]

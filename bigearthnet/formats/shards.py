@@ -1,0 +1,261 @@
+"""The preprocessed dataset: HDF5 shards plus ``manifest.json`` (the only contract between
+preprocessing and training/evaluation).
+
+Layout of ``OUT/``::
+
+    {split}-{i:05d}-of-{n:05d}.h5     split in train/val/test
+    manifest.json                     written last: its presence means "complete"
+    rejects.csv                       patch,reason for every patch not written
+
+Each shard holds, for its N patches:
+
+=========== ================== ===========================================================
+dataset     shape, dtype       content
+=========== ================== ===========================================================
+images      (N,120,120,12) u2  reflectance x 1e4, bands in ``constants.BANDS`` order,
+                               chunked ``CHUNK_ROWS`` patches at a time for batch reads
+labels19    (N,19) u1          multi-hot, ``constants.CLASSES_19`` order
+labels43    (N,43) u1          multi-hot, ``constants.CLASSES_43`` order (v1 sources only)
+names       (N,) UTF-8         patch names
+crs         (N,) UTF-8         the patch's CRS ("EPSG:32633"), for maps
+ulxy        (N,2) f8           upper-left corner of the patch in its CRS (metres)
+=========== ================== ===========================================================
+
+File attributes name the bands, the class lists, the resampling, the source version and
+the split, so a shard is self-describing even without the manifest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from bigearthnet.core import constants
+from bigearthnet.core.errors import InputError
+from bigearthnet.core.util import atomic_write_json, first_line, sha256_file
+
+FORMAT_VERSION = 1
+CHUNK_ROWS = 16  # 16 patches = 5.5 MB: big sequential reads, still fine-grained for shuffling
+MANIFEST = "manifest.json"
+REJECTS = "rejects.csv"
+IMAGE_SHAPE = (constants.PATCH_SIZE, constants.PATCH_SIZE, len(constants.BANDS))
+
+
+class ShardError(InputError):
+    """A preprocessed dataset that cannot be used as it is."""
+
+
+def shard_name(split: str, index: int, count: int) -> str:
+    return f"{split}-{index:05d}-of-{count:05d}.h5"
+
+
+class ShardWriter:
+    """Writes one shard under a temporary name and renames it on :meth:`commit`.
+
+    Rows are appended in blocks, so memory stays bounded by one block whatever the
+    shard size.
+    """
+
+    def __init__(self, path: Path, split: str, expected_rows: int, attrs: dict, with43: bool):
+        self.path = Path(path)
+        self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self._file = h5py.File(self._tmp, "w")
+        self.rows = 0
+        self._create(max(expected_rows, 1), with43)
+        for key, value in {**attrs, "split": split, "format_version": FORMAT_VERSION}.items():
+            self._file.attrs[key] = value
+
+    def _create(self, rows: int, with43: bool) -> None:
+        f, text = self._file, h5py.string_dtype("utf-8")
+        f.create_dataset(
+            "images",
+            shape=(rows, *IMAGE_SHAPE),
+            maxshape=(None, *IMAGE_SHAPE),
+            dtype=np.uint16,
+            chunks=(min(CHUNK_ROWS, rows), *IMAGE_SHAPE),
+        )
+        f.create_dataset("labels19", (rows, 19), np.uint8, maxshape=(None, 19))
+        if with43:
+            f.create_dataset("labels43", (rows, 43), np.uint8, maxshape=(None, 43))
+        f.create_dataset("names", (rows,), text, maxshape=(None,))
+        f.create_dataset("crs", (rows,), text, maxshape=(None,))
+        f.create_dataset("ulxy", (rows, 2), np.float64, maxshape=(None, 2))
+
+    def append(self, block: dict[str, np.ndarray | list]) -> None:
+        """Append rows; ``block`` maps dataset name -> rows (same length for all)."""
+        n = len(block["names"])
+        end = self.rows + n
+        for key, rows in block.items():
+            dset = self._file[key]
+            if dset.shape[0] < end:
+                dset.resize(end, axis=0)
+            dset[self.rows : end] = rows
+        self.rows = end
+
+    def commit(self) -> None:
+        """Trim to the rows written, flush, and move the file to its final name."""
+        for key in self._file:
+            self._file[key].resize(self.rows, axis=0)
+        self._file.attrs["count"] = self.rows
+        self._file.close()
+        with open(self._tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(self._tmp, self.path)
+
+    def abort(self) -> None:
+        """Close and delete the temporary file; the final name is never created."""
+        self._file.close()
+        self._tmp.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard as the manifest lists it."""
+
+    file: str  # a plain file name inside the data folder
+    split: str
+    count: int
+    sha256: str
+
+    def path(self, data_dir: str | Path) -> Path:
+        return Path(data_dir) / self.file
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """``manifest.json``: what preprocessing wrote and how (the only contract between
+    preprocessing and training, evaluation and maps). :func:`write_manifest` is its one
+    writer and :func:`read_manifest` its one reader."""
+
+    shards: tuple[ShardEntry, ...]
+    counts: dict[str, int]
+    label_sets: tuple[int, ...] = (19,)  # 43 too for v1 sources
+    band_mean: tuple[float, ...] | None = None  # train split, per band; None: no train split
+    band_std: tuple[float, ...] | None = None
+    resampling: str = "bilinear"
+    archive: str = ""
+    archive_version: str = ""
+    split_source: str = ""
+    seed: int | None = None
+    created: str = ""
+    command: str = ""
+    summary: dict[str, int] = field(default_factory=dict)  # found, written, rejected, excluded
+    plan_id: str = ""
+    bands: tuple[str, ...] = constants.BANDS
+    format_version: int = FORMAT_VERSION
+
+    def split_shards(self, split: str) -> list[ShardEntry]:
+        """The shards of one split, in index order."""
+        return [s for s in self.shards if s.split == split]
+
+    def count(self, split: str) -> int:
+        return int(self.counts.get(split, 0))
+
+    @property
+    def data_id(self) -> str:
+        """The identity of these shards' contents: a digest of every shard's split, count
+        and sha256. A copy or a move of the folder keeps it; another preprocessing (other
+        patches, splits, shard size or resampling) changes it."""
+        entries = sorted((s.file, s.split, s.count, s.sha256) for s in self.shards)
+        return hashlib.sha256(json.dumps(entries).encode()).hexdigest()[:16]
+
+    def to_json(self) -> dict:
+        """The manifest as written to disk (with the fixed facts readers may want)."""
+        body = dataclasses.asdict(self)
+        body.update(
+            image_shape=list(IMAGE_SHAPE),
+            dtype="uint16",
+            classes19=list(constants.CLASSES_19),
+            classes43=list(constants.CLASSES_43) if 43 in self.label_sets else None,
+        )
+        return body
+
+
+REQUIRED = ("format_version", "shards", "counts", "bands")
+
+
+def write_manifest(data_dir: str | Path, manifest: Manifest) -> Path:
+    """Write ``manifest.json`` atomically (preprocessing writes it last: its presence means
+    the folder is complete)."""
+    path = Path(data_dir) / MANIFEST
+    atomic_write_json(path, manifest.to_json())
+    return path
+
+
+def read_manifest(data_dir: str | Path) -> Manifest:
+    """Load and check ``manifest.json``; ShardError with a one-line reason otherwise."""
+    data_dir = Path(data_dir)
+    path = data_dir / MANIFEST
+    if not data_dir.is_dir():
+        raise ShardError(f"{data_dir}: data folder does not exist")
+    if not path.is_file():
+        raise ShardError(f"{path}: no manifest (preprocessing not run or not finished)")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ShardError(f"{path}: unreadable manifest ({first_line(err)})") from None
+    if not isinstance(raw, dict):
+        raise ShardError(f"{path}: not a manifest (expected a JSON object)")
+    missing = set(REQUIRED) - set(raw)
+    if missing:
+        raise ShardError(f"{path}: manifest lacks {', '.join(sorted(missing))}")
+    if raw["format_version"] != FORMAT_VERSION:
+        raise ShardError(
+            f"{path}: format version {raw['format_version']}, this code reads {FORMAT_VERSION}"
+        )
+    if list(raw["bands"]) != list(constants.BANDS):
+        raise ShardError(f"{path}: band order {raw['bands']} differs from {list(constants.BANDS)}")
+    try:
+        return _manifest_from_json(raw, path)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ShardError(f"{path}: malformed manifest ({first_line(err)})") from None
+
+
+def _manifest_from_json(raw: dict, path: Path) -> Manifest:
+    shards = tuple(_shard_entry(s, path) for s in raw["shards"])
+    known = {f.name for f in dataclasses.fields(Manifest)}
+    values = {k: v for k, v in raw.items() if k in known}
+
+    def floats(key: str) -> tuple[float, ...] | None:
+        return tuple(float(v) for v in raw[key]) if raw.get(key) is not None else None
+
+    values.update(
+        shards=shards,
+        counts={str(k): int(v) for k, v in raw["counts"].items()},
+        label_sets=tuple(int(v) for v in raw.get("label_sets") or (19,)),
+        band_mean=floats("band_mean"),
+        band_std=floats("band_std"),
+        bands=tuple(raw["bands"]),
+        summary=dict(raw.get("summary") or {}),
+    )
+    return Manifest(**values)
+
+
+def _shard_entry(raw: dict, path: Path) -> ShardEntry:
+    name = str(raw["file"])
+    # A manifest is data, not a path to follow: a shard outside its folder is refused.
+    if Path(name).name != name or name in ("", ".", ".."):
+        raise ShardError(f"{path}: shard name {name!r} is not a plain file name")
+    return ShardEntry(name, str(raw["split"]), int(raw["count"]), str(raw["sha256"]))
+
+
+def split_shards(manifest: Manifest, split: str) -> list[ShardEntry]:
+    """The manifest's shard entries of one split, in index order."""
+    return manifest.split_shards(split)
+
+
+def verify_shard(data_dir: str | Path, entry: ShardEntry) -> None:
+    """Check a shard exists and its sha256 matches the manifest; ShardError otherwise."""
+    path = entry.path(data_dir)
+    if not path.is_file():
+        raise ShardError(f"{path}: shard listed in the manifest is missing")
+    digest = sha256_file(path)
+    if digest != entry.sha256:
+        raise ShardError(f"{path}: sha256 {digest[:12]}... differs from the manifest's")

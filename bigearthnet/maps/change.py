@@ -1,0 +1,214 @@
+"""``bigearthnet-map change``: two scene maps of one place (two dates) -> how the land
+cover changed between them, the dynamic land-cover map.
+
+Inputs are maps written by ``bigearthnet-map scene`` (band 1: top class, 255 = nodata; the
+class list in the ``classes`` tag; probabilities in ``<map>.probabilities.tif``). Map B is
+put on map A's grid with nearest neighbour when the grids differ (same CRS required).
+
+Output ``CHANGE.tif``, a Cloud-Optimized GeoTIFF (uint16) on A's grid:
+
+- ``from * 100 + to`` (0-based class indices) where the top class changed, e.g. 1203: class
+  12 became class 3;
+- :data:`NO_CHANGE` (0) where it stayed (0 -> 0 is no change too, so 0 is unambiguous);
+- :data:`UNCERTAIN` where ``min_prob`` is given and either date's top-class probability is
+  below it;
+- :data:`CHANGE_NODATA` where either map has no data.
+
+Beside it: ``CHANGE.tif.transitions.csv`` (from, to, cells, km^2 of every transition found,
+the stable ones included) and ``CHANGE.png`` (a preview of the largest transitions).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bigearthnet.core.util import first_line, write_csv
+from bigearthnet.maps.patches import NODATA, PROB_SCALE, MapError
+from bigearthnet.maps.preview import LegendEntry, write_preview
+from bigearthnet.maps.scene_output import write_cog
+
+CODE_BASE = 100  # from * CODE_BASE + to: readable as two 2-digit class indices
+NO_CHANGE = 0
+UNCERTAIN = 65534
+CHANGE_NODATA = 65535
+TRANSITION_FIELDS = ("from_index", "from_class", "to_index", "to_class", "changed", "cells", "km2")
+
+
+@dataclass(frozen=True)
+class SceneMap:
+    """A scene map read back: top class, top-class probability (or None), its grid."""
+
+    path: Path
+    top: np.ndarray  # (rows, cols) uint8, NODATA where no data
+    confidence: np.ndarray | None  # (rows, cols) float32, NaN where no data
+    crs: Any  # rasterio CRS
+    transform: Any  # affine.Affine
+    classes: list[str]
+
+
+@dataclass(frozen=True)
+class ChangeSummary:
+    changed_km2: float
+    stable_km2: float
+    uncertain_km2: float
+    transitions: int  # distinct from -> to pairs with a change
+
+
+def read_scene_map(path: Path, *, with_confidence: bool) -> SceneMap:
+    """Read a ``bigearthnet-map scene`` output; MapError naming the file otherwise."""
+    import rasterio
+
+    try:
+        with rasterio.open(path) as src:
+            top, crs, transform, tags = src.read(1), src.crs, src.transform, src.tags()
+    except rasterio.errors.RasterioIOError as err:
+        raise MapError(f"{path}: cannot read ({first_line(err)})") from None
+    try:
+        classes = json.loads(tags["classes"])
+    except (KeyError, ValueError):
+        raise MapError(f"{path}: not a map of bigearthnet-map scene (no class list)") from None
+    confidence = None
+    if with_confidence:
+        probabilities = Path(f"{path}.probabilities.tif")
+        if not probabilities.is_file():
+            raise MapError(f"{probabilities}: missing (needed for --min-prob)")
+        with rasterio.open(probabilities) as src:
+            stored = src.read()
+        confidence = np.where(stored[0] == NODATA, np.nan, stored.max(axis=0) / PROB_SCALE)
+    return SceneMap(path, top, confidence, crs, transform, classes)
+
+
+def on_grid_of(b: SceneMap, a: SceneMap) -> SceneMap:
+    """``b`` on ``a``'s grid (nearest neighbour); MapError when the CRSs differ."""
+    if b.crs != a.crs:
+        raise MapError(f"{b.path}: CRS {b.crs} differs from {a.path}'s {a.crs}")
+    if b.top.shape == a.top.shape and b.transform == a.transform:
+        return b
+    from rasterio.warp import Resampling, reproject
+
+    def warp(values: np.ndarray, nodata) -> np.ndarray:
+        out = np.full(a.top.shape, nodata, dtype=values.dtype)
+        reproject(
+            values,
+            out,
+            src_transform=b.transform,
+            src_crs=b.crs,
+            src_nodata=nodata,
+            dst_transform=a.transform,
+            dst_crs=a.crs,
+            dst_nodata=nodata,
+            resampling=Resampling.nearest,
+        )
+        return out
+
+    confidence = None
+    if b.confidence is not None:
+        confidence = warp(b.confidence.astype(np.float32), np.nan)
+    return SceneMap(b.path, warp(b.top, NODATA), confidence, a.crs, a.transform, b.classes)
+
+
+def transition_codes(a: SceneMap, b: SceneMap, *, min_prob: float | None) -> np.ndarray:
+    """The change raster (uint16) of two maps on one grid."""
+    codes = a.top.astype(np.uint16) * CODE_BASE + b.top.astype(np.uint16)
+    codes[a.top == b.top] = NO_CHANGE
+    if min_prob is not None:
+        assert a.confidence is not None and b.confidence is not None
+        with np.errstate(invalid="ignore"):
+            unsure = (a.confidence < min_prob) | (b.confidence < min_prob)
+        codes[unsure] = UNCERTAIN
+    codes[(a.top == NODATA) | (b.top == NODATA)] = CHANGE_NODATA
+    return codes
+
+
+def transition_rows(a: SceneMap, b: SceneMap, codes: np.ndarray, *, cell_km2: float) -> list[list]:
+    """One row per (from, to) pair found where the change is known, largest first."""
+    known = (codes != CHANGE_NODATA) & (codes != UNCERTAIN)
+    pairs, cells = np.unique(
+        a.top[known].astype(np.int64) * CODE_BASE + b.top[known], return_counts=True
+    )
+    rows = []
+    for pair, count in sorted(zip(pairs, cells), key=lambda pc: -pc[1]):
+        source, target = divmod(int(pair), CODE_BASE)
+        rows.append(
+            [
+                source,
+                a.classes[source],
+                target,
+                a.classes[target],
+                "yes" if source != target else "no",
+                int(count),
+                f"{count * cell_km2:.4f}",
+            ]
+        )
+    return rows
+
+
+def map_change(
+    path_a: Path, path_b: Path, *, out: Path, min_prob: float | None = None
+) -> ChangeSummary:
+    """Compare two scene maps and write ``out`` with its table and preview."""
+    if min_prob is not None and not 0.0 < min_prob <= 1.0:
+        raise MapError(f"--min-prob must be in (0, 1], got {min_prob}")
+    with_confidence = min_prob is not None
+    a = read_scene_map(path_a, with_confidence=with_confidence)
+    b = read_scene_map(path_b, with_confidence=with_confidence)
+    if a.classes != b.classes:
+        raise MapError(f"{path_b}: its class list differs from {path_a}'s")
+    b = on_grid_of(b, a)
+    codes = transition_codes(a, b, min_prob=min_prob)
+    cell_km2 = abs(a.transform.a * a.transform.e) / 1e6
+    rows = transition_rows(a, b, codes, cell_km2=cell_km2)
+    tags = {
+        "from_map": str(path_a),
+        "to_map": str(path_b),
+        "min_prob": "" if min_prob is None else f"{min_prob:g}",
+        "classes": json.dumps(a.classes),
+        "code": f"from_index * {CODE_BASE} + to_index; {NO_CHANGE} = no change, "
+        f"{UNCERTAIN} = below --min-prob, {CHANGE_NODATA} = nodata",
+    }
+
+    def describe(dst) -> None:
+        dst.set_band_description(1, f"from*{CODE_BASE}+to (0 = no change)")
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    grid = {"crs": a.crs, "transform": a.transform}
+    write_cog(out, codes[None], grid, tags, describe, nodata=CHANGE_NODATA)
+    write_csv(Path(f"{out}.transitions.csv"), TRANSITION_FIELDS, rows)
+    _preview(out.with_suffix(".png"), codes, rows, transform=a.transform)
+    changed = sum(int(r[5]) for r in rows if r[4] == "yes")
+    stable = sum(int(r[5]) for r in rows if r[4] == "no")
+    return ChangeSummary(
+        changed_km2=changed * cell_km2,
+        stable_km2=stable * cell_km2,
+        uncertain_km2=float((codes == UNCERTAIN).sum()) * cell_km2,
+        transitions=sum(1 for r in rows if r[4] == "yes"),
+    )
+
+
+def _preview(path: Path, codes: np.ndarray, rows: list[list], *, transform) -> None:
+    """Stable light grey, uncertain mid grey, nodata white; the largest transitions in
+    distinct colours, the rest dark red."""
+    from matplotlib import colormaps
+
+    rgb = np.full((*codes.shape, 3), 255, dtype=np.uint8)
+    rgb[codes == NO_CHANGE] = (225, 225, 225)
+    rgb[codes == UNCERTAIN] = (150, 150, 150)
+    changed = (codes != NO_CHANGE) & (codes != UNCERTAIN) & (codes != CHANGE_NODATA)
+    rgb[changed] = (120, 0, 0)
+    palette = colormaps["tab20"]
+    legend = [LegendEntry((225, 225, 225), "no change"), LegendEntry((150, 150, 150), "uncertain")]
+    cell_km2 = abs(transform.a * transform.e) / 1e6
+    changes = [r for r in rows if r[4] == "yes"]
+    for i, row in enumerate(changes[:20]):
+        colour = tuple(int(255 * v) for v in palette(i)[:3])
+        rgb[codes == row[0] * CODE_BASE + row[2]] = colour
+        legend.append(LegendEntry(colour, f"{row[1]} -> {row[3]} ({row[5] * cell_km2:,.2f} km²)"))
+    if len(changes) > 20:
+        legend.append(LegendEntry((120, 0, 0), f"{len(changes) - 20} other transitions"))
+    title = f"land-cover change: {int(changed.sum())} changed cells"
+    write_preview(path, rgb, transform=transform, title=title, legend=legend)

@@ -1,0 +1,391 @@
+"""``bigearthnet-map``: land-cover GeoTIFFs from a trained run, one pixel per 1.2 km patch.
+
+Input is either a BigEarthNet archive (v1 or v2, read with ``archive.read_patch`` and
+assembled exactly as the shards store patches) or a folder of preprocessed shards (one or
+more splits). Every patch is scored by the run's checkpoint (same normalisation as
+training) on one process.
+
+Files. Patches go to the same GeoTIFF when they share a CRS and the same 1200 m lattice
+(``ulx mod 1200``, ``uly mod 1200``); in practice that is one file per Sentinel-2 tile,
+and patches of different CRSs never share a file. A file is named by its tile when the
+patch names carry one (v2: ``..._T33UUP_75_43`` -> ``T33UUP.tif``), else by CRS and
+lattice offset (``EPSG32629_x0780_y0840.tif``). Patches that fall on the same pixel of a
+group (several acquisitions of one place) go to extra files ``<name>_layer2.tif``, ...,
+so no prediction is overwritten.
+
+Geometry. Origin ``x0 = min ulx``, ``y0 = max uly`` of the file's patches, pixel size
+1200 m: a patch lands at ``col = (ulx - x0) / 1200``, ``row = (y0 - uly) / 1200``.
+
+Bands (uint8, nodata 255 = no patch there):
+
+* band 1: index of the most probable class (0..C-1 in the official order of the run's
+  label set; the names are in the band's metadata and the ``classes`` tag);
+* bands 2..C+1: probability of class 0..C-1 as ``round(p * 250)``, i.e. 0..250 where
+  250 means 1.0 (resolution 0.004). The GDAL scale of these bands is 1/250, so GIS tools
+  that apply scale/offset show probabilities directly.
+
+Beside each GeoTIFF: ``<name>.png``, a colour preview of band 1 with a legend of the
+classes present (a fixed CORINE colour per class). ``patches.csv`` lists every patch with
+its file, row, column and top class.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from bigearthnet.core import constants
+from bigearthnet.core.errors import InputError
+
+if TYPE_CHECKING:
+    from bigearthnet.formats.shards import Manifest
+
+PIXEL_M = constants.PATCH_METRES
+PROB_SCALE = 250  # probability p is stored as round(p * 250): 0..250, 250 = certain
+NODATA = 255  # no patch at this pixel (band 1 and the probability bands alike)
+TILE_PATTERN = re.compile(r"_(T\d{2}[A-Z]{3})(?=_|$)")  # Sentinel-2 MGRS tile in v2 names
+PROG = "bigearthnet-map"
+
+# Official CORINE Land Cover legend colours of the 43 level-3 classes (RGB), index order.
+CLC_COLOURS_43: tuple[tuple[int, int, int], ...] = (
+    (230, 0, 77), (255, 0, 0), (204, 77, 242), (204, 0, 0), (230, 204, 204),
+    (230, 204, 230), (166, 0, 204), (166, 77, 0), (255, 77, 255), (255, 166, 255),
+    (255, 230, 255), (255, 255, 168), (255, 255, 0), (230, 230, 0), (230, 128, 0),
+    (242, 166, 77), (230, 166, 0), (230, 230, 77), (255, 230, 166), (255, 230, 77),
+    (230, 204, 77), (242, 204, 166), (128, 255, 0), (0, 166, 0), (77, 255, 0),
+    (204, 242, 77), (166, 255, 128), (166, 230, 77), (166, 242, 0), (230, 230, 230),
+    (204, 204, 204), (204, 255, 204), (0, 0, 0), (166, 166, 255), (77, 77, 255),
+    (204, 204, 255), (230, 230, 255), (166, 166, 230), (0, 204, 242), (128, 242, 230),
+    (0, 255, 166), (166, 255, 230), (230, 242, 255),
+)  # fmt: skip
+
+
+class MapError(InputError):
+    """Bad input for the map command; printed as one line, exit code 2."""
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a patch is: its name, CRS and upper-left corner (CRS units, metres)."""
+
+    name: str
+    crs: str
+    ulx: float
+    uly: float
+
+
+@dataclass
+class MapFile:
+    """One output GeoTIFF: its patches (indices into the places) and their pixels."""
+
+    name: str
+    crs: str
+    indices: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+    x0: float
+    y0: float
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return int(self.rows.max()) + 1, int(self.cols.max()) + 1
+
+    @property
+    def transform(self):
+        from rasterio.transform import Affine
+
+        return Affine(PIXEL_M, 0.0, self.x0, 0.0, -PIXEL_M, self.y0)
+
+
+def class_colours(num_classes: int) -> np.ndarray:
+    """(C, 3) uint8 fixed colours; a 19-class gets the colour of its first 43-class source."""
+    if num_classes == 43:
+        return np.asarray(CLC_COLOURS_43, dtype=np.uint8)
+    first_source: dict[int, int] = {}
+    for idx43, idx19 in sorted(constants.MAP_43_TO_19.items()):
+        first_source.setdefault(idx19, idx43)
+    return np.asarray([CLC_COLOURS_43[first_source[c]] for c in range(19)], dtype=np.uint8)
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def archive_batches(
+    root: Path, version: str, resampling: str, batch_size: int, snow_cloud: bool, skipped: list
+) -> tuple[int, Iterator[tuple[np.ndarray, list[Place]]]]:
+    """Number of patches listed, and batches of (uint16 images, places) read from the archive.
+
+    Unreadable patches are appended to ``skipped`` as (name, reason) and left out.
+    """
+    from bigearthnet.preprocessing.archive import (
+        PatchError,
+        detect_version,
+        list_patches,
+        read_patch,
+    )
+    from bigearthnet.preprocessing.assembly import assemble
+
+    version = detect_version(root) if version == "auto" else version
+    listing = list_patches(root, version)
+    refs = listing.patches + (listing.snow_cloud if snow_cloud else [])
+
+    def batches():
+        for start in range(0, len(refs), batch_size):
+            images, places = [], []
+            for ref in refs[start : start + batch_size]:
+                try:
+                    patch = read_patch(ref, version)
+                except PatchError as err:
+                    skipped.append((ref.name, str(err)))
+                    continue
+                images.append(assemble(patch, resampling))
+                places.append(Place(patch.name, patch.crs, patch.ulx, patch.uly))
+            if places:
+                yield np.stack(images), places
+
+    return len(refs), batches()
+
+
+def shard_batches(
+    data_dir: Path, manifest: Manifest, splits: list[str], batch_size: int
+) -> tuple[int, Iterator[tuple[np.ndarray, list[Place]]]]:
+    """Number of patches, and batches of (uint16 images, places) read from the shards."""
+    import h5py
+
+    from bigearthnet.formats.shards import split_shards
+
+    entries = [entry for split in splits for entry in split_shards(manifest, split)]
+
+    def batches():
+        for entry in entries:
+            with h5py.File(entry.path(data_dir), "r") as f:
+                for lo in range(0, entry.count, batch_size):
+                    hi = min(lo + batch_size, entry.count)
+                    places = [
+                        Place(_text(name), _text(crs), float(x), float(y))
+                        for name, crs, (x, y) in zip(
+                            f["names"][lo:hi], f["crs"][lo:hi], f["ulxy"][lo:hi]
+                        )
+                    ]
+                    yield f["images"][lo:hi], places
+
+    return sum(e.count for e in entries), batches()
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def predict_places(loaded, batches, total: int, progress: bool) -> tuple[list[Place], np.ndarray]:
+    """Score every batch; returns all places and their (N, C) float32 scores."""
+    from tqdm import tqdm
+
+    places: list[Place] = []
+    scores = [np.zeros((0, loaded.num_classes), dtype=np.float32)]
+    with tqdm(total=total, unit="patch", desc="map", disable=not progress) as bar:
+        for images, batch_places in batches:
+            scores.append(loaded.predict(images))
+            places.extend(batch_places)
+            bar.update(len(batch_places))
+    return places, np.concatenate(scores)
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def tile_of(name: str) -> str | None:
+    """The Sentinel-2 tile (e.g. T33UUP) named in a v2 patch id, else None."""
+    match = TILE_PATTERN.search(name)
+    return match.group(1) if match else None
+
+
+def lattice_key(place: Place) -> tuple[str, int, int, str]:
+    """Patches with equal keys share one pixel grid: CRS, lattice offset, tile."""
+    return (
+        place.crs,
+        round(place.ulx) % PIXEL_M,
+        round(place.uly) % PIXEL_M,
+        tile_of(place.name) or "",
+    )
+
+
+def _crs_label(crs: str) -> str:
+    if crs.upper().startswith("EPSG:"):
+        return "EPSG" + crs[5:]
+    return "CRS" + hashlib.sha1(crs.encode()).hexdigest()[:8]  # a WKT: short and stable
+
+
+def _base_name(key: tuple[str, int, int, str]) -> str:
+    crs, off_x, off_y, tile = key
+    return tile or f"{_crs_label(crs)}_x{off_x:04d}_y{off_y:04d}"
+
+
+def _layers(members: list[int], places: list[Place]) -> list[list[int]]:
+    """Split a group so that no two patches of a layer share a pixel (repeat acquisitions)."""
+    seen: dict[tuple[int, int], int] = defaultdict(int)
+    layers: list[list[int]] = []
+    for i in sorted(members, key=lambda i: places[i].name):
+        corner = (round(places[i].ulx), round(places[i].uly))
+        layer = seen[corner]
+        seen[corner] += 1
+        if layer == len(layers):
+            layers.append([])
+        layers[layer].append(i)
+    return layers
+
+
+def _map_file(name: str, indices: list[int], places: list[Place]) -> MapFile:
+    ulx = np.array([places[i].ulx for i in indices])
+    uly = np.array([places[i].uly for i in indices])
+    x0, y0 = float(ulx.min()), float(uly.max())
+    cols = np.rint((ulx - x0) / PIXEL_M).astype(np.int64)
+    rows = np.rint((y0 - uly) / PIXEL_M).astype(np.int64)
+    return MapFile(name, places[indices[0]].crs, np.asarray(indices), rows, cols, x0, y0)
+
+
+def plan_files(places: list[Place]) -> list[MapFile]:
+    """The output files: one per CRS + lattice (+ tile), extra layers for overlaps."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, place in enumerate(places):
+        groups[lattice_key(place)].append(i)
+    files, used = [], set()
+    for key in sorted(groups):
+        base = _base_name(key)
+        if base in used:  # the same tile on two lattices: unlikely, but never overwrite
+            base = f"{base}_{_crs_label(key[0])}_x{key[1]:04d}_y{key[2]:04d}"
+        used.add(base)
+        for layer, indices in enumerate(_layers(groups[key], places)):
+            name = base if layer == 0 else f"{base}_layer{layer + 1}"
+            files.append(_map_file(name, indices, places))
+    return files
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def raster_bands(map_file: MapFile, scores: np.ndarray) -> np.ndarray:
+    """(1 + C, H, W) uint8: top class, then probabilities x 250; 255 where no patch."""
+    num_classes = scores.shape[1]
+    bands = np.full((1 + num_classes, *map_file.shape), NODATA, dtype=np.uint8)
+    mine = scores[map_file.indices]
+    bands[0, map_file.rows, map_file.cols] = mine.argmax(axis=1)
+    scaled = np.rint(np.clip(mine, 0.0, 1.0) * PROB_SCALE).astype(np.uint8)
+    bands[1:, map_file.rows, map_file.cols] = scaled.T
+    return bands
+
+
+def write_geotiff(path: Path, map_file: MapFile, bands: np.ndarray, tags: dict) -> None:
+    """One GeoTIFF, written under a temporary name and renamed."""
+    import rasterio
+    from rasterio.crs import CRS
+
+    from bigearthnet.core.util import atomic_path
+
+    classes = json.loads(tags["classes"])
+    height, width = map_file.shape
+    profile = {
+        "driver": "GTiff",
+        "height": height,
+        "width": width,
+        "count": len(bands),
+        "dtype": "uint8",
+        "crs": CRS.from_user_input(map_file.crs),
+        "transform": map_file.transform,
+        "nodata": NODATA,
+        "compress": "deflate",
+    }
+    with atomic_path(path) as tmp, rasterio.open(tmp, "w", **profile) as dst:
+        dst.write(bands)
+        dst.update_tags(**tags)
+        dst.set_band_description(1, "top class index (255 = no patch)")
+        dst.update_tags(1, **{str(c): name for c, name in enumerate(classes)})
+        for c, name in enumerate(classes, start=2):
+            dst.set_band_description(c, f"P({name}) x {PROB_SCALE}")
+        dst.scales = (1.0,) + (1.0 / PROB_SCALE,) * len(classes)
+        dst.offsets = (0.0,) * len(bands)
+
+
+def write_preview(path: Path, map_file: MapFile, top: np.ndarray, classes: list[str]) -> None:
+    """Colour PNG of band 1 with a legend of the classes present."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch as LegendPatch
+
+    from bigearthnet.evaluation.plots import save_figure
+
+    colours = class_colours(len(classes))
+    valid = top != NODATA
+    rgb = np.full((*top.shape, 3), 255, dtype=np.uint8)  # white where there is no patch
+    rgb[valid] = colours[top[valid]]
+    height, width = top.shape
+    extent_km = np.array([0, width, -height, 0]) * PIXEL_M / 1000 + np.repeat(
+        [map_file.x0 / 1000, map_file.y0 / 1000], 2
+    )
+    fig = Figure(figsize=(10, 6))
+    ax = fig.add_subplot()
+    ax.imshow(rgb, extent=tuple(extent_km), interpolation="nearest")
+    ax.set(xlabel="easting (km)", ylabel="northing (km)")
+    ax.set_title(f"{map_file.name}: {int(valid.sum())} patches, {map_file.crs}, 1.2 km pixels")
+    present, counts = np.unique(top[valid], return_counts=True)
+    handles = [
+        LegendPatch(facecolor=colours[c] / 255, edgecolor="grey", label=f"{classes[c]} ({n})")
+        for c, n in zip(present, counts)
+    ]
+    ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7)
+    save_figure(fig, path)
+
+
+PATCH_FIELDS = (
+    "name",
+    "file",
+    "row",
+    "col",
+    "crs",
+    "ulx",
+    "uly",
+    "top_class",
+    "class",
+    "probability",
+)
+
+
+def patch_rows(files: list[MapFile], places: list[Place], scores: np.ndarray, classes) -> list:
+    """One row per patch of patches.csv: where it went and what it was predicted to be."""
+    rows = []
+    for map_file in files:
+        for i, row, col in zip(map_file.indices, map_file.rows, map_file.cols):
+            place, top = places[i], int(scores[i].argmax())
+            rows.append(
+                [place.name, f"{map_file.name}.tif", row, col, place.crs, place.ulx, place.uly]
+                + [top, classes[top], f"{scores[i, top]:.4f}"]
+            )
+    return rows
+
+
+def write_maps(out: Path, places: list[Place], scores: np.ndarray, loaded) -> list[MapFile]:
+    """Every GeoTIFF, its preview and patches.csv into ``out``."""
+    from bigearthnet.core.util import write_csv
+
+    out.mkdir(parents=True, exist_ok=True)
+    classes = loaded.class_names
+    tags = {
+        "classes": json.dumps(classes),
+        "probability_scale": f"bands 2..: round(p * {PROB_SCALE}), {NODATA} = nodata",
+        "model": loaded.record.model,
+        "checkpoint": str(loaded.prefix),
+        "epoch": str(loaded.epoch),
+    }
+    files = plan_files(places)
+    for map_file in files:
+        bands = raster_bands(map_file, scores)
+        write_geotiff(out / f"{map_file.name}.tif", map_file, bands, tags)
+        write_preview(out / f"{map_file.name}.png", map_file, bands[0], classes)
+    write_csv(out / "patches.csv", PATCH_FIELDS, patch_rows(files, places, scores, classes))
+    return files

@@ -1,0 +1,67 @@
+"""PNG previews of raster maps: the image in map coordinates (km), a legend and a scale bar.
+One drawing routine for scene maps and change maps (the patch maps of :mod:`maps` keep
+their own, whose pixels are scattered patches rather than a grid)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bigearthnet.evaluation.plots import save_figure
+
+MAX_LEGEND = 24  # a legend longer than this is cut (the CSV beside the map has them all)
+
+
+@dataclass(frozen=True)
+class LegendEntry:
+    colour: tuple[int, ...]  # 0..255 red, green, blue
+    label: str
+
+    def hex(self) -> str:
+        return "#" + "".join(f"{int(v):02x}" for v in self.colour[:3])
+
+
+def scale_bar_length(width_m: float) -> float:
+    """A round length (1, 2 or 5 x 10^k m) near a fifth of the map's width."""
+    target = max(width_m / 5.0, 1e-9)
+    power = 10 ** math.floor(math.log10(target))
+    return max(step * power for step in (1, 2, 5) if step * power <= target)
+
+
+def write_preview(
+    path: Path, rgb: np.ndarray, *, transform, title: str, legend: list[LegendEntry]
+) -> None:
+    """Draw ``rgb`` ((rows, cols, 3) uint8) on the grid ``transform`` (metres) with a legend
+    and a scale bar; written atomically."""
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    rows, cols = rgb.shape[:2]
+    left, top = transform.c / 1000, transform.f / 1000
+    right, bottom = left + cols * transform.a / 1000, top + rows * transform.e / 1000
+    fig = Figure(figsize=(10, 7))
+    ax = fig.add_subplot()
+    ax.imshow(rgb, extent=(left, right, bottom, top), interpolation="nearest")
+    ax.set(xlabel="easting (km)", ylabel="northing (km)", title=title)
+    _scale_bar(ax, left=left, bottom=bottom, width_km=right - left, height_km=top - bottom)
+    handles = [
+        Patch(facecolor=e.hex(), edgecolor="grey", label=e.label) for e in legend[:MAX_LEGEND]
+    ]
+    if len(legend) > MAX_LEGEND:
+        handles.append(
+            Patch(facecolor="none", edgecolor="none", label=f"... {len(legend) - MAX_LEGEND} more")
+        )
+    if handles:
+        ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7)
+    save_figure(fig, path)
+
+
+def _scale_bar(ax, *, left: float, bottom: float, width_km: float, height_km: float) -> None:
+    length_km = scale_bar_length(width_km * 1000) / 1000
+    x0, y0 = left + 0.05 * width_km, bottom + 0.05 * height_km
+    ax.plot([x0, x0 + length_km], [y0, y0], color="black", linewidth=3, solid_capstyle="butt")
+    label = f"{length_km:g} km" if length_km >= 1 else f"{length_km * 1000:g} m"
+    ax.text(x0 + length_km / 2, y0 + 0.02 * height_km, label, ha="center", va="bottom")

@@ -1,0 +1,242 @@
+"""Finding and reading patches in the two BigEarthNet-S2 archive layouts.
+
+v1.0 (590,326 patches)::
+
+    ROOT/<name>/<name>_B01.tif ... <name>_B12.tif, <name>_B8A.tif
+    ROOT/<name>/<name>_labels_metadata.json      # "labels": 43-class CORINE names
+
+v2.0 / reBEN (549,488 patches)::
+
+    ROOT/BigEarthNet-S2/<tile>/<patch_id>/<patch_id>_B01.tif ...
+    ROOT/metadata.parquet                         # patch_id, labels (19-class), split, ...
+    ROOT/metadata_for_patches_with_snow_cloud_or_shadow.parquet
+
+Listing only gathers names (cheap, in the main process); reading a patch - 12 GeoTIFFs
+plus, for v1, its JSON - happens in the workers and raises :class:`PatchError` with a
+one-line reason for anything wrong with that patch, so preprocessing can record it in
+``rejects.csv`` and carry on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bigearthnet.core import constants
+from bigearthnet.core.errors import InputError
+from bigearthnet.core.util import first_line
+from bigearthnet.preprocessing.geotiff import GeoTiffError, read_band
+
+# The reBEN (v2) layout: the one home of its names (the reader here, the synthetic writer).
+V2_S2_DIR = "BigEarthNet-S2"
+V2_METADATA = "metadata.parquet"
+V2_SNOW_CLOUD = "metadata_for_patches_with_snow_cloud_or_shadow.parquet"
+V2_SPLITS: tuple[str, ...] = ("train", "validation", "test")  # as metadata.parquet says
+V2_SPLIT_NAMES = {"train": "train", "validation": "val", "val": "val", "test": "test"}
+V2_COLUMNS: tuple[str, ...] = (
+    "patch_id",
+    "labels",
+    "split",
+    "country",
+    "s1_name",
+    "s2v1_name",
+    "contains_seasonal_snow",
+    "contains_cloud_or_shadow",
+)
+
+
+class ArchiveError(InputError):
+    """The archive as a whole cannot be used (missing, empty, unknown layout)."""
+
+
+class PatchError(InputError):
+    """One patch cannot be used; str(err) is the reason written to rejects.csv."""
+
+
+@dataclass(frozen=True)
+class PatchRef:
+    """Where a patch lives and what the archive's tables say about it."""
+
+    name: str
+    folder: str
+    labels19: tuple[str, ...] | None = None  # v2: from metadata.parquet
+    split: str | None = None  # v2: train/val/test from metadata.parquet
+
+
+@dataclass
+class Patch:
+    """A patch read from disk, bands at native resolution."""
+
+    name: str
+    bands: dict[str, np.ndarray]
+    labels19: np.ndarray  # (19,) uint8
+    labels43: np.ndarray | None  # (43,) uint8, v1 only
+    crs: str
+    ulx: float
+    uly: float
+
+
+@dataclass
+class Listing:
+    """What :func:`list_patches` found."""
+
+    version: str
+    patches: list[PatchRef]
+    missing: list[tuple[str, str]]  # (name, reason): listed in a table but not on disk
+    snow_cloud: list[PatchRef]  # v2 patches of the snow/cloud table
+
+
+def detect_version(root: Path) -> str:
+    """'v1' or 'v2' from the layout of ``root``; ArchiveError when neither fits."""
+    if not root.is_dir():
+        raise ArchiveError(f"{root}: archive folder does not exist")
+    if (root / V2_METADATA).is_file():
+        return "v2"
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if entry.is_dir() and os.path.exists(os.path.join(entry.path, f"{entry.name}_B02.tif")):
+                return "v1"
+    raise ArchiveError(
+        f"{root}: not a BigEarthNet archive (no {V2_METADATA} and no <patch>/<patch>_B02.tif)"
+    )
+
+
+def list_patches(root: Path, version: str) -> Listing:
+    """All patches of the archive, sorted by name."""
+    if version == "v1":
+        return _list_v1(root)
+    if version == "v2":
+        return _list_v2(root)
+    raise ArchiveError(f"unknown archive version {version!r}; use v1 or v2")
+
+
+def _list_v1(root: Path) -> Listing:
+    refs = []
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if entry.is_dir() and "_MSIL2A_" in entry.name:
+                refs.append(PatchRef(entry.name, entry.path))
+    if not refs:
+        raise ArchiveError(f"{root}: no v1 patch folders (<mission>_MSIL2A_<date>_<col>_<row>)")
+    refs.sort(key=lambda r: r.name)
+    return Listing("v1", refs, [], [])
+
+
+def _list_v2(root: Path) -> Listing:
+    s2_dir = _v2_image_dir(root)
+    table = _read_v2_table(root / V2_METADATA)
+    patches, missing = _v2_refs(table, s2_dir, V2_METADATA)
+    snow_cloud: list[PatchRef] = []
+    if (root / V2_SNOW_CLOUD).is_file():
+        extra, extra_missing = _v2_refs(_read_v2_table(root / V2_SNOW_CLOUD), s2_dir, V2_SNOW_CLOUD)
+        snow_cloud, missing = extra, missing + extra_missing
+    if not patches:
+        raise ArchiveError(f"{root / V2_METADATA}: no patches listed")
+    return Listing("v2", patches, missing, snow_cloud)
+
+
+def _v2_image_dir(root: Path) -> Path:
+    candidates = sorted(p for p in root.glob(f"{V2_S2_DIR}*") if p.is_dir())
+    if not candidates:
+        raise ArchiveError(f"{root}: v2 archive without a BigEarthNet-S2 folder")
+    return candidates[0]
+
+
+def _read_v2_table(path: Path):
+    import pandas as pd  # heavy import, only v2 needs it
+
+    try:
+        table = pd.read_parquet(path, columns=["patch_id", "labels", "split"])
+    except Exception as err:  # pyarrow raises many types for broken files
+        raise ArchiveError(f"{path}: cannot read parquet ({first_line(err)})") from None
+    return table
+
+
+def _v2_refs(table, s2_dir: Path, source: str) -> tuple[list[PatchRef], list[tuple[str, str]]]:
+    refs, missing = [], []
+    for patch_id, labels, split in zip(table["patch_id"], table["labels"], table["split"]):
+        # Metadata is data, not a path to follow: a name that would leave the folder is refused.
+        if not _plain_name(str(patch_id)):
+            missing.append((str(patch_id), f"patch_id in {source} is not a plain name: refused"))
+            continue
+        tile = patch_id.rsplit("_", 2)[0]
+        folder = os.path.join(s2_dir, tile, patch_id)
+        if not os.path.isdir(folder):
+            missing.append((patch_id, f"listed in {source} but missing on disk"))
+            continue
+        split_name = V2_SPLIT_NAMES.get(str(split))
+        refs.append(PatchRef(patch_id, folder, tuple(labels), split_name))
+    refs.sort(key=lambda r: r.name)
+    return refs, missing
+
+
+def _plain_name(name: str) -> bool:
+    return name not in ("", ".", "..") and Path(name).name == name and "\\" not in name
+
+
+def read_patch(ref: PatchRef, version: str) -> Patch:
+    """Read the 12 bands and the labels of one patch; PatchError with the reason if unusable."""
+    bands: dict[str, np.ndarray] = {}
+    geo = None
+    for band in constants.BANDS:
+        raster = _read_checked_band(ref, band)
+        bands[band] = raster.data
+        if band == "B02":
+            geo = raster
+    if version == "v1":
+        labels43 = _v1_labels(ref)
+        labels19 = constants.labels43_to_19(labels43)
+    else:
+        labels43 = None
+        labels19 = _labels_vector(ref.labels19 or (), constants.CLASSES_19)
+    assert geo is not None  # B02 is one of constants.BANDS: the loop above set it
+    return Patch(ref.name, bands, labels19, labels43, geo.crs, geo.ulx, geo.uly)
+
+
+def _read_checked_band(ref: PatchRef, band: str):
+    path = os.path.join(ref.folder, f"{ref.name}_{band}.tif")
+    try:
+        raster = read_band(path)
+    except GeoTiffError as err:
+        if str(err).startswith("missing file"):
+            raise PatchError(f"missing band {band} ({ref.name}_{band}.tif)") from None
+        raise PatchError(f"band {band}: {err}") from None
+    size = constants.BAND_NATIVE_SIZE[band]
+    if raster.data.shape != (size, size):
+        h, w = raster.data.shape
+        raise PatchError(f"band {band} is {w}x{h} px, expected {size}x{size}")
+    if raster.data.dtype != np.uint16:
+        raise PatchError(f"band {band} has dtype {raster.data.dtype}, expected uint16")
+    return raster
+
+
+def _v1_labels(ref: PatchRef) -> np.ndarray:
+    path = os.path.join(ref.folder, f"{ref.name}_labels_metadata.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise PatchError(f"missing labels file {ref.name}_labels_metadata.json") from None
+    if not text.strip():
+        raise PatchError(f"empty labels file {ref.name}_labels_metadata.json")
+    try:
+        meta = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise PatchError(f"invalid JSON in {ref.name}_labels_metadata.json ({err.msg})") from None
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    if not isinstance(labels, list):
+        raise PatchError(f"{ref.name}_labels_metadata.json has no 'labels' list")
+    return _labels_vector(labels, constants.CLASSES_43)
+
+
+def _labels_vector(names, classes: tuple[str, ...]) -> np.ndarray:
+    if len(names) == 0:
+        raise PatchError("empty label list")
+    try:
+        return constants.multi_hot(list(names), classes)
+    except KeyError as err:
+        raise PatchError(f"unknown label {err.args[0]!r}") from None

@@ -1,0 +1,276 @@
+"""Preprocessing a BigEarthNet archive into upsampled HDF5 shards: running and joining.
+
+The command is :mod:`bigearthnet.cli.preprocess` (``bigearthnet-preprocess ARCHIVE OUT``);
+the plan is :mod:`bigearthnet.preprocessing.plan`, a shard's assembly
+:mod:`bigearthnet.preprocessing.assembly`.
+
+How the work is cut, so that it is deterministic, parallel and resumable:
+
+1. *Plan* (every task computes the same one): list the archive, drop excluded patches,
+   assign splits, order each split by a seeded permutation and cut it into shards of
+   ``--shard-size`` patches. The plan depends only on the archive, the options and the
+   seed, never on ``--workers`` or ``--num-tasks``, so shard contents are reproducible.
+2. *Shards* are the unit of work: task ``I`` of ``K`` owns the shards whose global index
+   is ``I mod K``; within a task, ``--workers`` processes take shards from a pool. A shard
+   is written under a temporary name and renamed when complete, then a small sidecar
+   ``OUT/.parts/<shard>.json`` records its count, checksum, band sums and rejects.
+3. *Join*: once every shard has its sidecar, the manifest (with train-split band
+   statistics from the summed float64 sums) and ``rejects.csv`` are written, the manifest
+   last. With one task this happens at the end of the run; with several, run the command
+   again with ``--join`` (or let the last task to finish do it).
+
+A rerun after a crash or ``kill -9`` skips shards that have a sidecar and redoes the rest;
+``--overwrite`` starts over.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import shutil
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from bigearthnet.core import constants
+from bigearthnet.core.errors import RunFailed, UsageError
+from bigearthnet.core.util import atomic_write_json, write_csv
+from bigearthnet.formats.shards import (
+    FORMAT_VERSION,
+    IMAGE_SHAPE,
+    MANIFEST,
+    REJECTS,
+)
+from bigearthnet.preprocessing.assembly import write_shard
+from bigearthnet.preprocessing.plan import PARTS, Options, Plan, ShardPlan, make_plan
+
+
+def run(opts: Options, argv: list[str] | None = None) -> int:
+    """Preprocess per ``opts``; returns the exit code (0, 1 for --strict rejects)."""
+    started = time.time()
+    _prepare_out(opts)
+    plan = make_plan(opts)
+    _check_plan_id(opts.out, plan.plan_id)
+    mine = [s for i, s in enumerate(plan.shards) if i % opts.num_tasks == opts.task_index]
+    todo = [s for s in mine if not _part_path(opts.out, s).is_file()]
+    _remove_stale_temps(opts.out, todo)
+    if not opts.join:
+        _log(
+            opts,
+            f"{plan.version} archive {opts.archive}: {plan.found} patches found, "
+            f"{len(plan.shards)} shards ({plan.split_source}); task {opts.task_index + 1}/"
+            f"{opts.num_tasks}: {len(mine)} shards, {len(mine) - len(todo)} already done",
+        )
+        _process(todo, opts, plan)
+    missing = [s.file for s in plan.shards if not _part_path(opts.out, s).is_file()]
+    if missing:
+        if opts.join:
+            raise UsageError(
+                f"{opts.out}: cannot join, {len(missing)} shards unfinished ({missing[0]}, ...)"
+            )
+        _log(
+            opts,
+            f"task done; {len(missing)} shards of other tasks still to come: run --join afterwards",
+        )
+        return 0
+    manifest = join(opts, plan, argv)
+    _print_summary(opts, manifest, time.time() - started)
+    rejected = manifest["summary"]["rejected"]
+    if opts.strict and rejected:
+        raise RunFailed(f"{rejected} patches rejected (--strict); see {opts.out / REJECTS}")
+    return 0
+
+
+def _prepare_out(opts: Options) -> None:
+    try:
+        if opts.overwrite and opts.out.exists():
+            _clear_outputs(opts.out)
+        (opts.out / PARTS).mkdir(parents=True, exist_ok=True)
+        probe = opts.out / PARTS / f".probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise UsageError(f"{opts.out}: output folder not writable ({err.strerror})") from None
+
+
+def _clear_outputs(out: Path) -> None:
+    for path in out.iterdir():
+        if path.name == PARTS:
+            shutil.rmtree(path)
+        elif path.suffix == ".h5" or path.name in (MANIFEST, REJECTS) or ".tmp-" in path.name:
+            path.unlink()
+
+
+def _check_plan_id(out: Path, plan_id: str) -> None:
+    path = out / PARTS / "plan.json"
+    if path.is_file():
+        previous = json.loads(path.read_text()).get("plan_id")
+        if previous != plan_id:
+            raise UsageError(
+                f"{out}: holds shards of a different archive or options (plan {previous}, now "
+                f"{plan_id}); use --overwrite to start over or another OUT"
+            )
+    else:
+        atomic_write_json(path, {"plan_id": plan_id})
+
+
+def _remove_stale_temps(out: Path, shards: list[ShardPlan]) -> None:
+    """Temp files of a killed run, for shards this task is about to redo (never another
+    task's: shards have exactly one owner)."""
+    for shard in shards:
+        for tmp in out.glob(f".{shard.file}.tmp-*"):
+            tmp.unlink(missing_ok=True)
+
+
+def _part_path(out: Path, shard: ShardPlan) -> Path:
+    return out / PARTS / f"{shard.file}.json"
+
+
+def _process(todo: list[ShardPlan], opts: Options, plan: Plan) -> None:
+    total = sum(len(s.refs) for s in todo)
+    bar = _progress_bar(opts, total)
+    args = (opts.out, plan.version, opts.resampling, plan.plan_id)
+    try:
+        if opts.workers <= 1 or len(todo) <= 1:
+            for shard in todo:
+                write_shard(shard, *args, progress=bar.update)
+        else:
+            _process_pool(todo, opts, args, bar)
+    finally:
+        bar.close()
+
+
+def _process_pool(todo, opts, args, bar) -> None:
+    # fork is cheapest, but forking a process that has started TensorFlow's threads (an
+    # in-process test, a notebook) can deadlock; spawn then.
+    ctx = mp.get_context("spawn" if "tensorflow" in sys.modules else "fork")
+    queue = ctx.Queue()
+    with ProcessPoolExecutor(
+        opts.workers, mp_context=ctx, initializer=_init_worker, initargs=(queue,)
+    ) as pool:
+        pending = {pool.submit(_pool_task, shard, *args) for shard in todo}
+        while pending:
+            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            _drain(queue, bar)
+            for future in done:
+                future.result()  # re-raise a worker's exception in the main process
+        _drain(queue, bar)
+
+
+_QUEUE = None
+
+
+def _init_worker(queue) -> None:
+    global _QUEUE
+    _QUEUE = queue
+
+
+def _pool_task(shard, out, version, resampling, plan_id) -> dict:
+    assert _QUEUE is not None  # set by _init_worker in every pool process
+    return write_shard(shard, out, version, resampling, plan_id, progress=_QUEUE.put)
+
+
+def _drain(queue, bar) -> None:
+    while not queue.empty():
+        bar.update(queue.get())
+
+
+def _progress_bar(opts: Options, total: int):
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        unit="patch",
+        desc="preprocess",
+        disable=not opts.progress,
+        dynamic_ncols=True,
+        mininterval=1.0,
+    )
+
+
+def join(opts: Options, plan: Plan, argv: list[str] | None = None) -> dict:
+    """Merge the shard sidecars into manifest.json (written last) and rejects.csv."""
+    records = [json.loads(_part_path(opts.out, s).read_text()) for s in plan.shards]
+    stale = [r["file"] for r in records if r.get("plan_id") != plan.plan_id]
+    if stale:
+        raise UsageError(f"{opts.out}: {stale[0]} belongs to another plan; rerun with --overwrite")
+    rejects = plan.not_written + [tuple(x) for r in records for x in r["rejects"]]
+    _write_rejects(opts.out / REJECTS, rejects)
+    counts = {
+        split: sum(r["count"] for r in records if r["split"] == split) for split in constants.SPLITS
+    }
+    mean, std = _band_stats([r for r in records if r["split"] == "train"])
+    read_rejects = sum(len(r["rejects"]) for r in records)
+    missing = sum(1 for _, reason in plan.not_written if not reason.startswith("excluded"))
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join(
+            ["bigearthnet-preprocess", *(argv if argv is not None else sys.argv[1:])]
+        ),
+        "archive": str(opts.archive.resolve()),
+        "archive_version": plan.version,
+        "bands": list(constants.BANDS),
+        "image_shape": list(IMAGE_SHAPE),
+        "dtype": "uint16",
+        "classes19": list(constants.CLASSES_19),
+        "classes43": list(constants.CLASSES_43) if plan.version == "v1" else None,
+        "label_sets": [19, 43] if plan.version == "v1" else [19],
+        "resampling": opts.resampling,
+        "split_source": plan.split_source,
+        "seed": opts.seed,
+        "counts": counts,
+        "band_mean": mean,
+        "band_std": std,
+        "shards": [{k: r[k] for k in ("file", "split", "count", "sha256")} for r in records],
+        "summary": {
+            "found": plan.found,
+            "written": sum(counts.values()),
+            "rejected": read_rejects + missing,
+            "excluded": plan.excluded,
+        },
+        "plan_id": plan.plan_id,
+    }
+    atomic_write_json(opts.out / MANIFEST, manifest)
+    return manifest
+
+
+def _band_stats(records: list[dict]) -> tuple[list[float] | None, list[float] | None]:
+    pixels = sum(r["pixel_count"] for r in records)
+    if pixels == 0:
+        return None, None
+    total = np.sum([r["band_sum"] for r in records], axis=0)
+    total_sq = np.sum([r["band_sumsq"] for r in records], axis=0)
+    mean = total / pixels
+    var = np.maximum(total_sq / pixels - mean**2, 0.0)
+    return mean.tolist(), np.sqrt(var).tolist()
+
+
+def _write_rejects(path: Path, rejects) -> None:
+    write_csv(path, ("patch", "reason"), sorted(rejects))
+
+
+def _print_summary(opts: Options, manifest: dict, seconds: float) -> None:
+    s, counts = manifest["summary"], manifest["counts"]
+    rate = s["written"] / seconds if seconds > 0 else 0.0
+    _log(
+        opts,
+        f"done in {seconds:.1f} s ({rate:.0f} patches/s): "
+        + ", ".join(f"{k} {v}" for k, v in counts.items()),
+    )
+    _log(
+        opts,
+        f"found {s['found']} = written {s['written']} + rejected {s['rejected']} "
+        f"+ excluded {s['excluded']}; manifest {opts.out / MANIFEST}",
+    )
+    if s["rejected"]:
+        _log(opts, f"rejected patches and reasons: {opts.out / REJECTS}")
+
+
+def _log(opts: Options, message: str) -> None:
+    print(f"[preprocess] {message}", flush=True)

@@ -1,0 +1,116 @@
+"""When to grow or shrink an elastic run: follow the gradient noise scale.
+
+McCandlish et al. (2018): up to the critical batch size, which the simple noise scale
+B_simple = tr(Sigma)/|G|^2 predicts, a larger batch buys proportionally fewer steps; past
+it, extra workers mostly waste compute. B_simple grows as the loss falls, so a run should
+start small and grow. The policy reads what ``train.py`` measured (``history.csv``:
+``gns_b_simple``, ``global_batch``, ``world_size``, ``val_micro_f1``) and decides, once per
+finished epoch:
+
+* **grow** to the largest world (at most double, at most ``max_workers``) whose global
+  batch, times ``margin``, stays at or below B_simple - larger batches still pay;
+* **shrink** when B_simple has fallen below the current global batch (to the world whose
+  batch fits under it), or when validation micro-F1 has plateaued (improved by less than
+  ``plateau_delta`` over ``plateau_epochs`` epochs: give resources back, as the seed
+  study's malleability work asks);
+* **stay** otherwise, and always within ``dwell_epochs`` epochs of the last change (a
+  resize costs a re-rendezvous and a new warm-up; the estimate needs time to settle).
+
+B_simple is the mean over the last ``smoothing`` epochs that measured it. A world of one
+rank without accumulation measures nothing (no second batch size): the policy then stays.
+Every decision carries the numbers behind it. TensorFlow-free: it runs on a login node.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bigearthnet.formats.history import HistoryRow
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    max_workers: int
+    min_workers: int = 1
+    margin: float = 1.0  # grow only while global batch x margin <= B_simple
+    dwell_epochs: int = 2
+    plateau_epochs: int = 3
+    plateau_delta: float = 0.002
+    smoothing: int = 2
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One epoch's verdict with the numbers behind it (a row of the decisions file)."""
+
+    epoch: int
+    workers_before: int
+    workers_after: int
+    b_simple: float | None
+    global_batch_before: int
+    global_batch_after: int
+    reason: str
+
+    @property
+    def verb(self) -> str:
+        if self.workers_after > self.workers_before:
+            return "grow"
+        return "shrink" if self.workers_after < self.workers_before else "stay"
+
+
+def decide(
+    rows: Sequence[HistoryRow], settings: PolicySettings, *, last_change_epoch: int = 0
+) -> Decision | None:
+    """The decision after the last row of ``rows`` (None: no epoch finished yet)."""
+    if not rows:
+        return None
+    last = rows[-1]
+    workers = last.world_size
+    batch = last.global_batch or workers  # histories before global_batch: 1 per worker
+    per_worker = batch / workers
+    b_simple = _smoothed_b_simple(rows, settings.smoothing)
+
+    def verdict(after: int, reason: str) -> Decision:
+        after = max(settings.min_workers, min(settings.max_workers, after))
+        return Decision(
+            last.epoch, workers, after, b_simple, batch, round(after * per_worker), reason
+        )
+
+    if last.epoch - last_change_epoch < settings.dwell_epochs:
+        return verdict(workers, f"dwell: last change after epoch {last_change_epoch}")
+    if _plateaued(rows, settings) and workers > settings.min_workers:
+        return verdict(
+            workers // 2,
+            f"validation micro-F1 plateaued at {last.val_micro_f1:.4f} (< "
+            f"{settings.plateau_delta:g} better over {settings.plateau_epochs} epochs): "
+            "give resources back",
+        )
+    if b_simple is None:
+        return verdict(workers, "no B_simple yet (one rank without accumulation measures none)")
+    fits = max(1, math.floor(b_simple / (per_worker * settings.margin)))
+    if b_simple < batch and fits < workers:
+        return verdict(fits, f"B_simple {b_simple:,.0f} < global batch {batch:,}: shrink")
+    target = min(2 * workers, fits, settings.max_workers)
+    if target > workers:
+        return verdict(
+            target,
+            f"B_simple {b_simple:,.0f} >= {settings.margin:g} x global batch "
+            f"{round(target * per_worker):,} at {target} workers: larger batches still pay",
+        )
+    return verdict(workers, f"B_simple {b_simple:,.0f} vs global batch {batch:,}: stay")
+
+
+def _smoothed_b_simple(rows: Sequence[HistoryRow], smoothing: int) -> float | None:
+    measured = [r.gns_b_simple for r in rows if r.gns_b_simple is not None]
+    recent = [v for v in measured[-smoothing:] if math.isfinite(v) and v > 0]
+    return sum(recent) / len(recent) if recent else None
+
+
+def _plateaued(rows: Sequence[HistoryRow], settings: PolicySettings) -> bool:
+    if len(rows) <= settings.plateau_epochs:
+        return False
+    before = max(r.val_micro_f1 for r in rows[: -settings.plateau_epochs])
+    recent = max(r.val_micro_f1 for r in rows[-settings.plateau_epochs :])
+    return recent - before < settings.plateau_delta

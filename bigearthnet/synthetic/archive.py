@@ -1,0 +1,457 @@
+"""Synthetic BigEarthNet archives in the real on-disk formats, with a learnable labelling rule.
+
+``generate_archive`` (CLI: ``bigearthnet-synth``, :mod:`bigearthnet.cli.synth`) writes small
+archives that readers, preprocessing, training and benchmarks can consume exactly like the
+real data (the rule and rendering: :mod:`bigearthnet.synthetic.render`; the GeoTIFF
+writing: :mod:`bigearthnet.synthetic.tiff`):
+
+* ``v1``: ``OUT/<name>/<name>_<BAND>.tif`` for the 12 L2A bands plus
+  ``<name>_labels_metadata.json`` (43-class labels, UTM corner coordinates, WKT projection,
+  L1C tile source, acquisition date). Names look like ``S2A_MSIL2A_20170617T113321_36_85``;
+  some drop the hour's leading zero (``..._20180510T94033_19_86``) as the real archive does.
+* ``v2`` (reBEN): ``OUT/BigEarthNet-S2/<tile>/<patch_id>/<patch_id>_<BAND>.tif`` (nodata=0),
+  ``OUT/metadata.parquet`` (19-class labels, 60/20/20 train/validation/test split, country,
+  S1 and v1 names, snow/cloud flags) and ``OUT/metadata_for_patches_with_snow_cloud_or_shadow
+  .parquet`` for the ~7 % of patches that are snowy or cloudy (on disk, not in the first file).
+
+GeoTIFFs are uint16, one band each, uncompressed and striped, 120/60/20 px for the 10/20/60 m
+bands, in a WGS 84 / UTM north CRS (EPSG:326zz, several zones per archive) with a shared
+upper-left corner. Patches of one Sentinel-2 tile lie on its 1.2 km grid:
+``ulx = tile_x0 + col * 1200``, ``uly = tile_y0 - row * 1200``.
+
+The labelling rule (identical for every archive, whatever the seed) is described and drawn
+by :mod:`bigearthnet.synthetic.render`.
+
+The archive seed only decides tiles, names, dates, which patches get which classes, region
+shapes, textures and noise. Same seed -> byte-identical GeoTIFFs and identical metadata,
+whatever ``workers`` is. Output is written to a temporary directory beside OUT and renamed at
+the end, so an interrupted run never leaves a complete-looking OUT.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import math
+import multiprocessing
+import os
+import shutil
+import sys
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from bigearthnet.core.constants import (
+    CLASSES_19,
+    CLASSES_43,
+    DROPPED_IN_19,
+    MAP_43_TO_19,
+    PATCH_METRES,
+)
+from bigearthnet.preprocessing.archive import V2_METADATA, V2_S2_DIR, V2_SNOW_CLOUD
+from bigearthnet.synthetic.render import (
+    PatchJob,
+    class_signatures,
+    render_patch,
+    representative43,
+)
+from bigearthnet.synthetic.tiff import write_band, write_jobs
+
+__all__ = [
+    "LAYOUTS",
+    "SyntheticPatch",
+    "class_signatures",
+    "generate_archive",
+    "render_patch",
+    "write_band",
+]
+
+LAYOUTS: tuple[str, ...] = ("v1", "v2")
+
+_SNOW_CLOUD_FRACTION = 0.07
+_DROPPED_EXTRA_PROB = 0.12
+_PATCHES_PER_TILE = 100
+_TILE_GRID = 90  # a 109.8 km Sentinel-2 tile holds ~90 x 90 patches of 1.2 km
+
+# (UTM zone, country, range of tile_y0 in 100 km) - plausible places of the BigEarthNet countries.
+_SITES: tuple[tuple[int, str, int, int], ...] = (
+    (29, "Portugal", 41, 46),
+    (29, "Ireland", 57, 61),
+    (31, "Belgium", 56, 57),
+    (32, "Luxembourg", 55, 55),
+    (32, "Switzerland", 51, 53),
+    (33, "Austria", 52, 54),
+    (34, "Serbia", 48, 50),
+    (34, "Kosovo", 47, 47),
+    (34, "Lithuania", 61, 62),
+    (35, "Finland", 67, 77),
+    (35, "Lithuania", 61, 62),
+)
+_ZONES: tuple[int, ...] = tuple(sorted({site[0] for site in _SITES}))
+_TILE_X0: tuple[int, ...] = (300000, 399960, 499980, 600000, 699960)  # Sentinel-2 tile corners
+_LAT_BANDS = "CDEFGHJKLMNPQRSTUVWX"
+_MGRS_COLS = "ABCDEFGHJKLMNPQRSTUVWXYZ"
+_MGRS_ROWS = "ABCDEFGHJKLMNPQRSTUV"
+_FIRST_DAY = dt.datetime(2017, 6, 1)  # BigEarthNet acquisitions span June 2017 - May 2018
+_DAYS = 365
+
+
+@dataclass(frozen=True)
+class SyntheticPatch:
+    """One generated patch: its name (v1 name or v2 patch_id), labels and location."""
+
+    name: str
+    labels: tuple[str, ...]  # 43-class names (v1) or 19-class names (v2)
+    split: str | None  # train/validation/test for v2, None for v1
+    crs: str  # "EPSG:326zz"
+    ulx: int
+    uly: int
+    snow_or_cloud: bool = False  # v2 only: listed in the snow/cloud parquet, not metadata.parquet
+
+
+@dataclass(frozen=True)
+class _Tile:
+    mission: str
+    when: dt.datetime
+    strip_hour: bool
+    zone: int
+    mgrs: str
+    orbit: int
+    x0: int
+    y0: int
+    country: str
+    processed: dt.datetime
+    s1_mission: str
+    s1_when: dt.datetime
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def utm_wkt(zone: int) -> str:
+    """WKT of WGS 84 / UTM zone <zone>N exactly as the v1 JSON files spell it."""
+    meridian = 6 * zone - 183
+    return (
+        f'PROJCS["WGS 84 / UTM zone {zone}N",GEOGCS["WGS 84",DATUM["WGS_1984",'
+        'SPHEROID["WGS 84",6378137,298.257223563,AUTHORITY["EPSG","7030"]],'
+        'AUTHORITY["EPSG","6326"]],PRIMEM["Greenwich",0,AUTHORITY["EPSG","8901"]],'
+        'UNIT["degree",0.0174532925199433,AUTHORITY["EPSG","9122"]],'
+        'AXIS["Latitude",NORTH],AXIS["Longitude",EAST],AUTHORITY["EPSG","4326"]],'
+        'PROJECTION["Transverse_Mercator"],PARAMETER["latitude_of_origin",0],'
+        f'PARAMETER["central_meridian",{meridian}],PARAMETER["scale_factor",0.9996],'
+        'PARAMETER["false_easting",500000],PARAMETER["false_northing",0],'
+        'UNIT["metre",1,AUTHORITY["EPSG","9001"]],AXIS["Easting",EAST],AXIS["Northing",NORTH],'
+        f'AUTHORITY["EPSG","326{zone:02d}"]]'
+    )
+
+
+def _stamp(when: dt.datetime, strip_hour: bool = False) -> str:
+    """YYYYMMDDThhmmss; v1 names lost the hour's leading zero in some products (T94033)."""
+    text = when.strftime("%Y%m%dT%H%M%S")
+    return text[:9] + text[10:] if strip_hour and when.hour < 10 else text
+
+
+def _plan_tiles(rng: np.random.Generator, num_tiles: int) -> list[_Tile]:
+    zones = [int(z) for z in rng.permutation(_ZONES)]
+    tiles: list[_Tile] = []
+    names: set[tuple[str, str]] = set()
+    while len(tiles) < num_tiles:
+        i = len(tiles)
+        zone = zones[i % len(zones)]  # consecutive tiles never share a zone
+        sites = [s for s in _SITES if s[0] == zone]
+        _, country, y_lo, y_hi = sites[int(rng.integers(len(sites)))]
+        y0 = int(rng.integers(y_lo, y_hi + 1)) * 100_000 + 40
+        strip_hour = i % 3 == 1  # some names lose the hour's leading zero, like the real ones
+        hour = 9 if strip_hour else int(rng.integers(9, 12))
+        when = _FIRST_DAY + dt.timedelta(
+            days=int(rng.integers(_DAYS)),
+            hours=hour,
+            minutes=int(rng.integers(60)),
+            seconds=int(rng.integers(60)),
+        )
+        mission = "S2A" if rng.random() < 0.5 else "S2B"
+        if (mission, _stamp(when, strip_hour)) in names:
+            continue  # patch names must be unique: draw this tile again
+        names.add((mission, _stamp(when, strip_hour)))
+        lat = (y0 - 60_000) / 110_900  # rough, only to pick the MGRS latitude band
+        mgrs = (
+            f"{zone:02d}{_LAT_BANDS[int((lat + 80) // 8)]}"
+            f"{_MGRS_COLS[int(rng.integers(len(_MGRS_COLS)))]}"
+            f"{_MGRS_ROWS[int(rng.integers(len(_MGRS_ROWS)))]}"
+        )
+        s1_when = when + dt.timedelta(
+            days=int(rng.integers(-2, 3)),
+            hours=int(rng.choice([-5, 7])),
+            seconds=int(rng.integers(3600)),
+        )
+        tiles.append(
+            _Tile(
+                mission=mission,
+                when=when,
+                strip_hour=strip_hour,
+                zone=zone,
+                mgrs=mgrs,
+                orbit=int(rng.integers(1, 144)),
+                x0=int(rng.choice(_TILE_X0)),
+                y0=y0,
+                country=country,
+                processed=when + dt.timedelta(seconds=int(rng.integers(60, 3 * 3600))),
+                s1_mission="S1A" if rng.random() < 0.5 else "S1B",
+                s1_when=s1_when,
+            )
+        )
+    return tiles
+
+
+@functools.cache
+def _sources19() -> tuple[tuple[int, ...], ...]:
+    return tuple(
+        tuple(sorted(i for i, j in MAP_43_TO_19.items() if j == k)) for k in range(len(CLASSES_19))
+    )
+
+
+def _num_regions(rng: np.random.Generator) -> int:
+    return int(rng.choice(3, p=(0.3, 0.4, 0.3))) + 1
+
+
+def _draw_classes_v1(rng: np.random.Generator) -> tuple[int, ...]:
+    """43-class indices, one per region; >= 1 of them survives in the 19-class map."""
+    k = _num_regions(rng)
+    with_dropped = k >= 2 and rng.random() < _DROPPED_EXTRA_PROB
+    # Drawing the 19-class group first balances the 19 labels most experiments train on.
+    groups = rng.choice(len(CLASSES_19), size=k - int(with_dropped), replace=False)
+    classes = [int(rng.choice(_sources19()[g])) for g in groups]
+    if with_dropped:
+        classes.append(int(rng.choice(DROPPED_IN_19)))
+    return tuple(classes)
+
+
+def _draw_classes_v2(rng: np.random.Generator) -> tuple[int, ...]:
+    """19-class indices, one per region."""
+    return tuple(int(c) for c in rng.choice(len(CLASSES_19), size=_num_regions(rng), replace=False))
+
+
+def _num_snow_cloud(num_patches: int) -> int:
+    count = round(_SNOW_CLOUD_FRACTION * num_patches)
+    return max(1, count) if num_patches >= 10 else min(count, num_patches - 1)
+
+
+def _v2_splits(rng: np.random.Generator, num_patches: int) -> list[str]:
+    """A random 60/20/20 train/validation/test assignment with exact counts."""
+    n_train, n_val = round(0.6 * num_patches), round(0.2 * num_patches)
+    ordered = ["train"] * n_train + ["validation"] * n_val
+    ordered += ["test"] * (num_patches - len(ordered))
+    return [ordered[i] for i in rng.permutation(num_patches)]
+
+
+def _v1_metadata(tile: _Tile, labels: Sequence[str], ulx: int, uly: int) -> str:
+    baseline = "N0205" if tile.when < dt.datetime(2017, 11, 1) else "N0206"
+    meta = {
+        "labels": list(labels),
+        "coordinates": {
+            "ulx": ulx,
+            "uly": uly,
+            "lrx": ulx + PATCH_METRES,
+            "lry": uly - PATCH_METRES,
+        },
+        "projection": utm_wkt(tile.zone),
+        "tile_source": (
+            f"{tile.mission}_MSIL1C_{_stamp(tile.when, tile.strip_hour)}_{baseline}"
+            f"_R{tile.orbit:03d}_T{tile.mgrs}_{_stamp(tile.processed)}.SAFE"
+        ),
+        "acquisition_date": tile.when.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    return json.dumps(meta) + "\n"
+
+
+def _plan(
+    num_patches: int, layout: str, seed: int
+) -> tuple[list[SyntheticPatch], list[PatchJob], list[dict]]:
+    """Decide every name, place, date, label and split from the seed (no pixels yet)."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0]))
+    tiles = _plan_tiles(rng, min(num_patches, max(2, math.ceil(num_patches / _PATCHES_PER_TILE))))
+    tile_of = [i % len(tiles) for i in range(num_patches)]
+    cells: list[list[int]] = [
+        [int(c) for c in rng.choice(_TILE_GRID**2, size=tile_of.count(t), replace=False)]
+        for t in range(len(tiles))
+    ]
+    splits = _v2_splits(rng, num_patches) if layout == "v2" else [None] * num_patches
+    overlays: list[str | None] = [None] * num_patches
+    if layout == "v2":
+        flagged = rng.choice(num_patches, size=_num_snow_cloud(num_patches), replace=False)
+        for n, i in enumerate(sorted(int(f) for f in flagged)):
+            overlays[i] = "snow" if (n + int(rng.integers(2))) % 2 else "cloud"
+    representative = representative43()
+    patches, jobs, rows = [], [], []
+    for i in range(num_patches):
+        tile = tiles[tile_of[i]]
+        cell = cells[tile_of[i]].pop()
+        col, row = cell % _TILE_GRID, cell // _TILE_GRID
+        ulx, uly = tile.x0 + col * PATCH_METRES, tile.y0 - row * PATCH_METRES
+        v1_name = f"{tile.mission}_MSIL2A_{_stamp(tile.when, tile.strip_hour)}_{col}_{row}"
+        epsg = 32600 + tile.zone
+        if layout == "v1":
+            classes = _draw_classes_v1(rng)
+            labels = tuple(CLASSES_43[c] for c in sorted(set(classes)))
+            name, rel_dir, rows_sig = v1_name, v1_name, classes
+            metadata, nodata = _v1_metadata(tile, labels, ulx, uly), None
+        else:
+            classes = _draw_classes_v2(rng)
+            labels = tuple(CLASSES_19[c] for c in sorted(classes))
+            name = (
+                f"{tile.mission}_MSIL2A_{tile.when:%Y%m%dT%H%M%S}_N9999_R{tile.orbit:03d}"
+                f"_T{tile.mgrs}_{col}_{row}"
+            )
+            rel_dir = f"{V2_S2_DIR}/{name.rsplit('_', 2)[0]}/{name}"
+            rows_sig = tuple(representative[c] for c in classes)
+            metadata, nodata = None, 0
+            rows.append(
+                {
+                    "patch_id": name,
+                    "labels": list(labels),
+                    "split": splits[i],
+                    "country": tile.country,
+                    "s1_name": (
+                        f"{tile.s1_mission}_IW_GRDH_1SDV_{tile.s1_when:%Y%m%dT%H%M%S}"
+                        f"_{tile.mgrs}_{col}_{row}"
+                    ),
+                    "s2v1_name": v1_name,
+                    "contains_seasonal_snow": overlays[i] == "snow",
+                    "contains_cloud_or_shadow": overlays[i] == "cloud",
+                }
+            )
+        patches.append(
+            SyntheticPatch(
+                name=name,
+                labels=labels,
+                split=splits[i],
+                crs=f"EPSG:{epsg}",
+                ulx=ulx,
+                uly=uly,
+                snow_or_cloud=overlays[i] is not None,
+            )
+        )
+        jobs.append(
+            PatchJob(
+                i, rel_dir, name, epsg, ulx, uly, tuple(rows_sig), overlays[i], nodata, metadata
+            )
+        )
+    return patches, jobs, rows
+
+
+# --------------------------------------------------------------------------- archive
+
+
+def _write_v2_metadata(root: Path, rows: list[dict]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = pa.schema(
+        [
+            ("patch_id", pa.string()),
+            ("labels", pa.list_(pa.string())),
+            ("split", pa.string()),
+            ("country", pa.string()),
+            ("s1_name", pa.string()),
+            ("s2v1_name", pa.string()),
+            ("contains_seasonal_snow", pa.bool_()),
+            ("contains_cloud_or_shadow", pa.bool_()),
+        ]
+    )
+    rows = sorted(rows, key=lambda r: r["patch_id"])
+    flagged = [r for r in rows if r["contains_seasonal_snow"] or r["contains_cloud_or_shadow"]]
+    clean = [r for r in rows if r not in flagged]
+    for file_name, subset in ((V2_METADATA, clean), (V2_SNOW_CLOUD, flagged)):
+        pq.write_table(pa.Table.from_pylist(subset, schema=schema), root / file_name)
+
+
+def _mp_context() -> multiprocessing.context.BaseContext:
+    # fork is cheapest, but forking a process whose TensorFlow threads are running can deadlock.
+    if "tensorflow" in sys.modules or "fork" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    return multiprocessing.get_context("fork")
+
+
+def _run_jobs(root: str, seed: int, jobs: list[PatchJob], workers: int) -> None:
+    if workers <= 1 or len(jobs) < 2:
+        write_jobs(root, seed, jobs)
+        return
+    n_chunks = min(len(jobs), workers * 4)  # a few chunks per worker balances the load
+    bounds = np.linspace(0, len(jobs), n_chunks + 1).astype(int)
+    chunks = [jobs[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    with ProcessPoolExecutor(min(workers, n_chunks), mp_context=_mp_context()) as pool:
+        for _ in pool.map(write_jobs, [root] * n_chunks, [seed] * n_chunks, chunks):
+            pass
+
+
+def _is_nonempty_dir(path: Path) -> bool:
+    return path.is_dir() and any(path.iterdir())
+
+
+def _check_args(
+    out: Path, num_patches: int, layout: str, seed: int, workers: int, overwrite: bool
+) -> None:
+    if isinstance(num_patches, bool) or not isinstance(num_patches, int) or num_patches < 1:
+        raise ValueError(f"number of patches must be an integer >= 1, got {num_patches!r}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"{out} exists and is not a directory")
+    if _is_nonempty_dir(out) and not overwrite:
+        raise FileExistsError(f"{out} exists and is not empty (use --overwrite to replace it)")
+
+
+def _publish(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Move the finished archive into place; an old OUT is removed only after the swap."""
+    if _is_nonempty_dir(out):
+        if not overwrite:
+            raise FileExistsError(f"{out} exists and is not empty (use --overwrite to replace it)")
+        trash = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:12]}"
+        os.rename(out, trash)
+        os.rename(tmp, out)
+        shutil.rmtree(trash)
+        return
+    if out.is_dir():
+        out.rmdir()
+    os.rename(tmp, out)
+
+
+def generate_archive(
+    out_dir: os.PathLike | str,
+    num_patches: int,
+    layout: str = "v1",
+    seed: int = 0,
+    workers: int = 1,
+    *,
+    overwrite: bool = False,
+) -> list[SyntheticPatch]:
+    """Write a synthetic ``layout`` archive of ``num_patches`` patches to ``out_dir``.
+
+    Returns the patches in generation order. Raises ValueError on bad arguments and
+    FileExistsError if ``out_dir`` is a file, or a non-empty directory without ``overwrite``.
+    """
+    out = Path(out_dir)
+    _check_args(out, num_patches, layout, seed, workers, overwrite)
+    patches, jobs, rows = _plan(num_patches, layout, seed)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # Build beside OUT (same file system, so the final rename is atomic).
+    tmp = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:12]}"
+    tmp.mkdir()
+    try:
+        _run_jobs(str(tmp), seed, jobs, workers)
+        if layout == "v2":
+            _write_v2_metadata(tmp, rows)
+        _publish(tmp, out, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return patches

@@ -1,0 +1,187 @@
+"""Synthetic Sentinel-2 scenes with known land cover, to test scene maps end to end.
+
+A square scene (a few hundred to a few thousand 10 m px) is cut into a grid of blocks, each
+one 19-class filled with the spectral signature the synthetic patches use
+(:func:`bigearthnet.synthetic.render.class_signatures`), a smooth brightness texture and
+sensor noise; the 20 m and 60 m bands are block means of the 10 m field, as a sensor would
+see them. A border of ``border`` px is nodata (0 in every band), as at a tile's edge. An
+optional cloud (a rectangle) is bright in every band and marked 9 (cloud, high
+probability) in the scene classification band (SCL, 20 m; 4 elsewhere, 0 in the border),
+which is written with every scene, as in an L2A product.
+
+Written as a folder of single-band GeoTIFFs (``B02.tif`` ...) or as an L2A product folder
+(``<name>.SAFE/GRANULE/<granule>/IMG_DATA/R10m/<tile>_<date>_B02_10m.jp2`` ..., lossless
+JPEG 2000, ``MTD_MSIL2A.xml`` with ``BOA_ADD_OFFSET`` -1000 and the values stored +1000, as
+processing baseline 04.00 does). :class:`SceneTruth` says which class each block holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bigearthnet.core import constants
+from bigearthnet.synthetic.render import class_signatures
+
+EPSG = 32633
+ORIGIN = (500000.0, 5300040.0)  # upper-left corner, metres
+PRODUCT = "S2B_MSIL2A_20200801T100559_N0400_R022_T33UXP_20200801T130116"
+GRANULE = "L2A_T33UXP_A017956_20200801T100558"
+TILE_DATE = "T33UXP_20200801T100559"
+BOA_ADD_OFFSET = -1000
+CLOUD_REFLECTANCE = 7000  # bright in every band, as thick cloud
+SCL_CLOUD, SCL_LAND = 9, 4  # L2A scene classification: cloud high probability, vegetation
+
+
+@dataclass(frozen=True)
+class SceneTruth:
+    """Where each class lies: ``classes[i][j]`` is the 19-class index of block (i, j)."""
+
+    size: int  # px at 10 m, square
+    block: int  # px per block side
+    border: int  # nodata px at every edge
+    classes: tuple[tuple[int, ...], ...]
+    cloud: tuple[int, int, int, int] | None = None  # row0, col0, row1, col1 (10 m px, even)
+
+    def class_at(self, row: int, col: int) -> int:
+        return self.classes[row // self.block][col // self.block]
+
+
+def render_scene(truth: SceneTruth, seed: int) -> dict[str, np.ndarray]:
+    """Band -> uint16 image at the band's native resolution."""
+    rng = np.random.default_rng(seed)
+    signatures = class_signatures(19)
+    grid = np.kron(np.asarray(truth.classes), np.ones((truth.block, truth.block), int))
+    texture = 1.0 + 0.05 * _smooth(rng, truth.size)
+    bands = {}
+    for index, band in enumerate(constants.BANDS):
+        field = signatures[grid, index] * texture
+        if truth.cloud is not None:
+            row0, col0, row1, col1 = truth.cloud
+            field[row0:row1, col0:col1] = CLOUD_REFLECTANCE
+        factor = constants.BAND_RESOLUTION_M[band] // 10
+        native = truth.size // factor
+        coarse = field.reshape(native, factor, native, factor).mean(axis=(1, 3))
+        noisy = coarse * (1 + 0.01 * rng.standard_normal(coarse.shape)) + 8 * rng.standard_normal(
+            coarse.shape
+        )
+        image = np.clip(np.rint(noisy), 1, 20000).astype(np.uint16)
+        edge = truth.border // factor
+        if edge:
+            image[:edge], image[-edge:], image[:, :edge], image[:, -edge:] = 0, 0, 0, 0
+        bands[band] = image
+    bands["SCL"] = scene_classification(truth)
+    return bands
+
+
+def scene_classification(truth: SceneTruth) -> np.ndarray:
+    """The SCL band (uint8, 20 m): cloud in the cloud rectangle, 0 in the border."""
+    scl = np.full((truth.size // 2, truth.size // 2), SCL_LAND, dtype=np.uint8)
+    if truth.cloud is not None:
+        row0, col0, row1, col1 = (v // 2 for v in truth.cloud)
+        scl[row0:row1, col0:col1] = SCL_CLOUD
+    edge = truth.border // 2
+    if edge:
+        scl[:edge], scl[-edge:], scl[:, :edge], scl[:, -edge:] = 0, 0, 0, 0
+    return scl
+
+
+def _smooth(rng: np.random.Generator, size: int, knots: int = 8) -> np.ndarray:
+    """A smooth N(0, ~1) field: random knots, bilinearly interpolated."""
+    coarse = rng.standard_normal((knots, knots))
+    axis = np.linspace(0, knots - 1, size)
+    lo = np.floor(axis).astype(int).clip(0, knots - 2)
+    frac = axis - lo
+    rows = coarse[lo] * (1 - frac)[:, None] + coarse[lo + 1] * frac[:, None]
+    return rows[:, lo] * (1 - frac) + rows[:, lo + 1] * frac
+
+
+def _profile(size: int, factor: int, driver: str, dtype: str = "uint16") -> dict:
+    from rasterio.crs import CRS
+    from rasterio.transform import Affine
+
+    res = 10.0 * factor
+    profile = {
+        "driver": driver,
+        "width": size // factor,
+        "height": size // factor,
+        "count": 1,
+        "dtype": dtype,
+        "crs": CRS.from_epsg(EPSG),
+        "transform": Affine(res, 0.0, ORIGIN[0], 0.0, -res, ORIGIN[1]),
+        "nodata": 0,
+    }
+    if driver == "JP2OpenJPEG":
+        profile.update(QUALITY="100", REVERSIBLE="YES")  # lossless, as ESA's products
+    return profile
+
+
+def write_scene(
+    out: Path, truth: SceneTruth, *, seed: int = 0, layout: str = "tif"
+) -> dict[str, Path]:
+    """Write the scene as ``layout`` ``tif`` (band GeoTIFFs in ``out``), ``safe`` (an
+    L2A product folder ``out``) or ``stack`` (one 12-band GeoTIFF ``out`` at 10 m, the
+    20/60 m bands repeated, bands described by name); returns band -> file."""
+    import rasterio
+
+    bands = render_scene(truth, seed)
+    if layout == "stack":
+        return write_stack(out, truth, bands)
+    files = {}
+    for band, image in bands.items():
+        res = 20 if band == "SCL" else constants.BAND_RESOLUTION_M[band]
+        factor = res // 10
+        if layout == "safe":
+            folder = out / "GRANULE" / GRANULE / "IMG_DATA" / f"R{res}m"
+            path = folder / f"{TILE_DATE}_{band}_{res}m.jp2"
+            if band != "SCL":  # a class band has no reflectance offset
+                stored = np.where(image == 0, 0, image.astype(np.int32) - BOA_ADD_OFFSET)
+                image = stored.astype(np.uint16)
+            driver = "JP2OpenJPEG"
+        else:
+            folder, path, driver = out, out / f"{band}.tif", "GTiff"
+        folder.mkdir(parents=True, exist_ok=True)
+        profile = _profile(truth.size, factor, driver, image.dtype.name)
+        with rasterio.open(path, "w", **profile) as dst:
+            dst.write(image, 1)
+        files[band] = path
+    if layout == "safe":
+        (out / "MTD_MSIL2A.xml").write_text(_product_metadata(), encoding="utf-8")
+    return files
+
+
+def write_stack(out: Path, truth: SceneTruth, bands: dict[str, np.ndarray]) -> dict[str, Path]:
+    import rasterio
+
+    profile = dict(_profile(truth.size, 1, "GTiff"), count=len(constants.BANDS))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with rasterio.open(out, "w", **profile) as dst:
+        for index, band in enumerate(constants.BANDS, start=1):
+            factor = constants.BAND_RESOLUTION_M[band] // 10
+            dst.write(bands[band].repeat(factor, axis=0).repeat(factor, axis=1), index)
+            dst.set_band_description(index, band)
+    return {band: out for band in constants.BANDS}
+
+
+def _product_metadata() -> str:
+    offsets = "\n".join(
+        f'        <BOA_ADD_OFFSET band_id="{i}">{BOA_ADD_OFFSET}</BOA_ADD_OFFSET>'
+        for i in range(13)
+    )
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<n1:Level-2A_User_Product xmlns:n1="https://psd-14.sentinel2.eo.esa.int/PSD/User_Product_Level-2A.xsd">
+  <n1:General_Info>
+    <Product_Info><PROCESSING_BASELINE>04.00</PROCESSING_BASELINE></Product_Info>
+    <Product_Image_Characteristics>
+      <QUANTIFICATION_VALUES_LIST>
+        <BOA_QUANTIFICATION_VALUE unit="none">10000</BOA_QUANTIFICATION_VALUE>
+      </QUANTIFICATION_VALUES_LIST>
+      <BOA_ADD_OFFSET_VALUES_LIST>
+{offsets}
+      </BOA_ADD_OFFSET_VALUES_LIST>
+    </Product_Image_Characteristics>
+  </n1:General_Info>
+</n1:Level-2A_User_Product>
+"""

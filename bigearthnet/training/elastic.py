@@ -1,0 +1,188 @@
+"""Malleable training with Elastic Horovod: the world grows and shrinks while training.
+
+``train.py --elastic`` under ``horovodrun --min-np A --max-np B --host-discovery-script S``
+(Gloo). Workers may join (the discovery script lists more slots) or leave (a holder job
+ends, a node dies); Horovod then interrupts every worker at the next commit or collective,
+re-initialises with the new set, and calls the training function again. As in Horovod's
+elastic examples, elasticity is a thin wrapper around the same training call: the replica
+and the one epoch driver (:mod:`bigearthnet.training.driver`) are those of fixed-size runs,
+fed by the global order (:class:`~bigearthnet.training.sources.GlobalOrderSource`); this
+module adds
+
+* **the state** Horovod keeps: model, optimizer, the :class:`~bigearthnet.formats.
+  checkpoints.Position` and the noise monitor's averages, committed every
+  ``--commit-every`` steps and at each epoch end (the driver's hooks). A lost worker rolls
+  every survivor back to the last commit; a new worker receives the state by broadcast;
+* **the LR for the new size**: the schedule is rebuilt (peak LR = base LR x size, warm-up in
+  epochs) and the optimizer's update counter moved to the same point of the epoch. With
+  ``--lr-scaling adascale`` the peak is instead the base LR x AdaScale's gain for the new
+  size, from the noise-scale averages every worker takes from the state;
+* **the record of resizes**: before a reset rank 0 checkpoints the committed position (a
+  world that never comes back has saved), after it the new size goes to
+  ``RUN/elastic_events.csv``.
+
+No collective runs before ``hvd.elastic.run``: set-up is local; rank 0 alone restores a
+checkpoint, and the first sync broadcasts it - or rank 0's reason not to train (a run
+folder held by another run), on which every worker exits 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bigearthnet.core import distributed
+from bigearthnet.core.config import TrainConfig
+from bigearthnet.core.errors import InputError
+from bigearthnet.core.util import first_line
+from bigearthnet.formats.checkpoints import Position
+from bigearthnet.formats.history import HistoryRow
+from bigearthnet.formats.shards import read_manifest
+from bigearthnet.training.driver import EpochDriver, RunHooks
+from bigearthnet.training.outputs import RunOutputs
+from bigearthnet.training.replica import StepResult
+from bigearthnet.training.sources import GlobalOrderSource
+from bigearthnet.training.trainer import build_replica, make_schedule
+
+log = distributed.log
+
+
+@dataclass(frozen=True)
+class Start:
+    """What rank 0 found before the first sync: where training continues, or why it cannot."""
+
+    position: Position = Position()
+    refused: str = ""  # rank 0's reason not to train (held folder, bad checkpoint)
+
+
+class ElasticTrainer(RunHooks):
+    """The fixed-size driver, wrapped in Horovod's elastic state, commit and reset."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        manifest = read_manifest(cfg.data)
+        self.source = GlobalOrderSource(cfg, manifest)
+        self.replica = build_replica(cfg, manifest, self.source)
+        self.world_size = distributed.size()
+        self._outputs = RunOutputs(cfg, manifest.data_id)  # used by whichever worker is rank 0
+        self.driver = EpochDriver(cfg, self.replica, self.source, self.outputs, hooks=self)
+        start = self._start_on_root()
+        # Rank 0's values reach every worker with the first sync.
+        self.state = distributed.elastic_state(
+            self.replica.model,
+            self.replica.optimizer,
+            position=start.position,
+            refused=start.refused,
+            noise=self.replica.noise.snapshot(),
+        )
+
+    def outputs(self) -> RunOutputs | None:
+        """The run's writer on rank 0 (which worker that is may change with a resize)."""
+        return self._outputs if distributed.is_root() else None
+
+    def run(self) -> HistoryRow | None:
+        self.state.register_reset_callbacks([self._on_reset])
+        return distributed.elastic_run(self._train)(self.state)
+
+    def _start_on_root(self) -> Start:
+        """Rank 0 prepares the run dir and restores the latest checkpoint (local I/O only);
+        the first sync broadcasts what it found."""
+        outputs = self.outputs()
+        if outputs is None:
+            return Start()
+        try:
+            outputs.prepare()
+            record = outputs.resume(self.replica.trackables)
+        except (InputError, OSError) as err:
+            # No collective may run before hvd.elastic.run, and a rank 0 that just exited
+            # would leave the others with a traceback at the first sync: the reason travels
+            # in the state that sync broadcasts, and every worker stops on it (_train).
+            return Start(refused=first_line(err))
+        position = self.source.resume_at(record)
+        if record is not None:
+            log.info(
+                "resumed from %s: epoch %d of %d, %d samples of it done",
+                record.folder,
+                position.epoch + 1,
+                self.cfg.epochs,
+                position.consumed,
+            )
+        return Start(position=position)
+
+    def _train(self, state) -> HistoryRow | None:
+        """Entered after the first sync and after every reset, with the state in sync."""
+        if state.refused:  # every worker now has rank 0's reason: all exit 2 with it
+            raise InputError(state.refused)
+        self._fit_world(state.position)
+        return self.driver.run(state.position)
+
+    # ------------------------------------------------------------------ the driver's hooks
+
+    def after_step(self, position: Position, result: StepResult) -> None:
+        self.state.position = position
+        if position.step % self.cfg.commit_every == 0 and not result.stop:
+            self._commit()  # a change of hosts interrupts here: resize at this point
+
+    def after_epoch(self, position: Position) -> None:
+        self.state.position = position
+        self._commit()
+
+    def _commit(self) -> None:
+        self.state.noise = self.replica.noise.snapshot()
+        distributed.commit(self.state, self._before_reset)
+
+    # ------------------------------------------------------------------ resizes
+
+    def _fit_world(self, position: Position) -> None:
+        """LR schedule and update counter for the current world size and epoch position."""
+        size = distributed.size()
+        steps = self.source.steps_per_epoch()
+        schedule = make_schedule(self.cfg, world_size=size, updates_per_epoch=steps)
+        done = position.epoch * steps + position.consumed // self.cfg.global_batch(size)
+        self.replica.use_schedule(schedule, updates_done=done)
+        self.replica.noise.restore(self.state.noise)  # rank 0's, or the last commit's
+        self.replica.refresh_gain(base_batch=self.cfg.batch_size, scale=size)
+
+    def _before_reset(self, removed: bool) -> None:
+        """Hosts came or went (the discovery script's word): before Horovod's reset, which
+        never returns if no host is left for the elastic timeout, rank 0 saves the committed
+        position and records the event. The reset's own row follows if the world comes back."""
+        what = "hosts removed" if removed else "hosts changed"
+        position = self.state.position
+        log.warning(
+            "elastic: %s at epoch %d, sample %d: checkpointing before the reset",
+            what,
+            position.epoch + 1,
+            position.consumed,
+        )
+        self.driver.save_position(position)
+        self._record_event(what, new_size=None)
+
+    def _on_reset(self) -> None:
+        """Runs on every worker after Horovod re-initialised with the new world."""
+        old, new = self.world_size, distributed.size()
+        self.world_size = new
+        position = self.state.position
+        log.warning(
+            "elastic reset: world size %d -> %d at epoch %d, %d/%d samples of it "
+            "done (from the last commit)",
+            old,
+            new,
+            position.epoch + 1,
+            position.consumed,
+            len(self.source.train),
+        )
+        self._record_event("resize", new_size=new, old_size=old)
+
+    def _record_event(self, event: str, *, new_size: int | None, old_size: int = 0) -> None:
+        outputs = self.outputs()
+        if outputs is None:
+            return
+        position = self.state.position
+        outputs.append_event(
+            event=event,
+            old_size=old_size or distributed.size(),
+            new_size=new_size,
+            epoch=position.epoch + 1,
+            consumed=position.consumed,
+            batch=position.step,
+        )

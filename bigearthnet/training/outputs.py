@@ -1,0 +1,192 @@
+"""What a training run leaves in its folder, written by rank 0 only.
+
+``RUN/``: ``config.yaml`` (the resolved options), ``checkpoints/`` (latest every epoch, best
+by validation micro-F1, mid-epoch ones on a requeue; see :mod:`bigearthnet.formats.checkpoints`),
+``history.csv`` (:mod:`bigearthnet.formats.history`), ``efficiency.json``, ``tensorboard/`` and, for
+elastic runs, ``elastic_events.csv``. Every file is written atomically; the history row of an
+epoch is written before its checkpoint, so a kill in between leaves a row the resume drops
+(it keeps rows up to the checkpoint's epoch) rather than a finished epoch without its row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import tensorflow as tf
+
+from bigearthnet.core import distributed, runlock
+from bigearthnet.core.config import TrainConfig, save_yaml
+from bigearthnet.core.errors import ConfigError
+from bigearthnet.core.util import atomic_write_json, read_csv, write_csv
+from bigearthnet.formats import checkpoints
+from bigearthnet.formats.checkpoints import CheckpointRecord
+from bigearthnet.formats.history import HistoryRow, read_history, write_history
+from bigearthnet.training.gns import NoiseEstimate
+
+log = distributed.log
+EFFICIENCY = "efficiency.json"
+EVENTS = "elastic_events.csv"
+# event: "resize" (the world re-formed: old -> new size), "hosts removed"/"hosts changed"
+# (discovery's news, before the reset; new_size unknown then). Rows of older runs lack it.
+EVENT_FIELDS = ("time", "old_size", "new_size", "epoch", "consumed", "batch", "event")
+TENSORBOARD_SCALARS = (
+    "lr",
+    "loss",
+    "val_loss",
+    "val_micro_f1",
+    "val_macro_f1",
+    "samples_per_s",
+    "data_wait_fraction",
+    "seconds",
+    "global_batch",
+    "gns_b_simple",
+    "gns_grad_sq",
+    "gns_trace",
+)
+
+
+class RunOutputs:
+    """Rank 0's writer of one run folder (the other ranks never call it)."""
+
+    def __init__(self, cfg: TrainConfig, data_id: str) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(cfg.run_dir)
+        self.data_id = data_id  # shards.Manifest.data_id of --data: in every checkpoint
+        self._writer: Any = None  # the TensorBoard writer, opened with the first epoch
+
+    def prepare(self) -> None:
+        """Lock the folder for this process (RunLocked when another holds it), clear it
+        (``--no-resume``)."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        runlock.acquire(self.run_dir, force_unlock=self.cfg.force_unlock)  # first: one writer
+        if not self.cfg.resume:
+            checkpoints.clear(self.run_dir)
+            for name in ("history.csv", EFFICIENCY):
+                (self.run_dir / name).unlink(missing_ok=True)
+
+    def resume(self, trackables: dict) -> CheckpointRecord | None:
+        """Restore the newest readable checkpoint into ``trackables`` (falling back past a
+        damaged one); its record, or None when the run starts fresh. The options are saved
+        once the checkpoint is accepted: a refused resume leaves RUN/config.yaml as it was."""
+        record = None
+        if self.cfg.resume:
+            record = checkpoints.restore_latest(
+                self.run_dir, trackables, check=self._check_compatible
+            )
+        save_yaml(self.cfg, self.run_dir / "config.yaml")
+        return record
+
+    def _check_compatible(self, record: CheckpointRecord) -> None:
+        """A run folder cannot switch model or label set and resume, nor - unless
+        ``--allow-new-data`` - the shards it was trained on."""
+        for key, saved, wanted in (
+            ("model", record.model, self.cfg.model),
+            ("labels", record.num_classes, self.cfg.labels),
+        ):
+            if saved != wanted:
+                raise ConfigError(
+                    f"{self.run_dir}: holds a run with {key}={saved}, not {wanted}; "
+                    "use another --run-dir, or --no-resume to start this one over"
+                )
+        if record.data_id is None or record.data_id == self.data_id:
+            return  # the same shards (or a checkpoint from before data ids: unknown)
+        what = (
+            f"{self.run_dir}: checkpoint {record.folder} was trained on {record.data} "
+            f"(shards {record.data_id}), but --data {self.cfg.data} holds other shards "
+            f"({self.data_id})"
+        )
+        if not self.cfg.allow_new_data:
+            raise ConfigError(f"{what}; --allow-new-data resumes on them anyway")
+        log.warning("%s: resuming on them (--allow-new-data)", what)
+
+    def _stamped(self, record: CheckpointRecord) -> CheckpointRecord:
+        """``record`` naming the data it was trained on."""
+        return dataclasses.replace(record, data=str(self.cfg.data), data_id=self.data_id)
+
+    def history(self, *, through_epoch: int) -> list[HistoryRow]:
+        """The rows of the epochs a resumed run keeps (up to its checkpoint's epoch)."""
+        return read_history(self.run_dir, through_epoch=through_epoch) if through_epoch else []
+
+    def save_epoch(
+        self, trackables: dict, record: CheckpointRecord, history: list[HistoryRow]
+    ) -> None:
+        """The outputs of a finished epoch: history, best and latest checkpoints, scalars."""
+        row = history[-1]
+        best = max((r.val_micro_f1 for r in history[:-1]), default=-1.0)
+        write_history(self.run_dir, history)
+        record = self._stamped(record)
+        if row.val_micro_f1 > best:
+            checkpoints.save(self.run_dir, "best", trackables, record)
+        checkpoints.save(self.run_dir, "latest", trackables, record)
+        self._tensorboard(row)
+        log.info(
+            "epoch %d/%d: loss %.4f val_loss %.4f val micro-F1 %.4f macro-F1 %.4f, "
+            "%.0f samples/s, data wait %.1f%%, %.1f s",
+            row.epoch,
+            self.cfg.epochs,
+            row.loss,
+            row.val_loss,
+            row.val_micro_f1,
+            row.val_macro_f1,
+            row.samples_per_s,
+            100 * row.data_wait_fraction,
+            row.seconds,
+        )
+
+    def save_mid_epoch(self, trackables: dict, record: CheckpointRecord) -> None:
+        """A checkpoint inside an epoch (all ranks agreed to stop there)."""
+        checkpoints.save(self.run_dir, "latest", trackables, self._stamped(record))
+
+    def write_efficiency(self, report: dict) -> None:
+        atomic_write_json(self.run_dir / EFFICIENCY, report)
+
+    def append_event(
+        self,
+        *,
+        event: str,
+        old_size: int,
+        new_size: int | None,
+        epoch: int,
+        consumed: int,
+        batch: int,
+    ) -> None:
+        """One elastic event (a resize, a change of hosts) as a row of ``elastic_events.csv``."""
+        path = self.run_dir / EVENTS
+        rows: list[dict] = read_csv(path) if path.is_file() else []
+        rows.append(
+            {
+                "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "old_size": old_size,
+                "new_size": "" if new_size is None else new_size,
+                "epoch": epoch,
+                "consumed": consumed,
+                "batch": batch,
+                "event": event,
+            }
+        )
+        write_csv(path, EVENT_FIELDS, rows)
+
+    def write_noise_points(self, points: list[tuple[int, NoiseEstimate]]) -> None:
+        """The noise scale every few updates, to TensorBoard (x axis: updates averaged)."""
+        with self._tensorboard_writer().as_default():
+            for update, estimate in points:
+                tf.summary.scalar("gns/b_simple", estimate.b_simple, step=update)
+                tf.summary.scalar("gns/grad_sq", estimate.grad_sq, step=update)
+                tf.summary.scalar("gns/trace", estimate.trace, step=update)
+        self._tensorboard_writer().flush()
+
+    def _tensorboard_writer(self) -> Any:
+        if self._writer is None:
+            self._writer = tf.summary.create_file_writer(str(self.run_dir / "tensorboard"))
+        return self._writer
+
+    def _tensorboard(self, row: HistoryRow) -> None:
+        values = dataclasses.asdict(row)
+        with self._tensorboard_writer().as_default():
+            for key in TENSORBOARD_SCALARS:
+                if values.get(key) is not None:
+                    tf.summary.scalar(key, float(values[key]), step=row.epoch)
+        self._tensorboard_writer().flush()

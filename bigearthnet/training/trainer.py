@@ -1,0 +1,110 @@
+"""Data-parallel training of a fixed-size world: every rank one replica and its own part of
+the data (:class:`~bigearthnet.training.sources.PartitionSource`), gradients averaged every
+step (:mod:`bigearthnet.training.replica`), the epochs run by the one epoch driver
+(:mod:`bigearthnet.training.driver`), rank 0 writing the run's outputs
+(:mod:`bigearthnet.training.outputs`).
+
+A run folder with checkpoints resumes: rank 0 restores the newest readable checkpoint,
+every rank receives its weights by broadcast and its :class:`~bigearthnet.formats.
+checkpoints.Position` (epoch, step, losses so far), so model, optimizer (the LR schedule
+position), epoch, step and history all continue. A stop requested by Slurm's warning is
+voted on in the step's allreduce: every rank stops after the same step, rank 0 checkpoints,
+and :class:`~bigearthnet.core.errors.RequeueRequested` tells the command to exit 3.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from bigearthnet.core import distributed
+from bigearthnet.core.config import TrainConfig
+from bigearthnet.core.errors import InputError
+from bigearthnet.data.normalization import band_stats
+from bigearthnet.formats.checkpoints import CheckpointRecord, Position
+from bigearthnet.formats.history import HistoryRow
+from bigearthnet.formats.shards import Manifest, read_manifest
+from bigearthnet.training.driver import EpochDriver
+from bigearthnet.training.outputs import RunOutputs
+from bigearthnet.training.replica import Replica
+from bigearthnet.training.schedules import LRSchedule
+from bigearthnet.training.sources import EpochSource, PartitionSource
+
+__all__ = ["Trainer", "build_replica", "make_schedule"]
+log = distributed.log
+
+
+def make_schedule(cfg: TrainConfig, *, world_size: int, updates_per_epoch: int) -> LRSchedule:
+    """The LR schedule of ``cfg`` for a world of ``world_size`` ranks: linear scaling, or
+    with --lr-scaling adascale the base LR's schedule (the replica multiplies it by the
+    gain it measures)."""
+    return LRSchedule(
+        base_lr=cfg.lr,
+        world_size=1 if cfg.lr_scaling == "adascale" else world_size,
+        steps_per_epoch=updates_per_epoch,
+        total_epochs=cfg.epochs,
+        warmup_epochs=cfg.effective_warmup_epochs,
+        kind=cfg.schedule,
+        min_lr=cfg.min_lr,
+        step_epochs=tuple(cfg.step_epochs) if cfg.step_epochs else None,
+        gamma=cfg.gamma,
+    )
+
+
+def build_replica(cfg: TrainConfig, manifest: Manifest, source: EpochSource) -> Replica:
+    """This rank's replica for the data of ``manifest`` and the world of the moment."""
+    schedule = make_schedule(
+        cfg, world_size=distributed.size(), updates_per_epoch=source.updates_per_epoch()
+    )
+    mean, std = band_stats(manifest)
+    return Replica(cfg, num_classes=cfg.labels, band_mean=mean, band_std=std, schedule=schedule)
+
+
+class Trainer:
+    """Fixed-size training: set up data, replica and outputs; :meth:`run` trains."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.manifest = read_manifest(cfg.data)
+        self.source = PartitionSource(cfg, self.manifest)
+        self.replica = build_replica(cfg, self.manifest, self.source)
+        self.outputs = RunOutputs(cfg, self.manifest.data_id) if distributed.is_root() else None
+        self.driver = EpochDriver(cfg, self.replica, self.source, lambda: self.outputs)
+
+    @property
+    def model(self) -> tf.keras.Model:
+        return self.replica.model
+
+    def run(self) -> HistoryRow | None:
+        """Train to ``cfg.epochs`` (resuming if possible); returns the last history row."""
+        try:
+            return self.driver.run(self._resume_or_start())
+        except tf.errors.OpError as err:
+            lost = distributed.peer_lost(err)
+            if lost is None:
+                raise
+            raise lost from None
+
+    def _resume_or_start(self) -> Position:
+        """Rank 0 picks the checkpoint (if any); every rank ends with rank 0's state and
+        the position training continues at."""
+        record: CheckpointRecord | None = None
+        error = None
+        try:
+            if self.outputs is not None:
+                self.outputs.prepare()
+                record = self.outputs.resume(self.replica.trackables)
+        except (InputError, OSError) as err:  # locked, incompatible, unreadable checkpoint
+            error = err
+        distributed.raise_if_any_failed(error, "preparing the run folder")
+        record = distributed.broadcast_object(record, name="resume_record")
+        self.replica.broadcast_state()
+        position = self.source.resume_at(record)
+        if record is not None:
+            log.info(
+                "resumed from %s at epoch %d step %d (of %d epochs)",
+                record.folder,
+                position.epoch,
+                position.step,
+                self.cfg.epochs,
+            )
+        return position

@@ -1,0 +1,129 @@
+"""bigearthnet.data.rank_data and bigearthnet.data.partition: each rank's part of a split, the steps of an
+epoch, the caches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import TINY_RECIPE
+
+import train
+from bigearthnet.data.partition import rank_range, split_batches, steps_per_epoch
+from bigearthnet.data.rank_data import RankData
+from bigearthnet.formats.shards import read_manifest
+
+
+@pytest.mark.parametrize("total, size", [(10, 3), (7, 7), (100, 8), (5, 2)])
+def test_rank_ranges_cover_every_sample_once(total: int, size: int) -> None:
+    covered = np.concatenate([np.arange(*rank_range(total, r, size)) for r in range(size)])
+    assert np.array_equal(covered, np.arange(total))
+    lengths = [np.subtract(*rank_range(total, r, size)[::-1]) for r in range(size)]
+    assert max(lengths) - min(lengths) <= 1
+
+
+def test_batches_are_equal_in_number_and_nearly_in_size() -> None:
+    steps = steps_per_epoch(total=101, size=4, batch_size=8)  # parts of 25 and 26
+    for part in (25, 26):
+        batches = split_batches(np.arange(part), steps)
+        assert len(batches) == steps and min(map(len, batches)) >= 1
+        assert max(map(len, batches)) <= 8 and np.array_equal(
+            np.sort(np.concatenate(batches)), np.arange(part)
+        )
+
+
+@pytest.mark.parametrize("cache", ["memory", "none"])
+def test_ranks_see_every_training_sample_once_per_epoch(shards_v1: Path, cache: str) -> None:
+    manifest = read_manifest(shards_v1)
+    size, batch = 3, 7
+    parts = [
+        RankData(shards_v1, manifest, "train", labels=19, rank=r, size=size, cache=cache)
+        for r in range(size)
+    ]
+    steps = steps_per_epoch(parts[0].total, size, batch)
+    seen_by_epoch = []
+    for epoch in range(2):
+        names = []
+        for part in parts:
+            batches = list(part.batches(steps, epoch=epoch, seed=1, shuffle=True))
+            assert len(batches) == steps
+            all_names = part.names()
+            for images, _labels in batches:
+                assert images.dtype == np.uint16 and images.shape[1:] == (120, 120, 12)
+                names += [_name_of(part, all_names, img) for img in images]
+        assert sorted(names) == sorted(n for p in parts for n in p.names())
+        assert len(set(names)) == manifest.count("train")
+        seen_by_epoch.append(names)
+    assert seen_by_epoch[0] != seen_by_epoch[1]  # a new shuffle each epoch
+
+
+def _name_of(part: RankData, names: list[str], image: np.ndarray) -> str:
+    if not hasattr(part, "_lookup"):
+        images = part._read_rows("images", part.start, part.stop)
+        part._lookup = {img.tobytes(): n for img, n in zip(images, names)}
+    return part._lookup[image.tobytes()]
+
+
+def test_resumed_epoch_skips_exactly_the_done_steps(shards_v1: Path) -> None:
+    part = RankData(shards_v1, read_manifest(shards_v1), "train", labels=19, cache="none")
+    full = list(part.batches(10, epoch=3, seed=5, shuffle=True))
+    tail = list(part.batches(10, epoch=3, seed=5, shuffle=True, start_step=6))
+    assert len(tail) == 4
+    assert all(np.array_equal(a[0], b[0]) for a, b in zip(full[6:], tail))
+
+
+@pytest.mark.parametrize("cache", ["memory", "none"])
+def test_a_capped_epoch_keeps_the_batch_size_and_varies_its_samples(
+    shards_v1: Path, cache: str
+) -> None:
+    part = RankData(shards_v1, read_manifest(shards_v1), "train", labels=19, cache=cache)
+    steps, batch = 3, 8
+    assert len(part) > 2 * steps * batch
+    epochs = [
+        list(part.batches(steps, epoch=e, seed=5, shuffle=True, limit=steps * batch))
+        for e in (0, 1)
+    ]
+    for batches in epochs:
+        assert [len(images) for images, _ in batches] == [batch] * steps
+    assert not np.array_equal(epochs[0][0][0], epochs[1][0][0])  # other samples next epoch
+    tensors = list(part.dataset(steps, epoch=0, seed=5, shuffle=True, limit=steps * batch))
+    assert all(np.array_equal(a[0], b[0].numpy()) for a, b in zip(epochs[0], tensors))
+
+
+def test_cache_problem_only_when_the_node_lacks_memory(tmp_path: Path) -> None:
+    from bigearthnet.data.cache import SAMPLE_BYTES, cache_problem, memory_available
+
+    assert SAMPLE_BYTES == 120 * 120 * 12 * 2
+    gb = 1024**3
+    assert cache_problem(1000, 4, 100 * gb) is None
+    assert cache_problem(10**6, 4, None) is None  # unknown: do not guess
+    problem = cache_problem(275_000, 4, 64 * gb)  # v1 train split on one 4-GPU node
+    assert problem.startswith("--cache memory needs 354.1 GB on this node (4 rank(s) x ")
+    assert "64.0 GB are available; use --cache none" in problem
+    assert memory_available() > 0  # psutil: the node's MemAvailable
+
+
+def test_a_cache_that_cannot_fit_stops_with_one_line(
+    tmp_path: Path, shards_v1: Path, monkeypatch, rank_log
+) -> None:
+    from bigearthnet.data import cache
+
+    monkeypatch.setattr(cache, "memory_available", lambda: 10 * 2**20)  # 10 MB free
+    argv = [
+        "--data",
+        str(shards_v1),
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--no-eval-test",
+        *TINY_RECIPE,
+        "--epochs",
+        "1",
+        "--cache",
+        "memory",
+    ]
+    assert train.main(argv) == 2
+    errors = [r.getMessage() for r in rank_log.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "--cache memory needs" in errors[0], errors
+    assert "use --cache none" in errors[0] and "\n" not in errors[0]
+    assert train.main([*argv, "--cache", "none"]) == 0  # streaming needs no room

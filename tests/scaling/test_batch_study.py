@@ -1,0 +1,171 @@
+"""bigearthnet.scaling.batch_study and bigearthnet-batch-study: the plan of each point, its command,
+its result from a history, and a real (tiny) study end to end."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+from helpers import history_row
+
+from bigearthnet.cli import batch_study as cli
+from bigearthnet.core.errors import ConfigError
+from bigearthnet.core.util import read_csv
+from bigearthnet.formats.history import HistoryRow
+from bigearthnet.formats.shards import read_manifest
+from bigearthnet.scaling.batch_study import (
+    STUDY_CSV,
+    STUDY_PLOT,
+    StudySettings,
+    peak_lr,
+    plan_points,
+    summarise,
+    train_command,
+)
+
+
+def _settings(data: Path, **kwargs) -> StudySettings:
+    given = {"data": data, "out": data / "study", "batches": (8,), "target_f1": 0.5}
+    return StudySettings(**{**given, **kwargs})
+
+
+def test_points_split_the_global_batch_into_ranks_batches_and_passes(tmp_path: Path) -> None:
+    settings = _settings(tmp_path, batches=(64, 8, 16, 8), ranks=2, max_rank_batch=16)
+    points = plan_points(settings)
+    assert [(p.global_batch, p.ranks, p.rank_batch, p.passes) for p in points] == [
+        (8, 2, 4, 1),
+        (16, 2, 8, 1),
+        (64, 2, 16, 2),  # 32 per rank > 16: two accumulated passes
+    ]
+    with pytest.raises(ConfigError, match="9 is not a multiple of 2 rank"):
+        plan_points(_settings(tmp_path, batches=(9,), ranks=2))
+
+
+def test_scaling_rules(tmp_path: Path) -> None:
+    linear = _settings(tmp_path, base_lr=0.2, base_batch=512)
+    root = _settings(tmp_path, base_lr=0.2, base_batch=512, rule="sqrt")
+    assert peak_lr(linear, 8192) == pytest.approx(3.2)  # the seed study's 8k LR
+    assert peak_lr(root, 2048) == pytest.approx(0.4)
+
+
+def test_command_gives_train_py_the_per_rank_lr_and_the_evaluation_interval(
+    tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    settings = _settings(
+        tmp_path,
+        batches=(64,),
+        ranks=2,
+        max_rank_batch=16,
+        eval_steps=5,
+        base_lr=0.1,
+        base_batch=64,
+        train_args=("--model", "tiny"),
+    )
+    point = plan_points(settings)[0]
+    command = train_command(settings, point, tmp_path / "run")
+    assert Path(command[0]).name == "horovodrun" and command[1:3] == ["-np", "2"]
+
+    def value(flag: str) -> str:
+        return command[command.index(flag) + 1]
+
+    assert float(value("--lr")) == pytest.approx(0.05)  # peak 0.1 over 2 ranks
+    assert value("--batch-size") == "16" and value("--backward-passes-per-step") == "2"
+    assert value("--max-steps-per-epoch") == "10"  # 5 updates of 2 passes
+    assert command[-2:] == ["--model", "tiny"]
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    assert train_command(settings, point, tmp_path)[0] == "srun"
+
+
+def _row(epoch: int, f1: float, loss: float = 0.5, noise: float | None = None) -> HistoryRow:
+    return history_row(epoch, loss=loss, val_micro_f1=f1, val_macro_f1=f1, gns_b_simple=noise)
+
+
+def test_result_counts_steps_to_the_first_evaluation_at_target(shards_v1: Path) -> None:
+    settings = _settings(shards_v1, batches=(8,), eval_steps=3, target_f1=0.6)
+    point = plan_points(settings)[0]
+    rows = [_row(1, 0.3, noise=10.0), _row(2, 0.65, noise=30.0), _row(3, 0.7)]
+    result = summarise(settings, point, rows, exit_code=0)
+    assert result.steps_to_target == 2 * 3 and not result.diverged
+    train = read_manifest(shards_v1).count("train")
+    assert result.epochs_to_target == pytest.approx(round(2 * 3 * 8 / train, 4))
+    assert result.best_val_micro_f1 == 0.7 and result.mean_b_simple == 20.0
+    missed = summarise(settings, point, [_row(1, 0.2, loss=math.nan)], exit_code=1)
+    assert missed.steps_to_target is None and missed.diverged and missed.mean_b_simple is None
+
+
+def test_a_tiny_study_runs_end_to_end(tmp_path: Path, shards_v1: Path) -> None:
+    out = tmp_path / "study"
+    argv = [
+        "--data",
+        str(shards_v1),
+        "--out",
+        str(out),
+        "--batches",
+        "8,32",
+        "--target-f1",
+        "0.3",
+        "--base-lr",
+        "0.01",
+        "--base-batch",
+        "8",
+        "--rule",
+        "sqrt",
+        "--epochs",
+        "3",
+        "--eval-steps",
+        "3",
+        "--warmup-epochs",
+        "0",
+        "--optimizer",
+        "adam",
+        "--",
+        "--model",
+        "tiny",
+        "--threads",
+        "1",
+    ]
+    assert cli.main(argv) == 0
+    rows = read_csv(out / STUDY_CSV)
+    assert [row["global_batch"] for row in rows] == ["8", "32"]
+    assert all(row["diverged"] == "no" and row["optimizer"] == "adam" for row in rows)
+    assert float(rows[1]["peak_lr"]) == pytest.approx(0.02)  # sqrt(32 / 8) x 0.01
+    for row in rows:
+        steps = row["steps_to_target"]
+        assert steps == "not reached" or int(steps) % 3 == 0  # whole evaluation intervals
+    assert (out / STUDY_PLOT).stat().st_size > 1000
+    assert (out / "runs" / "b32" / "history.csv").is_file()
+    assert cli.main(argv) == 0  # rerun: the finished points only resume and end
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--batches", "8,x"], "expected integers"),
+        (["--batches", "8", "--target-f1", "1.5"], "inside (0, 1)"),
+        (["--batches", "8", "--", "--lr", "1"], "may not set the batch, LR"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(
+    extra: list[str], message: str, tmp_path: Path, shards_v1: Path, reported_errors
+) -> None:
+    argv = ["--data", str(shards_v1), "--out", str(tmp_path), "--target-f1", "0.5", *extra]
+    assert cli.main(argv) == 2
+    err = reported_errors()
+    assert len(err) == 1 and message in err[0], err
+    assert (
+        cli.main(
+            [
+                "--data",
+                str(tmp_path),
+                "--out",
+                str(tmp_path),
+                "--batches",
+                "8",
+                "--target-f1",
+                "0.5",
+            ]
+        )
+        == 2
+    )

@@ -1,0 +1,74 @@
+"""bigearthnet.training.driver and sources: one epoch loop for fixed-size and elastic runs.
+
+The same cases run through both kinds of run; the position a checkpoint carries resumes
+only where the source can map it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import REPO, TINY_RECIPE, elastic_command
+
+from bigearthnet.formats.checkpoints import CheckpointRecord, Position
+from bigearthnet.formats.history import read_history
+
+TARGET = 0.3  # the tiny model passes it within a few epochs on the synthetic archive
+EPOCHS = 12
+
+
+def _train(kind: str, data: Path, run: Path, *extra: str) -> subprocess.CompletedProcess:
+    if kind == "fixed":
+        cmd = [sys.executable, "train.py", "--data", str(data), "--run-dir", str(run)]
+        cmd += [*TINY_RECIPE, "--epochs", str(EPOCHS), "--no-eval-test", *extra]
+    else:
+        cmd = elastic_command(data, run, 1, EPOCHS, *extra)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+
+
+ELASTIC = pytest.param("elastic", marks=[pytest.mark.slow, pytest.mark.horovod])
+
+
+@pytest.mark.parametrize("kind", ["fixed", ELASTIC])
+def test_target_f1_ends_fixed_and_elastic_runs_alike(
+    kind: str, tmp_path: Path, shards_v1: Path
+) -> None:
+    """--target-f1 stops the run after the first epoch whose validation micro-F1 reaches it
+    (an elastic run used to train on to --epochs)."""
+    run = tmp_path / kind
+    done = _train(kind, shards_v1, run, "--target-f1", str(TARGET))
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = read_history(run)
+    assert rows and len(rows) < EPOCHS, [r.val_micro_f1 for r in rows]
+    assert rows[-1].val_micro_f1 >= TARGET
+    assert all(r.val_micro_f1 < TARGET for r in rows[:-1])
+    assert f"reached --target-f1 {TARGET:g} after epoch {len(rows)}" in done.stderr
+
+
+def test_position_advances_and_restarts() -> None:
+    position = Position(epoch=2)
+    for loss in (1.0, 3.0):
+        position = position.after_step(taken=16, loss=loss)
+    assert position == Position(epoch=2, step=2, consumed=32, loss_sum=4.0, loss_steps=2)
+    assert position.mid_epoch and position.mean_loss == 2.0
+    assert position.epoch_start() == Position(epoch=2)
+    assert position.next_epoch() == Position(epoch=3)
+
+
+def test_checkpoint_pointer_is_flat_and_reads_its_older_forms() -> None:
+    position = Position(epoch=3, step=5, consumed=40, loss_sum=2.5, loss_steps=5)
+    record = CheckpointRecord(model="tiny", num_classes=19, position=position, order="global")
+    body = record.to_json()
+    assert (body["epoch"], body["step"], body["consumed"]) == (3, 5, 40)
+    assert CheckpointRecord.from_json(body) == record
+    fixed = {"epoch": 1, "model": "tiny", "num_classes": 19, "step": 2, "loss_sum": 1.0}
+    fixed["loss_steps"] = 2
+    assert CheckpointRecord.from_json(fixed).position == Position(1, 2, 0, 1.0, 2)
+    elastic = {"epoch": 1, "model": "tiny", "num_classes": 19}
+    elastic["elastic"] = {"consumed": 24, "batch": 3, "loss_sum": 0.9, "loss_steps": 3}
+    old = CheckpointRecord.from_json(elastic)
+    assert old.position == Position(1, 3, 24, 0.9, 3) and old.order == "global"
