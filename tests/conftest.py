@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TINY_RECIPE, horovodrun, preprocess  # noqa: F401 (re-exported)
+from helpers import REPO, TINY_RECIPE, horovodrun, preprocess, train_argv  # noqa: F401
 
 import bigearthnet  # noqa: F401  (selects Keras 2 before any test module imports TensorFlow)
 
@@ -95,8 +95,7 @@ def trained_run(shards_v1: Path, tmp_path_factory) -> Path:
     import train
 
     run = tmp_path_factory.mktemp("runs") / "tiny"
-    argv = ["--data", str(shards_v1), "--run-dir", str(run), "--epochs", "6", "--no-eval-test"]
-    assert train.main(argv + TINY_RECIPE) == 0
+    assert train.main(train_argv(shards_v1, run, 6)) == 0
     return run
 
 

@@ -44,6 +44,20 @@ TINY_RECIPE = [
 ]
 
 
+def train_argv(
+    data: Path, run: Path, epochs: int = 1, *extra: str, eval_test: bool = False
+) -> list[str]:
+    """train.py's arguments: the tiny recipe on ``data`` into ``run`` for ``epochs``, the
+    final test evaluation only with ``eval_test``, then ``extra`` (later flags win)."""
+    argv = ["--data", str(data), "--run-dir", str(run), "--epochs", str(epochs), *TINY_RECIPE]
+    return [*argv, *([] if eval_test else ["--no-eval-test"]), *extra]
+
+
+def train_command(data: Path, run: Path, epochs: int = 1, *extra: str, **kw: bool) -> list[str]:
+    """``python train.py`` with :func:`train_argv` (run from the repository)."""
+    return [sys.executable, "train.py", *train_argv(data, run, epochs, *extra, **kw)]
+
+
 HOLD = (
     "import sys, time; from bigearthnet.core import runlock; "
     "runlock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(600)"

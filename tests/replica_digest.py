@@ -7,7 +7,7 @@ import hashlib
 import sys
 from pathlib import Path
 
-import train
+from bigearthnet.cli import train
 from bigearthnet.core import distributed
 from bigearthnet.core.config import TrainConfig, resolve
 from bigearthnet.training import trainer as training

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import tensorflow as tf
-from helpers import REPO, TINY_RECIPE
+from helpers import REPO, train_argv
 
 import train
 from bigearthnet.formats.history import read_history
@@ -41,18 +41,7 @@ def test_tf_keras_is_keras_2_on_this_stack() -> None:
 
 
 def _argv(data: Path, run: Path, epochs: int) -> list[str]:
-    return [
-        "--data",
-        str(data),
-        "--run-dir",
-        str(run),
-        "--epochs",
-        str(epochs),
-        "--no-eval-test",
-        "--max-steps-per-epoch",
-        "3",
-        *TINY_RECIPE,
-    ]
+    return train_argv(data, run, epochs, "--max-steps-per-epoch", "3")
 
 
 def _train_on(python: Path, data: Path, run: Path, epochs: int) -> str:

@@ -1,4 +1,5 @@
-"""``bigearthnet-map``: land-cover GeoTIFFs from a trained run (see :mod:`bigearthnet.maps.patches`).
+"""``bigearthnet-map``: land-cover GeoTIFFs from a trained run (see
+:mod:`bigearthnet.maps.patches`).
 Parses, picks the input (an archive or shards), predicts and writes the maps."""
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def jobs_dir() -> Path:
     candidates = [
         os.environ.get("BEN_JOBS_DIR", ""),
         str(Path(sys.prefix) / "share" / "bigearthnet-hpc" / "jobs"),
-        str(Path(__file__).resolve().parent.parent / "jobs"),
+        str(Path(__file__).resolve().parents[2] / "jobs"),
     ]
     for candidate in candidates:
         if candidate and (Path(candidate) / "elastic" / "holder.sbatch").is_file():

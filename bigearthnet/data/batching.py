@@ -1,7 +1,8 @@
 """Which samples each step of an epoch trains on: the two ways of cutting an epoch.
 
 * :class:`RankPartition` (fixed-size runs): every rank owns a fixed, disjoint part of the
-  split (:class:`~bigearthnet.data.rank_data.RankData`), shuffled per epoch, cut into the same number
+  split (:class:`~bigearthnet.data.rank_data.RankData`), shuffled per epoch, cut into the same
+  number
   of steps on every rank. A position inside an epoch is a step count.
 * :class:`GlobalOrder` (elastic runs): every epoch visits one permutation of the whole split,
   seeded by (seed, epoch) only, so it does not depend on the world size; each step takes the

@@ -1,6 +1,7 @@
 """Distributed evaluation of a trained run: every rank predicts, rank 0 reports.
 
-Each rank loads the run (:mod:`bigearthnet.inference.trained_run`) and predicts its own disjoint, contiguous part
+Each rank loads the run (:mod:`bigearthnet.inference.trained_run`) and predicts its own
+disjoint, contiguous part
 of the split (``RankData``, shards verified, no shuffling). Sigmoid scores, labels and
 patch names are gathered to every rank in rank order, i.e. in manifest order whatever the
 number of ranks. The gathered count must equal the manifest's count of the split and the

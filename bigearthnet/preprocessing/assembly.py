@@ -1,4 +1,5 @@
-"""Preprocessing, step 2: one shard from its patches (see :mod:`bigearthnet.preprocessing.preprocess`).
+"""Preprocessing, step 2: one shard from its patches (see
+:mod:`bigearthnet.preprocessing.preprocess`).
 
 Each patch's 20 m and 60 m bands are upsampled to the 10 m grid (:func:`assemble`, also
 what ``bigearthnet-map`` uses, so a map window equals a shard image), blocks of patches are

@@ -1,4 +1,5 @@
-"""Preprocessing, step 1: the plan every task computes alike (see :mod:`bigearthnet.preprocessing.preprocess`).
+"""Preprocessing, step 1: the plan every task computes alike (see
+:mod:`bigearthnet.preprocessing.preprocess`).
 
 List the archive, drop excluded patches, assign splits, order each split by a seeded
 permutation and cut it into shards of ``--shard-size`` patches. The plan depends only on

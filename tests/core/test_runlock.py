@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import TINY_RECIPE, hold_run_folder
+from helpers import hold_run_folder, train_argv
 
 import train
 from bigearthnet.core import runlock
@@ -18,8 +18,7 @@ from bigearthnet.formats.history import read_history
 
 
 def _train(data: Path, run: Path, *extra: str) -> int:
-    argv = ["--data", str(data), "--run-dir", str(run), "--epochs", "1", "--no-eval-test"]
-    return train.main([*argv, *TINY_RECIPE, *extra])
+    return train.main(train_argv(data, run, 1, *extra))
 
 
 @pytest.mark.fault

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import TINY_RECIPE
+from helpers import TINY_RECIPE, train_argv
 
 import train
 from bigearthnet.core.config import TrainConfig, add_config_arguments, load_run_config, resolve
@@ -103,20 +103,7 @@ def test_tensor_batches_equal_the_numpy_batches(shards_v1: Path, cache: str) -> 
 
 
 def _train(shards: Path, run: Path, *extra: str) -> list[float]:
-    argv = [
-        "--data",
-        str(shards),
-        "--run-dir",
-        str(run),
-        "--epochs",
-        "2",
-        "--no-eval-test",
-        "--max-steps-per-epoch",
-        "4",
-        *TINY_RECIPE,
-        *extra,
-    ]
-    assert train.main(argv) == 0
+    assert train.main(train_argv(shards, run, 2, "--max-steps-per-epoch", "4", *extra)) == 0
     return [row.loss for row in read_history(run)]
 
 

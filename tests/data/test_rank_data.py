@@ -1,4 +1,5 @@
-"""bigearthnet.data.rank_data and bigearthnet.data.partition: each rank's part of a split, the steps of an
+"""bigearthnet.data.rank_data and bigearthnet.data.partition: each rank's part of a split, the
+steps of an
 epoch, the caches."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from helpers import REPO
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "jobs" / "README.md"]
 PAGES.append(REPO / "benchmarks" / "README.md")
 TOP = ("bigearthnet", "models", "tests", "jobs", "configs", "docs", "benchmarks", "scripts")
-CODE_PATH = re.compile(r"`((?:%s)/[\w./*-]*|train\.py|evaluate\.py|\.ci/run)`" % "|".join(TOP))
+CODE_PATH = re.compile(rf"`((?:{'|'.join(TOP)})/[\w./*-]*|train\.py|evaluate\.py|\.ci/run)`")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 BARE_MODULE = re.compile(r"`(\w+\.py)`")  # a module named by its file name alone
 GENERATED = {"benchmarks/results.json", "benchmarks/results-stacks.json"}  # make bench writes them

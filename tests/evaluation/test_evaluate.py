@@ -1,4 +1,5 @@
-"""evaluate.py / bigearthnet.evaluation.evaluate: metrics recomputable, rank-count independent, bad input."""
+"""evaluate.py / bigearthnet.evaluation.evaluate: metrics recomputable, rank-count independent,
+bad input."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for bigearthnet.evaluation.metrics: sklearn parity and the multi-rank (summed counts) property."""
+"""bigearthnet.evaluation.metrics: sklearn parity and the multi-rank (summed counts) property."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for bigearthnet.synthetic.archive: real formats, determinism, the learnable rule and the CLI."""
+"""bigearthnet.synthetic.archive: real formats, determinism, the learnable rule and the CLI."""
 
 from __future__ import annotations
 

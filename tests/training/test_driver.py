@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TINY_RECIPE, elastic_command
+from helpers import REPO, elastic_command, train_command
 
 from bigearthnet.formats.checkpoints import CheckpointRecord, Position
 from bigearthnet.formats.history import read_history
@@ -22,8 +21,7 @@ EPOCHS = 12
 
 def _train(kind: str, data: Path, run: Path, *extra: str) -> subprocess.CompletedProcess:
     if kind == "fixed":
-        cmd = [sys.executable, "train.py", "--data", str(data), "--run-dir", str(run)]
-        cmd += [*TINY_RECIPE, "--epochs", str(EPOCHS), "--no-eval-test", *extra]
+        cmd = train_command(data, run, EPOCHS, *extra)
     else:
         cmd = elastic_command(data, run, 1, EPOCHS, *extra)
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}

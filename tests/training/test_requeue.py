@@ -16,17 +16,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TINY_RECIPE
+from helpers import REPO, train_argv
 
 import train
 from bigearthnet.formats.history import read_history
 
 INJECTOR = """
 import os, signal, sys
-import train
-from bigearthnet.evaluation import evaluate as evaluation
-
-from bigearthnet.training import trainer as training
+from bigearthnet.cli import train
+from bigearthnet.inference import trained_run
+from bigearthnet.training import epoch_end
 PHASE, NTH, RANK = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 calls = []
 
@@ -37,7 +36,7 @@ def signal_me(index: int) -> None:
 
 
 if PHASE == "validation":
-    real_validate = training.validate
+    real_validate = epoch_end.validate
 
     def validate(replica, batches, **kw):
         calls.append(1)
@@ -49,7 +48,7 @@ if PHASE == "validation":
 
         return real_validate(replica, signalled(), **kw)
 
-    training.validate = validate
+    epoch_end.validate = validate
 elif PHASE == "exit":
     import atexit, time
     from bigearthnet.core import signals
@@ -63,14 +62,14 @@ elif PHASE == "exit":
     signals.remember_warnings()
     os.kill(os.getpid(), signal.SIGUSR1)  # the warning during start-up: exit 3 at step 1
 else:
-    real_predict = evaluation.LoadedModel.predict
+    real_predict = trained_run.LoadedModel.predict
 
     def predict(self, images):
         calls.append(1)
         signal_me(1)
         return real_predict(self, images)
 
-    evaluation.LoadedModel.predict = predict
+    trained_run.LoadedModel.predict = predict
 sys.exit(train.cli(sys.argv[4:]))
 """
 
@@ -90,7 +89,7 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
 
 
 def _argv(data: Path, run: Path, epochs: int) -> list[str]:
-    return ["--data", str(data), "--run-dir", str(run), "--epochs", str(epochs), *TINY_RECIPE]
+    return train_argv(data, run, epochs, eval_test=True)
 
 
 @pytest.mark.fault

@@ -1,4 +1,4 @@
-"""Tests for bigearthnet.training.schedules: Goyal et al. warm-up + decay, Python vs TF, optimizers."""
+"""bigearthnet.training.schedules: Goyal et al. warm-up + decay, Python vs TF, optimizers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""train.py and bigearthnet.training.trainer: learning, resume, requeue, bad input, and a true 2-rank
+"""train.py and bigearthnet.training.trainer: learning, resume, requeue, bad input, and a true
+2-rank
 Horovod run."""
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers import REPO, TINY_RECIPE, error_lines, horovodrun, preprocess
+from helpers import REPO, TINY_RECIPE, error_lines, horovodrun, preprocess, train_command
 
 import train
 from bigearthnet.core import distributed
+from bigearthnet.core.errors import RequeueRequested
 from bigearthnet.data.rank_data import RankData
 from bigearthnet.formats.history import read_history
 from bigearthnet.formats.shards import read_manifest
@@ -69,20 +71,7 @@ def test_accumulation_and_fp16_allreduce_run(tmp_path: Path, shards_v1: Path) ->
     assert len(read_history(run)) == 1
 
 
-def _train_cmd(data: Path, run: Path, epochs: int, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "train.py",
-        "--data",
-        str(data),
-        "--run-dir",
-        str(run),
-        "--epochs",
-        str(epochs),
-        "--no-eval-test",
-        *TINY_RECIPE,
-        *extra,
-    ]
+_train_cmd = train_command
 
 
 def _wait_for(path: Path, proc: subprocess.Popen, timeout: float = 180) -> None:
@@ -391,9 +380,9 @@ def test_stop_on_the_last_step_finishes_the_epoch_first(tmp_path, shards_v1, fau
     distributed.init(threads=1)  # as train.main does (other tests may not have run first)
     with STOP.handling():
         trainer = training.Trainer(cfg)
-        assert trainer.steps == 1
+        assert trainer.source.steps_per_epoch() == 1
         STOP.requested = True  # the vote lands on the epoch's last (only) step
-        with pytest.raises(training.RequeueRequested, match="after epoch 1"):
+        with pytest.raises(RequeueRequested, match="after epoch 1"):
             trainer.run()
     pointer = json.loads((run / "checkpoints" / "latest.json").read_text())
     assert (pointer["epoch"], pointer["step"]) == (1, 0)  # a whole epoch, not "step 1 of 1"
