@@ -11,7 +11,15 @@ DEMO_DIR ?= demo
 FAULTS_TABLE ?=
 SHARED ?= ../shared
 
-.PHONY: help setup demo test test-slow test-all faults lint bench bench-stacks clean-demo
+# The second stack runs the tests that touch TensorFlow, Keras or Horovod: every API the
+# project uses (layers and the model registry, legacy optimizers, LR schedules, tf.function
+# steps, precise BN, augmentation, DLPack caches, checkpoints across stacks, Horovod
+# collectives in 2-rank runs, prediction for evaluation and scene maps). The rest of the
+# suite is Python that a second TensorFlow does not change.
+STACK_TESTS := tests/test_stacks.py tests/models tests/training tests/data tests/evaluation \
+	tests/maps/test_scene.py
+
+.PHONY: help setup demo test test-slow test-all test-stack faults lint bench bench-stacks clean-demo
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -27,8 +35,11 @@ $(STAMP): setup.cfg pyproject.toml scripts/setup_env.sh
 demo: $(STAMP)  ## synthetic archive -> preprocess -> 2-rank training -> evaluation -> report
 	VENV=$(VENV) DEMO_DIR=$(DEMO_DIR) bash scripts/demo.sh
 
-test: $(STAMP)  ## the test suite without the tests marked slow
+test: $(STAMP)  ## the test suite without the slow and fault tiers
 	SHARED_DIR=$(SHARED) $(PY) -m pytest
+
+test-stack: $(STAMP)  ## the tests that touch TensorFlow/Keras/Horovod (CI: on the second stack)
+	SHARED_DIR=$(SHARED) $(PY) -m pytest $(STACK_TESTS)
 
 test-slow: $(STAMP)  ## only the slow tests (real Slurm, elastic); CI runs them after `make test`
 	SHARED_DIR=$(SHARED) $(PY) -m pytest -m "slow and not fault"
@@ -39,7 +50,7 @@ faults: $(STAMP)  ## inject each fault into real runs; prints the fault table (F
 test-all: $(STAMP)  ## every test, the slow multi-process and Slurm ones included
 	SHARED_DIR=$(SHARED) $(PY) -m pytest -m "slow or not slow"
 
-lint: $(STAMP)  ## ruff, mypy, and the import layering (import-linter: no cycle, no upward import)
+lint: $(STAMP)  ## ruff, mypy, and the import layering (import-linter: no cycle, no upward import); .pre-commit-config.yaml runs the same
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy

@@ -93,7 +93,7 @@ def _inputs(args, loaded, skipped: list) -> tuple[int, Iterator]:
         return shard_batches(
             args.shards, manifest, args.split or list(constants.SPLITS), args.batch_size
         )
-    resampling = args.resampling or _training_resampling(loaded.config)
+    resampling = args.resampling or loaded.resampling
     return archive_batches(
         args.archive,
         args.version,
@@ -102,16 +102,6 @@ def _inputs(args, loaded, skipped: list) -> tuple[int, Iterator]:
         args.include_snow_cloud,
         skipped,
     )
-
-
-def _training_resampling(config) -> str:
-    """Resample like the run's training data, so the model sees what it learned on."""
-    from bigearthnet.formats.shards import ShardError, read_manifest
-
-    try:
-        return read_manifest(config.data).resampling
-    except ShardError:
-        return "bilinear"
 
 
 def make_maps(args: argparse.Namespace) -> list[MapFile]:

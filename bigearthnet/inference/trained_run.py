@@ -38,6 +38,7 @@ class LoadedModel:
     config: TrainConfig  # RUN/config.yaml
     mean: np.ndarray
     std: np.ndarray
+    resampling: str = "bilinear"  # how the training data's 20/60 m bands were upsampled
     _predict: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -124,18 +125,17 @@ def check_data_labels(record: CheckpointRecord, manifest: Manifest, data_dir: Pa
         )
 
 
-def training_band_stats(
-    config: TrainConfig, fallback: Manifest | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Band mean/std of the run's training data (what the model learned on)."""
+def training_data(config: TrainConfig, fallback: Manifest | None) -> Manifest | None:
+    """The manifest of the run's training data (what the model learned on: its band
+    statistics and resampling), read once; ``fallback`` (the scored data's) when it is gone."""
     try:
-        return band_stats(read_manifest(config.data))
+        return read_manifest(config.data)
     except ShardError:
         log.warning(
-            "training data %s unavailable: normalising with the evaluated data's statistics",
+            "training data %s unavailable: normalising with the scored data's statistics",
             config.data,
         )
-        return band_stats(fallback)
+        return fallback
 
 
 def load_model(
@@ -153,5 +153,7 @@ def load_model(
     model = models.get_model(record.model, record.input_shape, record.num_classes)
     # partial: the checkpoint also holds the optimizer and epoch, which inference ignores.
     checkpoints.restore_path(prefix, {"model": model}, partial=True)
-    mean, std = training_band_stats(config, manifest)
-    return LoadedModel(model, record, prefix, config, mean, std)
+    trained_on = training_data(config, manifest)
+    mean, std = band_stats(trained_on)
+    resampling = trained_on.resampling if trained_on is not None else "bilinear"
+    return LoadedModel(model, record, prefix, config, mean, std, resampling)

@@ -16,16 +16,6 @@ from bigearthnet.maps.windows import StageTimes, predict_scene, window_origins
 log = distributed.log
 
 
-def training_resampling(data_dir: str) -> str:
-    """Resample like the run's training data, so the model sees what it learned on."""
-    from bigearthnet.formats.shards import ShardError, read_manifest
-
-    try:
-        return read_manifest(data_dir).resampling
-    except ShardError:
-        return "bilinear"
-
-
 def map_scene(
     scene_dir: Path,
     *,
@@ -58,7 +48,7 @@ def map_scene(
     scene = Scene(Path(scene_dir), bbox=bbox, band_order=band_order, mask_clouds=mask_clouds)
     times = StageTimes()
     try:
-        method = resampling or training_resampling(loaded.config.data)
+        method = resampling or loaded.resampling  # as the model's training data was
         rows = window_origins(scene.height, stride)[distributed.rank() :: distributed.size()]
         total = len(rows) * len(window_origins(scene.width, stride))
         started = time.perf_counter()

@@ -269,7 +269,7 @@ def _v1_metadata(tile: _Tile, labels: Sequence[str], ulx: int, uly: int) -> str:
     return json.dumps(meta) + "\n"
 
 
-def _plan(
+def plan_archive(
     num_patches: int, layout: str, seed: int
 ) -> tuple[list[SyntheticPatch], list[PatchJob], list[dict]]:
     """Decide every name, place, date, label and split from the seed (no pixels yet)."""
@@ -441,7 +441,7 @@ def generate_archive(
     """
     out = Path(out_dir)
     _check_args(out, num_patches, layout, seed, workers, overwrite)
-    patches, jobs, rows = _plan(num_patches, layout, seed)
+    patches, jobs, rows = plan_archive(num_patches, layout, seed)
     out.parent.mkdir(parents=True, exist_ok=True)
     # Build beside OUT (same file system, so the final rename is atomic).
     tmp = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:12]}"

@@ -105,7 +105,7 @@ def class_signatures(num_classes: int = 43) -> np.ndarray:
 # --------------------------------------------------------------------------- rendering
 
 
-def _region_cells(rng: np.random.Generator, k: int) -> np.ndarray:
+def region_cells(rng: np.random.Generator, k: int) -> np.ndarray:
     """(20, 20) map of region ids 0..k-1 on the 60 m grid; every region >= 12.5 % of the patch."""
     cells = np.zeros((_GRID, _GRID), dtype=np.intp)
     if k == 1:
@@ -140,7 +140,7 @@ def _texture(rng: np.random.Generator) -> np.ndarray:
     return 1.0 + np.clip(field * _TEXTURE_GAIN, -_TEXTURE_CLIP, _TEXTURE_CLIP)
 
 
-def _block_mean(field: np.ndarray, factor: int) -> np.ndarray:
+def block_mean(field: np.ndarray, factor: int) -> np.ndarray:
     n = field.shape[-1] // factor
     return field.reshape(n, factor, n, factor).mean(axis=(1, 3), dtype=np.float32)
 
@@ -166,7 +166,7 @@ def render_patch(
     block means of the 10 m field: the class map is constant inside a 60 m cell, so the block
     mean of (signature * texture) is signature * block-mean(texture), computed directly.
     """
-    cells = _region_cells(rng, len(signatures))
+    cells = region_cells(rng, len(signatures))
     base = np.asarray(signatures, dtype=np.float32)[cells]  # (20, 20, 12) per 60 m cell
     if overlay is not None:
         base = _apply_overlay(rng, base, _SNOW if overlay == "snow" else _CLOUD)
@@ -175,7 +175,7 @@ def render_patch(
     for size, idx in _band_groups():
         factor = PATCH_SIZE // size
         rep = size // _GRID
-        tex = texture if factor == 1 else _block_mean(texture, factor)
+        tex = texture if factor == 1 else block_mean(texture, factor)
         signal = base[:, :, idx].transpose(2, 0, 1)
         if rep > 1:
             signal = signal.repeat(rep, axis=1).repeat(rep, axis=2)

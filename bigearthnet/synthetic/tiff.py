@@ -47,7 +47,9 @@ def _tiff_template(size: int, epsg: int, nodata: int | None) -> _TiffTemplate | 
     # ones to a real file to get the exact layout of a real band.
     with tempfile.TemporaryDirectory(prefix="bigearthnet-synth-") as tmp:
         path = os.path.join(tmp, "template.tif")
-        with rasterio.open(path, "w", **_profile(size, epsg, _PROBE_X, _PROBE_Y, nodata)) as dst:
+        with rasterio.open(
+            path, "w", **geotiff_profile(size, epsg, _PROBE_X, _PROBE_Y, nodata)
+        ) as dst:
             dst.write(np.ones((size, size), dtype=np.uint16), 1)  # all-zero strips get padded
         with open(path, "rb") as fh:
             blob = fh.read()
@@ -69,7 +71,7 @@ def _tiff_template(size: int, epsg: int, nodata: int | None) -> _TiffTemplate | 
     return _TiffTemplate(header=blob[:data_at], tiepoint_at=at + 24)
 
 
-def _profile(size: int, epsg: int, ulx: float, uly: float, nodata: int | None) -> dict:
+def geotiff_profile(size: int, epsg: int, ulx: float, uly: float, nodata: int | None) -> dict:
     from rasterio.crs import CRS
     from rasterio.transform import Affine
 
@@ -100,7 +102,9 @@ def write_band(
     if template is None:  # unexpected GDAL layout: slower but always right
         import rasterio
 
-        with rasterio.open(path, "w", **_profile(data.shape[0], epsg, ulx, uly, nodata)) as dst:
+        with rasterio.open(
+            path, "w", **geotiff_profile(data.shape[0], epsg, ulx, uly, nodata)
+        ) as dst:
             dst.write(data, 1)
         return
     header = bytearray(template.header)

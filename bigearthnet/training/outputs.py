@@ -11,13 +11,14 @@ epoch is written before its checkpoint, so a kill in between leaves a row the re
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from pathlib import Path
 from typing import Any
 
 import tensorflow as tf
 
-from bigearthnet.core import distributed, runlock
+from bigearthnet.core import runlock
 from bigearthnet.core.config import TrainConfig, save_yaml
 from bigearthnet.core.errors import ConfigError
 from bigearthnet.core.util import atomic_write_json, read_csv, write_csv
@@ -26,7 +27,7 @@ from bigearthnet.formats.checkpoints import CheckpointRecord
 from bigearthnet.formats.history import HistoryRow, read_history, write_history
 from bigearthnet.training.gns import NoiseEstimate
 
-log = distributed.log
+log = logging.getLogger("bigearthnet")  # the ranks' logger (rank 0 alone writes)
 EFFICIENCY = "efficiency.json"
 EVENTS = "elastic_events.csv"
 # event: "resize" (the world re-formed: old -> new size), "hosts removed"/"hosts changed"

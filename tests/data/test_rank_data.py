@@ -59,11 +59,14 @@ def test_ranks_see_every_training_sample_once_per_epoch(shards_v1: Path, cache: 
     assert seen_by_epoch[0] != seen_by_epoch[1]  # a new shuffle each epoch
 
 
+_LOOKUPS: dict[int, dict[bytes, str]] = {}  # id(part) -> image bytes -> patch name
+
+
 def _name_of(part: RankData, names: list[str], image: np.ndarray) -> str:
-    if not hasattr(part, "_lookup"):
-        images = part._read_rows("images", part.start, part.stop)
-        part._lookup = {img.tobytes(): n for img, n in zip(images, names)}
-    return part._lookup[image.tobytes()]
+    if id(part) not in _LOOKUPS:
+        images, _ = part.take(np.arange(len(part)))
+        _LOOKUPS[id(part)] = {img.tobytes(): n for img, n in zip(images, names)}
+    return _LOOKUPS[id(part)][image.tobytes()]
 
 
 def test_resumed_epoch_skips_exactly_the_done_steps(shards_v1: Path) -> None:

@@ -186,7 +186,7 @@ def test_v1_layout_matches_real_samples(v1_archive):
 
 
 def test_v1_dropped_classes_only_as_extra_labels():
-    plan_patches = synthetic._plan(400, "v1", 0)[0]
+    plan_patches = synthetic.plan_archive(400, "v1", 0)[0]
     dropped = {CLASSES_43[i] for i in DROPPED_IN_19}
     with_dropped = [p for p in plan_patches if dropped & set(p.labels)]
     assert 0 < len(with_dropped) < 0.2 * len(plan_patches)
@@ -199,7 +199,7 @@ def test_write_band_is_byte_identical_to_gdal(tmp_path):
         data = rng.integers(1, 10000, size=(size, size), dtype=np.uint16)
         ours, ref = tmp_path / f"ours{size}.tif", tmp_path / f"ref{size}.tif"
         synthetic.write_band(ours, data, 32634, 538380, 4953240, nodata)
-        profile = synthetic_tiff._profile(size, 32634, 538380, 4953240, nodata)
+        profile = synthetic_tiff.geotiff_profile(size, 32634, 538380, 4953240, nodata)
         with rasterio.open(ref, "w", **profile) as dst:
             dst.write(data, 1)
         assert ours.read_bytes() == ref.read_bytes()
@@ -297,7 +297,7 @@ def _nearest_signature_labels(bands: dict[str, np.ndarray], sig: np.ndarray) -> 
     """Classes covering >= 5 % of the 60 m pixels by nearest signature (Euclidean)."""
     grid = np.stack(
         [
-            synthetic_render._block_mean(bands[b].astype(np.float32), bands[b].shape[0] // 20)
+            synthetic_render.block_mean(bands[b].astype(np.float32), bands[b].shape[0] // 20)
             for b in BANDS
         ],
         axis=-1,
@@ -337,7 +337,7 @@ def test_regions_cover_meaningful_area():
     rng = np.random.default_rng(0)
     for _ in range(300):
         k = int(rng.integers(1, 4))
-        cells = synthetic_render._region_cells(rng, k)
+        cells = synthetic_render.region_cells(rng, k)
         fractions = np.bincount(cells.ravel(), minlength=k) / cells.size
         assert len(fractions) == k and fractions.min() >= 0.1
 
