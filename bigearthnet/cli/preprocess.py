@@ -39,25 +39,32 @@ def build_parser() -> argparse.ArgumentParser:
         "with metadata.parquet and BigEarthNet-S2/)",
     )
     p.add_argument("out", type=Path, help="output folder for shards, manifest.json, rejects.csv")
-    p.add_argument(
+    # The same groups as train.py's --help: by concern.
+    data = p.add_argument_group("data options")
+    distribution = p.add_argument_group("distribution options")
+    faults = p.add_argument_group("faults and resume options")
+    monitoring = p.add_argument_group("monitoring options")
+    data.add_argument(
         "--version",
         choices=("auto", "v1", "v2"),
         default="auto",
         help="archive layout; auto detects it",
     )
-    p.add_argument(
+    data.add_argument(
         "--splits-dir",
         type=Path,
         help="folder with official train.csv, val.csv, "
         "test.csv (patch names in the first column, no header)",
     )
-    p.add_argument(
+    data.add_argument(
         "--split-ratios",
         help="seeded random train,val,test split, e.g. 0.6,0.2,0.2 "
         "(default when no official split is available; overrides the v2 split column)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the random split and shard order")
-    p.add_argument(
+    data.add_argument(
+        "--seed", type=int, default=0, help="seed of the random split and shard order"
+    )
+    data.add_argument(
         "--exclude",
         type=Path,
         nargs="+",
@@ -65,38 +72,42 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="CSV lists of patch names to leave out (e.g. the snow and cloud lists)",
     )
-    p.add_argument(
+    data.add_argument(
         "--include-snow-cloud",
         action="store_true",
         help="v2: also use patches of the snow/cloud/shadow parquet",
     )
-    p.add_argument(
+    data.add_argument(
         "--resampling",
         choices=METHODS,
         default="bilinear",
         help="upsampling of the 20 m and 60 m bands (pixel centres aligned)",
     )
-    p.add_argument("--shard-size", type=int, default=1000, help="patches per shard (~345 KB each)")
-    p.add_argument("--workers", type=int, default=1, help="processes on this node")
-    p.add_argument(
+    data.add_argument(
+        "--shard-size", type=int, default=1000, help="patches per shard (~345 KB each)"
+    )
+    distribution.add_argument("--workers", type=int, default=1, help="processes on this node")
+    distribution.add_argument(
         "--num-tasks",
         type=int,
         help="tasks (nodes) splitting the archive; default "
         "from SLURM_ARRAY_TASK_COUNT or SLURM_NTASKS, else 1",
     )
-    p.add_argument(
+    distribution.add_argument(
         "--task-index",
         type=int,
         help="this task's index; default from SLURM_ARRAY_TASK_ID or SLURM_PROCID, else 0",
     )
-    p.add_argument(
+    distribution.add_argument(
         "--join",
         action="store_true",
         help="only merge finished shards into manifest.json (after a multi-task run)",
     )
-    p.add_argument("--strict", action="store_true", help="exit 1 when any patch is rejected")
-    p.add_argument("--overwrite", action="store_true", help="delete earlier outputs in OUT first")
-    p.add_argument(
+    faults.add_argument("--strict", action="store_true", help="exit 1 when any patch is rejected")
+    faults.add_argument(
+        "--overwrite", action="store_true", help="delete earlier outputs in OUT first"
+    )
+    monitoring.add_argument(
         "--no-progress", dest="progress", action="store_false", help="no progress bar (logs stay)"
     )
     return p

@@ -162,10 +162,10 @@ def test_discovery_printing_nothing_ends_the_run_with_its_position_checkpointed(
     assert event["event"] == "hosts removed" and event["old_size"] == "2", event
     record = json.loads((run / "checkpoints" / "latest.json").read_text())
     if int(event["consumed"]):  # mid-epoch: that position, not the epoch before it
-        assert record["elastic"]["consumed"] == int(event["consumed"]), (record, event)
+        assert record["consumed"] == int(event["consumed"]), (record, event)
         assert record["epoch"] == int(event["epoch"]) - 1
     else:  # at an epoch's start: the epoch's checkpoint is that position
-        assert record["epoch"] == int(event["epoch"]) - 1 and "elastic" not in record
+        assert record["epoch"] == int(event["epoch"]) - 1 and record["consumed"] == 0
     (tmp_path / "fault").unlink()
     rerun = run_elastic(shards_v1, run, 1, epochs, _hosts(tmp_path, "localhost:1\n"))
     out = rerun.stdout + rerun.stderr

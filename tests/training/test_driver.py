@@ -20,11 +20,15 @@ EPOCHS = 12
 
 
 def _train(kind: str, data: Path, run: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}
     if kind == "fixed":
         cmd = train_command(data, run, EPOCHS, *extra)
     else:
+        hosts = run.parent / f"{run.name}-hosts"  # the discovery script's folder: one slot
+        hosts.mkdir(parents=True)
+        (hosts / "driver.hosts").write_text("localhost:1\n")
+        env["ELASTIC_HOSTS_DIR"] = str(hosts)
         cmd = elastic_command(data, run, 1, EPOCHS, *extra)
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 

@@ -187,9 +187,9 @@ def test_warning_stops_every_worker_and_the_rerun_resumes_at_that_sample(
     record = json.loads((run / "checkpoints" / "latest.json").read_text())
     assert 2 <= record["epoch"] < epochs
     done = len(read_history(run))
-    if "elastic" in record:  # stopped inside an epoch: the position is saved
-        consumed = record["elastic"]["consumed"]
-        assert record["epoch"] == done and consumed > 0 and record["elastic"]["loss_steps"] > 0
+    if record.get("consumed"):  # stopped inside an epoch: the position is saved
+        consumed = record["consumed"]
+        assert record["epoch"] == done and record["order"] == "global" and record["loss_steps"] > 0
         resumed = f"epoch {done + 1} of {epochs}, {consumed} samples of it done"
     else:  # the vote fell on an epoch's last step: that epoch was finished and saved
         resumed = f"epoch {done + 1} of {epochs}, 0 samples of it done"
