@@ -1,5 +1,6 @@
 """A non-editable install carries what the commands need besides the package: the Slurm
-job scripts (found by util.jobs_dir under <prefix>/share/bigearthnet-hpc/jobs)."""
+job scripts (found by util.jobs_dir under <prefix>/share/bigearthnet-hpc/jobs), the model
+registry as bigearthnet.models - and nothing generic at the top of site-packages."""
 
 from __future__ import annotations
 
@@ -21,3 +22,6 @@ def test_the_wheel_carries_the_job_scripts(tmp_path):
     ).stdout.split()
     assert sorted(shared) == sorted(tracked)
     assert any(n.startswith("bigearthnet/cli/") for n in names)
+    assert "bigearthnet/models/resnet.py" in names  # the registry, under the package's name
+    top = {n.split("/")[0] for n in names if not n.startswith("bigearthnet_hpc-")}
+    assert top == {"bigearthnet"}, top  # no top-level models, train or evaluate
