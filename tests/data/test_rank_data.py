@@ -4,6 +4,7 @@ epoch, the caches."""
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -59,14 +60,15 @@ def test_ranks_see_every_training_sample_once_per_epoch(shards_v1: Path, cache: 
     assert seen_by_epoch[0] != seen_by_epoch[1]  # a new shuffle each epoch
 
 
-_LOOKUPS: dict[int, dict[bytes, str]] = {}  # id(part) -> image bytes -> patch name
+# part -> image bytes -> patch name (weak: a collected part's id may be reused by a new one)
+_LOOKUPS: weakref.WeakKeyDictionary[RankData, dict[bytes, str]] = weakref.WeakKeyDictionary()
 
 
 def _name_of(part: RankData, names: list[str], image: np.ndarray) -> str:
-    if id(part) not in _LOOKUPS:
+    if part not in _LOOKUPS:
         images, _ = part.take(np.arange(len(part)))
-        _LOOKUPS[id(part)] = {img.tobytes(): n for img, n in zip(images, names)}
-    return _LOOKUPS[id(part)][image.tobytes()]
+        _LOOKUPS[part] = {img.tobytes(): n for img, n in zip(images, names)}
+    return _LOOKUPS[part][image.tobytes()]
 
 
 def test_resumed_epoch_skips_exactly_the_done_steps(shards_v1: Path) -> None:
