@@ -16,7 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers import REPO, TINY_RECIPE, error_lines, horovodrun, preprocess, train_command
+from helpers import (
+    REPO,
+    TINY_RECIPE,
+    error_lines,
+    horovodrun,
+    preprocess,
+    train_argv,
+    train_command,
+)
 
 import train
 from bigearthnet.core import distributed
@@ -53,21 +61,8 @@ def test_single_process_learns_the_synthetic_rule(trained_run: Path, shards_v1: 
 
 def test_accumulation_and_fp16_allreduce_run(tmp_path: Path, shards_v1: Path) -> None:
     run = tmp_path / "run"
-    argv = [
-        "--data",
-        str(shards_v1),
-        "--run-dir",
-        str(run),
-        "--epochs",
-        "1",
-        "--no-eval-test",
-        "--backward-passes-per-step",
-        "2",
-        "--fp16-allreduce",
-        "--cache",
-        "none",
-    ]
-    assert train.main(argv + TINY_RECIPE) == 0
+    extra = ["--backward-passes-per-step", "2", "--fp16-allreduce", "--cache", "none"]
+    assert train.main(train_argv(shards_v1, run, 1, *extra)) == 0
     assert len(read_history(run)) == 1
 
 
@@ -364,18 +359,7 @@ def test_stop_on_the_last_step_finishes_the_epoch_first(tmp_path, shards_v1, fau
 
     run = tmp_path / "run"
     # --batch-size 200: one step per epoch
-    argv = [
-        "--data",
-        str(shards_v1),
-        "--run-dir",
-        str(run),
-        "--epochs",
-        "3",
-        "--no-eval-test",
-        *TINY_RECIPE,
-        "--batch-size",
-        "200",
-    ]
+    argv = train_argv(shards_v1, run, 3, "--batch-size", "200")
     cfg = resolve(train.build_parser().parse_args(argv))
     distributed.init(threads=1)  # as train.main does (other tests may not have run first)
     with STOP.handling():
