@@ -155,7 +155,7 @@ class ElasticTrainer(RunHooks):
             position.consumed,
         )
         self.driver.save_position(position)
-        self._record_event(what, new_size=None)
+        self._record_event(what, old_size=distributed.size(), new_size=None)
 
     def _on_reset(self) -> None:
         """Runs on every worker after Horovod re-initialised with the new world."""
@@ -171,16 +171,16 @@ class ElasticTrainer(RunHooks):
             position.consumed,
             len(self.source.train),
         )
-        self._record_event("resize", new_size=new, old_size=old)
+        self._record_event("resize", old_size=old, new_size=new)
 
-    def _record_event(self, event: str, *, new_size: int | None, old_size: int = 0) -> None:
+    def _record_event(self, event: str, *, old_size: int, new_size: int | None) -> None:
         outputs = self.outputs()
         if outputs is None:
             return
         position = self.state.position
         outputs.append_event(
             event=event,
-            old_size=old_size or distributed.size(),
+            old_size=old_size,
             new_size=new_size,
             epoch=position.epoch + 1,
             consumed=position.consumed,

@@ -108,7 +108,9 @@ class RunOutputs:
         return dataclasses.replace(record, data=str(self.cfg.data), data_id=self.data_id)
 
     def history(self, *, through_epoch: int) -> list[HistoryRow]:
-        """The rows of the epochs a resumed run keeps (up to its checkpoint's epoch)."""
+        """The rows of epochs 1..``through_epoch`` as the file holds them: read every epoch
+        (a small CSV), because in elastic runs another process may have written the last
+        rows since this one did."""
         return read_history(self.run_dir, through_epoch=through_epoch) if through_epoch else []
 
     def save_epoch(

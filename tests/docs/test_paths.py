@@ -3,6 +3,7 @@ backticked path into the repository (``bigearthnet/...``, ``jobs/...``, ``tests/
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -18,9 +19,11 @@ BARE_MODULE = re.compile(r"`(\w+\.py)`")  # a module named by its file name alon
 GENERATED = {"benchmarks/results.json", "benchmarks/results-stacks.json"}  # make bench writes them
 
 
-def repo_files() -> set[str]:
+@functools.cache
+def repo_files() -> frozenset[str]:
     """The names of the repository's Python files (a bare ``x.py`` must be one of them)."""
-    return {p.name for top in TOP for p in (REPO / top).rglob("*.py")} | {"train.py", "evaluate.py"}
+    names = {p.name for top in TOP for p in (REPO / top).rglob("*.py")}
+    return frozenset(names | {"train.py", "evaluate.py"})
 
 
 def named_paths(page: Path) -> list[tuple[str, Path]]:
