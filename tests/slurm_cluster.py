@@ -18,7 +18,10 @@ Deliberate choices in slurm.conf:
   default), which would make the requeue test slow;
 * ``KillWait=10``: time-limited jobs are killed 10 s after SIGTERM rather than 30 s;
 * ``sched_interval=2,bf_interval=2``: a requeued job starts as soon as its hold ends, not at
-  the next 30-60 s scheduling pass.
+  the next 30-60 s scheduling pass;
+* ``OverSubscribe=YES`` on the partition: jobs that ask ``--oversubscribe`` may share CPUs
+  (the noise-scale policy's test runs a 2-task driver and a holder on the 2 CPUs); jobs that
+  do not ask keep their CPUs to themselves, as on a production partition.
 
 Requirements: root (slurmd runs jobs as their user, munged must run as ``munge``), the
 Debian packages slurm-wlm and munge, a ``munge`` user, two CPUs. Where they are missing,
@@ -307,7 +310,7 @@ SchedulerParameters=sched_interval=2,bf_interval=2
 MinJobAge=86400
 KillWait=10
 NodeName={self.host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory} State=UNKNOWN
-PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
+PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
         )
 

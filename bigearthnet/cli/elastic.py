@@ -1,12 +1,15 @@
-"""``bigearthnet-elastic``: grow and shrink an elastic training run with Slurm holder jobs.
+"""``bigearthnet-elastic``: grow and shrink an elastic training run.
 
-    bigearthnet-elastic --hosts-dir H grow 2          # submit 2 holder jobs
+    bigearthnet-elastic --hosts-dir H grow 2          # submit 2 Slurm holder jobs
     bigearthnet-elastic --hosts-dir H shrink 1        # cancel the newest holder
     bigearthnet-elastic --hosts-dir H status          # holders and discovered slots
     bigearthnet-elastic --hosts-dir H follow --run-dir RUN --schedule ramp.txt
     bigearthnet-elastic --hosts-dir H follow --run-dir RUN --policy gns --max-workers 8
+    bigearthnet-elastic --hosts-dir H follow --run-dir RUN --policy gns --max-workers 4 \
+        --local 1                                     # this machine: localhost entries
 
-See :mod:`bigearthnet.scaling.controller` for how holders work. No TensorFlow here: the
+See :mod:`bigearthnet.scaling.hosts` for holders and local entries,
+:mod:`bigearthnet.scaling.controller` for the follow loops. No TensorFlow here: the
 controller runs on a login node.
 """
 
@@ -14,13 +17,22 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 from pathlib import Path
 
 from bigearthnet.cli.common import Parser, checked, run
-from bigearthnet.core.config import load_run_config
 from bigearthnet.core.errors import ConfigError, require_positive, require_positive_int
-from bigearthnet.scaling.controller import PROG, Controller, parse_schedule
+from bigearthnet.scaling import hosts
+from bigearthnet.scaling.controller import (
+    PROG,
+    RunWatch,
+    check_run_dir,
+    follow_policy,
+    follow_schedule,
+    parse_schedule,
+)
+from bigearthnet.scaling.hosts import LocalSlots, Resizer, SlurmHolders
 from bigearthnet.scaling.policy import PolicySettings
 
 POSITIVE = checked(require_positive_int, int)
@@ -29,8 +41,9 @@ POSITIVE = checked(require_positive_int, int)
 def build_parser() -> Parser:
     p = Parser(
         prog=PROG,
-        description="Grow and shrink an elastic training run by submitting and cancelling "
-        "Slurm holder jobs (see jobs/elastic/).",
+        description="Grow and shrink an elastic training run: by submitting and cancelling "
+        "Slurm holder jobs (see jobs/elastic/), or on one machine by writing localhost "
+        "entries into the hosts folder (follow --local).",
     )
     p.add_argument(
         "--hosts-dir",
@@ -46,8 +59,7 @@ def build_parser() -> Parser:
     p.add_argument(
         "--slots",
         type=POSITIVE,
-        default=int(os.environ.get("ELASTIC_SLOTS", 1)),
-        help="workers one holder adds, e.g. GPUs per node (default: 1)",
+        help="workers one holder adds, e.g. GPUs per node (default: $ELASTIC_SLOTS or 1)",
     )
     p.add_argument(
         "--holder", type=Path, help="holder job script (default: jobs/elastic/holder.sbatch)"
@@ -80,7 +92,7 @@ def build_parser() -> Parser:
     follow.add_argument(
         "--epochs",
         type=POSITIVE,
-        help="stop following after this many epochs (--policy: default the run's epochs)",
+        help="stop following after this many epochs (default: when the run ends)",
     )
     follow.add_argument("--max-workers", type=POSITIVE, help="--policy: the largest world")
     follow.add_argument(
@@ -99,6 +111,33 @@ def build_parser() -> Parser:
         help="--policy: epochs between two resizes (default: 2)",
     )
     follow.add_argument(
+        "--plateau-epochs",
+        type=POSITIVE,
+        default=PolicySettings.plateau_epochs,
+        help="--policy: shrink when validation micro-F1 gained less than --plateau-delta "
+        f"over this many epochs (default: {PolicySettings.plateau_epochs})",
+    )
+    follow.add_argument(
+        "--plateau-delta",
+        type=checked(require_positive, float),
+        default=PolicySettings.plateau_delta,
+        help=f"--policy: see --plateau-epochs (default: {PolicySettings.plateau_delta:g})",
+    )
+    follow.add_argument(
+        "--local",
+        type=POSITIVE,
+        metavar="SLOTS",
+        help="resize on this machine instead of through Slurm: each grow step writes an "
+        "entry 'localhost:SLOTS' into the hosts folder, each shrink step removes the newest",
+    )
+    follow.add_argument(
+        "--history-timeout",
+        type=checked(require_positive, float),
+        default=3600.0,
+        metavar="S",
+        help="give up when RUN/history.csv gains no epoch for S seconds (default: 3600)",
+    )
+    follow.add_argument(
         "--poll",
         type=checked(require_positive, float),
         default=10.0,
@@ -114,45 +153,76 @@ def main(argv: list[str] | None = None) -> int:
 def _control(args: argparse.Namespace) -> int:
     if args.hosts_dir is None:
         raise ConfigError("--hosts-dir (or ELASTIC_HOSTS_DIR) is required")
-    ctl = Controller(
-        args.hosts_dir,
-        name=args.name,
-        slots=args.slots,
-        holder=args.holder,
-        sbatch_args=args.sbatch_arg,
+    if args.command != "follow":
+        return _by_hand(_holders(args), args)
+    # Every input is checked before the hosts folder is claimed: a refusal resizes nothing.
+    check_run_dir(args.run_dir)
+    actions = parse_schedule(args.schedule) if args.schedule is not None else None
+    settings = _policy_settings(args) if actions is None else None
+    resizer = _resizer(args)
+    hosts.claim(args.hosts_dir)
+    # Following ends with the run (RUN/status.json) or after --epochs.
+    watch = RunWatch(args.run_dir, args.epochs, args.history_timeout)
+    if actions is not None:
+        follow_schedule(resizer, watch, actions, poll=args.poll)
+    elif settings is not None:
+        follow_policy(resizer, watch, settings, poll=args.poll)
+    return 0
+
+
+def _holders(args: argparse.Namespace) -> SlurmHolders:
+    slots = args.slots or int(os.environ.get("ELASTIC_SLOTS", 1))
+    return SlurmHolders(
+        args.hosts_dir, name=args.name, slots=slots, holder=args.holder, sbatch_args=args.sbatch_arg
     )
+
+
+def _resizer(args: argparse.Namespace) -> Resizer:
+    if args.local is None:
+        return _holders(args)
+    slurm = [
+        flag
+        for flag, given in (
+            ("--slots", args.slots),
+            ("--holder", args.holder),
+            ("--sbatch-arg", args.sbatch_arg),
+        )
+        if given
+    ]
+    if slurm:
+        raise ConfigError(f"--local resizes without Slurm: drop {', '.join(slurm)}")
+    return LocalSlots(args.hosts_dir, slots=args.local)
+
+
+def _by_hand(ctl: SlurmHolders, args: argparse.Namespace) -> int:
     if args.command == "grow":
         print("submitted holder jobs:", " ".join(ctl.grow(args.count)))
     elif args.command == "shrink":
         print("cancelled holder jobs:", " ".join(ctl.shrink(args.count)) or "(none)")
-    elif args.command == "status":
-        slots = ctl.discovered()
-        for job, state in ctl.holders():
+    else:
+        slots = hosts.discovered(args.hosts_dir)
+        holders = ctl.holders() if shutil.which("squeue") else []  # no Slurm: local entries
+        for job, state in holders:
             print(f"holder {job} {state}")
         for host, n in slots.items():
             print(f"host {host}:{n}")
         print(f"total {sum(slots.values())} slot(s) on {len(slots)} host(s)")
-    elif args.schedule is not None:
-        actions = parse_schedule(args.schedule)
-        ctl.follow(args.run_dir, actions, poll=args.poll, epochs=args.epochs)
-    else:
-        _follow_policy(ctl, args)
     return 0
 
 
-def _follow_policy(ctl: Controller, args: argparse.Namespace) -> None:
+def _policy_settings(args: argparse.Namespace) -> PolicySettings:
     if args.max_workers is None:
-        raise ConfigError("--policy gns needs --max-workers")
+        raise ConfigError("--policy gns needs --max-workers (the largest world it may grow to)")
     if args.min_workers > args.max_workers:
         raise ConfigError("--min-workers must not exceed --max-workers")
-    settings = PolicySettings(
+    return PolicySettings(
         max_workers=args.max_workers,
         min_workers=args.min_workers,
         margin=args.margin,
         dwell_epochs=args.dwell_epochs,
+        plateau_epochs=args.plateau_epochs,
+        plateau_delta=args.plateau_delta,
     )
-    epochs = args.epochs or load_run_config(args.run_dir).epochs
-    ctl.follow_policy(args.run_dir, settings, poll=args.poll, epochs=epochs)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,10 @@ NO_FLOCK = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
 class RunLocked(InputError):
     """Another process holds the run folder (exit 2: nothing was done)."""
 
+    def __init__(self, message: str, holder: Holder | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder  # who holds it, where known
+
 
 @dataclass(frozen=True)
 class Holder:
@@ -167,7 +171,7 @@ def _flock(folder: Path) -> RunLock | None:
     except BlockingIOError:
         handle.close()
         holder = _read_holder(path)
-        raise RunLocked(_locked_message(folder, holder)) from None
+        raise RunLocked(_locked_message(folder, holder), holder) from None
     except OSError as err:
         handle.close()
         if err.errno in NO_FLOCK:
@@ -186,13 +190,14 @@ def _lease(folder: Path) -> RunLock:
     path = folder / LEASE_FILE
     current = _read_holder(path)
     if current is not None and _lease_valid(current):
-        raise RunLocked(_locked_message(folder, current))
+        raise RunLocked(_locked_message(folder, current), current)
     holder = Holder.me("lease")
     atomic_write_json(path, asdict(holder))
     # Two starters that both saw no lease: the later write wins; the other backs off.
     time.sleep(0.2)
     if _read_holder(path) != holder:
-        raise RunLocked(_locked_message(folder, _read_holder(path)))
+        winner = _read_holder(path)
+        raise RunLocked(_locked_message(folder, winner), winner)
     return RunLock(folder, holder, None)
 
 

@@ -39,6 +39,8 @@ class HistoryRow:
     gns_b_simple: float | None = None  # the gradient noise scale tr(S)/|G|^2
     gns_grad_sq: float | None = None  # |G|^2 estimate
     gns_trace: float | None = None  # tr(S) estimate
+    steps: int | None = None  # optimizer updates in the epoch (all of it, across resizes)
+    samples: int | None = None  # training samples the epoch consumed, all ranks
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(HistoryRow))

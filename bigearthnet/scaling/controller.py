@@ -1,17 +1,12 @@
-"""``bigearthnet-elastic``: grow and shrink an elastic training run with Slurm jobs.
+"""Follow an elastic training run and resize it as its epochs finish.
 
-Slurm cannot add nodes to a running job (``scontrol update NumNodes=`` only shrinks, and
-an ssh into a node of another job is refused by ``pam_slurm_adopt``). So an elastic run
-is several jobs: the *driver* job runs ``horovodrun --host-discovery-script`` and each
-*holder* job holds a node and registers its ``host:slots`` in a shared hosts folder for as
-long as it runs (``jobs/elastic/holder.sbatch``; ``discover_hosts.sh`` reads the folder).
-This controller submits and cancels holders:
+The run is watched through its folder only (``RUN/history.csv``, ``RUN/status.json``), and
+resized through its hosts folder by a :class:`~bigearthnet.scaling.hosts.Resizer`: Slurm
+holder jobs on a cluster, ``localhost`` entries on one machine (:mod:`bigearthnet.scaling.hosts`).
 
-    bigearthnet-elastic --hosts-dir H grow 2          # submit 2 holder jobs
-    bigearthnet-elastic --hosts-dir H shrink 1        # cancel the newest holder
-    bigearthnet-elastic --hosts-dir H status          # holders and discovered slots
     bigearthnet-elastic --hosts-dir H follow --run-dir RUN --schedule ramp.txt
     bigearthnet-elastic --hosts-dir H follow --run-dir RUN --policy gns --max-workers 8
+    bigearthnet-elastic --hosts-dir H follow --run-dir RUN --policy gns --max-workers 4 --local 1
 
 A schedule file says, line by line, what to do once an epoch has finished::
 
@@ -29,18 +24,16 @@ No TensorFlow here: the controller runs on a login node.
 
 from __future__ import annotations
 
-import math
-import os
 import re
-import subprocess
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from bigearthnet.core.errors import InputError
-from bigearthnet.core.util import jobs_dir, read_csv, write_csv
-from bigearthnet.formats.history import read_history
+from bigearthnet.core.errors import RunFailed
+from bigearthnet.core.util import read_csv, write_csv
+from bigearthnet.formats.history import HistoryRow, read_history
+from bigearthnet.formats.run_status import RunStatus, read_status
+from bigearthnet.scaling.hosts import ControlError, Resizer
 from bigearthnet.scaling.policy import Decision, PolicySettings, decide
 
 PROG = "bigearthnet-elastic"
@@ -58,10 +51,6 @@ DECISION_FIELDS = [
     "outcome",
 ]
 SCHEDULE_LINE = re.compile(r"^epoch\s+(\d+)\s*:\s*(grow|shrink)\s+to\s+(\d+)\s+workers?$")
-
-
-class ControlError(InputError):
-    """A problem the user must fix; printed as one line, exit 2."""
 
 
 @dataclass(frozen=True)
@@ -92,130 +81,123 @@ def parse_schedule(path: Path) -> list[Action]:
     return sorted(actions, key=lambda a: a.epoch)
 
 
-class Controller:
-    """Holder jobs of one elastic run, identified by their job name."""
+@dataclass
+class RunWatch:
+    """What a follow loop knows of the run it follows: its finished epochs, whether it
+    ended (``RUN/status.json``), and whether it has gone quiet for too long."""
 
-    def __init__(
-        self,
-        hosts_dir: Path,
-        *,
-        name: str,
-        slots: int,
-        holder: Path | None = None,
-        sbatch_args: Sequence[str] = (),
-    ) -> None:
-        if not hosts_dir.is_dir():
-            raise ControlError(f"{hosts_dir}: hosts folder does not exist")
-        self.hosts_dir, self.name, self.slots = hosts_dir, name, slots
-        self.jobs = jobs_dir()
-        self.holder = holder or self.jobs / "elastic" / "holder.sbatch"
-        self.sbatch_args = list(sbatch_args)
+    run_dir: Path
+    epochs: int | None  # stop following after this many (None: until the run ends)
+    quiet_limit: float  # seconds without a new epoch before giving up
+    seen: int = 0
+    since: float = field(default_factory=time.monotonic)
+    # The status of an earlier run in the folder, there before following began: the run
+    # being followed may not have started yet (and cleared it) - it says nothing of that run.
+    earlier: RunStatus | None = None
 
-    @property
-    def job_name(self) -> str:
-        return f"{self.name}-holder"
+    def __post_init__(self) -> None:
+        self.earlier = read_status(self.run_dir)
+        if self.earlier is not None:
+            say(
+                f"{self.run_dir}: a run there ended after epoch {self.earlier.epoch} "
+                f"({self.earlier.time}); following the next one to start in it"
+            )
 
-    def discovered(self) -> dict[str, int]:
-        """host -> slots, exactly as Horovod's discovery sees them."""
-        env = {**os.environ, "ELASTIC_HOSTS_DIR": str(self.hosts_dir)}
-        result = _run(["bash", str(self.jobs / "elastic" / "discover_hosts.sh")], env=env)
-        return {h: int(n) for h, n in (line.rsplit(":", 1) for line in result.splitlines())}
+    def rows(self) -> list[HistoryRow]:
+        """The history of the run followed ([] while the folder still holds only an
+        earlier run's, and until the first epoch)."""
+        rows = read_history(self.run_dir)
+        last = rows[-1].epoch if rows else 0
+        if self.earlier is not None and last == self.earlier.epoch:
+            rows, last = [], 0  # the ended run's history: this run has not written yet
+        if last < self.seen:  # a run started over in the folder (--no-resume)
+            self.seen = 0
+        if last > self.seen:
+            self.seen, self.since = last, time.monotonic()
+        elif time.monotonic() - self.since > self.quiet_limit:
+            self._gone_quiet()
+        return rows
 
-    def holders(self) -> list[tuple[str, str]]:
-        """(job id, state) of this run's holder jobs, oldest first."""
-        out = _run(["squeue", "--noheader", "--me", "--name", self.job_name, "--format", "%i %T"])
-        jobs = [line.split(maxsplit=1) for line in out.splitlines() if line.strip()]
-        return sorted(((job, state) for job, state in jobs), key=lambda j: int(j[0].split("_")[0]))
+    def _gone_quiet(self) -> None:
+        limit = f"{self.quiet_limit:g} s (--history-timeout)"
+        if not self.seen:
+            raise ControlError(
+                f"{self.run_dir}: no epoch in history.csv after {limit}: is a training "
+                "writing to this folder?"
+            )
+        raise RunFailed(f"{self.run_dir}: no new epoch after epoch {self.seen} for {limit}")
 
-    def grow(self, count: int) -> list[str]:
-        # Slurm runs a copy of the holder script: BEN_REPO tells it where jobs/common.sh is.
-        env = {
-            **os.environ,
-            "ELASTIC_HOSTS_DIR": str(self.hosts_dir.resolve()),
-            "ELASTIC_SLOTS": str(self.slots),
-            "BEN_REPO": str(self.jobs.parent),
-        }
-        cmd = [
-            "sbatch",
-            "--parsable",
-            f"--job-name={self.job_name}",
-            *self.sbatch_args,
-            str(self.holder),
-        ]
-        # The holder logs to logs/ here; sbatch does not create it, and a job whose log
-        # cannot be opened fails without a trace.
-        Path("logs").mkdir(exist_ok=True)
-        return [_run(cmd, env=env).strip().split(";")[0] for _ in range(count)]
+    def ended(self) -> str | None:
+        """Why following is over (None: keep following)."""
+        status = read_status(self.run_dir)
+        if status is not None and status != self.earlier and status.epoch >= self.seen:
+            return f"the run ended after epoch {status.epoch} ({status.reason})"
+        if self.epochs is not None and self.seen >= self.epochs:
+            return f"epoch {self.seen} of {self.epochs} done"
+        return None
 
-    def shrink(self, count: int) -> list[str]:
-        newest = self.holders()[::-1][:count]
-        running = [job for job, state in newest if state != "PENDING"]
-        pending = [job for job, state in newest if state == "PENDING"]
-        if running:
-            # SIGTERM first: the holder's trap removes its hosts file, a clean shrink.
-            _run(["scancel", "--signal=TERM", "--full", *running])
-        if pending:  # a pending job cannot be signalled; it has registered nothing yet
-            _run(["scancel", *pending])
-        return [job for job, _state in newest]
 
-    def resize_to(self, workers: int) -> str:
-        """Submit or cancel holders until about ``workers`` slots are (or will be) there."""
-        current = sum(self.discovered().values())
-        pending = sum(1 for _job, state in self.holders() if state == "PENDING") * self.slots
-        if workers > current + pending:
-            jobs = self.grow(math.ceil((workers - current - pending) / self.slots))
-            return f"{current} slots (+{pending} pending): submitted holders {', '.join(jobs)}"
-        if workers < current:
-            jobs = self.shrink(math.ceil((current - workers) / self.slots))
-            return f"{current} slots: cancelled holders {', '.join(jobs) or '(none left)'}"
-        return f"{current} slots (+{pending} pending): nothing to do"
+def check_run_dir(run_dir: Path) -> None:
+    """A run folder the training has made, or will make (following may start first)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ControlError(f"{run_dir}: not a run folder")
+    if not run_dir.parent.is_dir():
+        raise ControlError(f"{run_dir}: its folder {run_dir.parent} does not exist")
 
-    def follow(
-        self, run_dir: Path, actions: list[Action], *, poll: float, epochs: int | None
-    ) -> None:
-        """Apply each action once its epoch has finished; return when all are applied
-        or the run reached its last epoch."""
-        todo = list(actions)
-        while todo:
-            done = finished_epochs(run_dir)
-            while todo and todo[0].epoch <= done:
-                action = todo.pop(0)
-                outcome = self.resize_to(action.workers)
-                print(
-                    f"[{PROG}] epoch {done} ({action.where}): {action.verb} to "
-                    f"{action.workers}: {outcome}",
-                    flush=True,
-                )
-            if todo and epochs is not None and done >= epochs:
-                print(f"[{PROG}] run finished; {len(todo)} action(s) never applied", flush=True)
-                return
-            if todo:
-                time.sleep(poll)
 
-    def follow_policy(
-        self, run_dir: Path, settings: PolicySettings, *, poll: float, epochs: int
-    ) -> None:
-        """Decide after every finished epoch (:func:`~bigearthnet.scaling.policy.decide`), resize
-        when the decision says so, record it; return once ``epochs`` epochs are done."""
-        seen, last_change = 0, 0
-        while seen < epochs:
-            rows = read_history(run_dir)
-            decision = decide(rows, settings, last_change_epoch=last_change)
-            if decision is not None and decision.epoch > seen:
-                seen = decision.epoch
-                outcome = "-"
-                if decision.verb != "stay":
-                    outcome = self.resize_to(decision.workers_after)
-                    last_change = decision.epoch
-                print(
-                    f"[{PROG}] epoch {decision.epoch}: {decision.verb} "
-                    f"{decision.workers_before} -> {decision.workers_after} workers "
-                    f"({decision.reason}); {outcome}",
-                    flush=True,
-                )
-                record_decision(run_dir, decision, outcome=outcome)
-            if seen < epochs:
-                time.sleep(poll)
+def follow_schedule(
+    resizer: Resizer, watch: RunWatch, actions: list[Action], *, poll: float
+) -> None:
+    """Apply each action once its epoch has finished; return when all are applied or the
+    run has ended."""
+    todo = list(actions)
+    while todo:
+        watch.rows()
+        while todo and todo[0].epoch <= watch.seen:
+            action = todo.pop(0)
+            outcome = resizer.resize_to(action.workers)
+            say(
+                f"epoch {watch.seen} ({action.where}): {action.verb} to {action.workers}: {outcome}"
+            )
+        ended = watch.ended()
+        if todo and ended:
+            say(f"{ended}; {len(todo)} action(s) never applied")
+            return
+        if todo:
+            time.sleep(poll)
+
+
+def follow_policy(
+    resizer: Resizer, watch: RunWatch, settings: PolicySettings, *, poll: float
+) -> None:
+    """Decide after every finished epoch (:func:`~bigearthnet.scaling.policy.decide`), resize
+    when the decision says so, record it; return once the run has ended."""
+    decided, last_change = 0, 0
+    while True:
+        rows = watch.rows()
+        if rows and rows[-1].epoch < decided:  # a run started over: so do the decisions
+            decided, last_change = 0, 0
+        decision = decide(rows, settings, last_change_epoch=last_change)
+        ended = watch.ended()
+        if decision is not None and decision.epoch > decided and not ended:
+            decided = decision.epoch
+            outcome = "-"
+            if decision.verb != "stay":
+                outcome = resizer.resize_to(decision.workers_after)
+                last_change = decision.epoch
+            say(
+                f"epoch {decision.epoch}: {decision.verb} {decision.workers_before} -> "
+                f"{decision.workers_after} workers ({decision.reason}); {outcome}"
+            )
+            record_decision(watch.run_dir, decision, outcome=outcome)
+        if ended:
+            say(f"{ended}: stop following")
+            return
+        time.sleep(poll)
+
+
+def say(message: str) -> None:
+    print(f"[{PROG}] {message}", flush=True)
 
 
 def record_decision(run_dir: Path, decision: Decision, *, outcome: str) -> None:
@@ -238,18 +220,3 @@ def record_decision(run_dir: Path, decision: Decision, *, outcome: str) -> None:
         }
     )
     write_csv(path, DECISION_FIELDS, rows)
-
-
-def finished_epochs(run_dir: Path) -> int:
-    return max((row.epoch for row in read_history(run_dir)), default=0)
-
-
-def _run(cmd: list[str], env: dict[str, str] | None = None) -> str:
-    try:
-        result = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    except FileNotFoundError:
-        raise ControlError(f"{cmd[0]}: command not found (is Slurm installed here?)") from None
-    if result.returncode != 0:
-        message = (result.stderr.strip() or result.stdout.strip()).splitlines()
-        raise ControlError(f"{' '.join(cmd[:2])} failed: {message[-1] if message else '?'}")
-    return result.stdout

@@ -79,14 +79,17 @@ def decide(
         )
 
     if last.epoch - last_change_epoch < settings.dwell_epochs:
-        return verdict(workers, f"dwell: last change after epoch {last_change_epoch}")
-    if _plateaued(rows, settings) and workers > settings.min_workers:
-        return verdict(
-            workers // 2,
+        since = f"after epoch {last_change_epoch}" if last_change_epoch else "at the start"
+        return verdict(workers, f"dwell: {settings.dwell_epochs} epochs from the change {since}")
+    if _plateaued(rows, settings):
+        plateau = (
             f"validation micro-F1 plateaued at {last.val_micro_f1:.4f} (< "
-            f"{settings.plateau_delta:g} better over {settings.plateau_epochs} epochs): "
-            "give resources back",
+            f"{settings.plateau_delta:g} better over {settings.plateau_epochs} epochs)"
         )
+        if workers > settings.min_workers:
+            return verdict(workers // 2, f"{plateau}: give resources back")
+        # Growing on a plateau would take back what the last shrink gave away.
+        return verdict(workers, f"{plateau}: stay at the smallest world")
     if b_simple is None:
         return verdict(workers, "no B_simple yet (one rank without accumulation measures none)")
     fits = max(1, math.floor(b_simple / (per_worker * settings.margin)))

@@ -30,6 +30,7 @@ from bigearthnet.core.errors import RequeueRequested
 from bigearthnet.core.progress import progress_bar
 from bigearthnet.formats.checkpoints import Position
 from bigearthnet.formats.history import HistoryRow
+from bigearthnet.formats.run_status import RunStatus
 from bigearthnet.training.epoch_end import EpochEnd
 from bigearthnet.training.loop import EpochOutcome, train_epoch
 from bigearthnet.training.outputs import RunOutputs
@@ -45,8 +46,9 @@ class RunHooks:
     def after_step(self, position: Position, result: StepResult) -> None:
         """After every step, with the position it reached."""
 
-    def after_epoch(self, position: Position) -> None:
-        """After an epoch was saved, with the position of the next one's start."""
+    def after_epoch(self, position: Position, *, ended: bool) -> None:
+        """After an epoch was saved, with the position of the next one's start; ``ended``:
+        the run is over (``--target-f1`` reached) though epochs remain."""
 
 
 class EpochDriver:
@@ -75,13 +77,24 @@ class EpochDriver:
                 self.stop_inside_epoch(outcome.position)
             summary = self.epoch_end.finish(outcome, started=started)
             row, position = summary.row, outcome.position.next_epoch()
-            self.hooks.after_epoch(position)
+            reached = reached_target(self.cfg, row)
+            if reached:  # recorded before the hook, whose commit may reset an elastic world
+                reason = f"validation micro-F1 reached --target-f1 {self.cfg.target_f1:g}"
+                self.write_status("target", position.epoch, reason)
+            self.hooks.after_epoch(position, ended=reached)
+            if reached:
+                return row
             if (outcome.stop_after or summary.stop_voted) and position.epoch < self.cfg.epochs:
                 distributed.barrier()  # rank 0's epoch checkpoint is on disk
                 raise RequeueRequested(f"stopped after epoch {position.epoch}; rerun resumes")
-            if reached_target(self.cfg, row):
-                break
+        self.write_status("finished", position.epoch, f"{self.cfg.epochs} epochs done")
         return row
+
+    def write_status(self, state: str, epoch: int, reason: str) -> None:
+        """Rank 0 records how the run ended (``RUN/status.json``)."""
+        outputs = self.outputs()
+        if outputs is not None:
+            outputs.write_status(RunStatus(state, epoch, reason))
 
     def _steps(self, position: Position) -> EpochOutcome:
         steps = self.source.steps_per_epoch()

@@ -72,6 +72,7 @@ class ElasticTrainer(RunHooks):
             self.replica.optimizer,
             position=start.position,
             refused=start.refused,
+            ended=False,
             noise=self.replica.noise.snapshot(),
         )
 
@@ -112,6 +113,8 @@ class ElasticTrainer(RunHooks):
         """Entered after the first sync and after every reset, with the state in sync."""
         if state.refused:  # every worker now has rank 0's reason: all exit 2 with it
             raise InputError(state.refused)
+        if state.ended:  # the target was reached at the commit that brought this reset
+            return None
         self._fit_world(state.position)
         return self.driver.run(state.position)
 
@@ -122,8 +125,11 @@ class ElasticTrainer(RunHooks):
         if position.step % self.cfg.commit_every == 0 and not result.stop:
             self._commit()  # a change of hosts interrupts here: resize at this point
 
-    def after_epoch(self, position: Position) -> None:
+    def after_epoch(self, position: Position, *, ended: bool) -> None:
         self.state.position = position
+        # In the state: a reset at this commit must not train on (every worker, a new one
+        # too, gets it with the sync), though the position has epochs left.
+        self.state.ended = ended
         self._commit()
 
     def _commit(self) -> None:

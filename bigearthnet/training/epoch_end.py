@@ -112,6 +112,8 @@ class EpochEnd:
             seconds=seconds,
             world_size=distributed.size(),
             global_batch=self.source.global_batch(),
+            steps=outcome.position.loss_steps,
+            samples=outcome.position.consumed,
         )
         return self._with_noise_scale(row)
 

@@ -2,8 +2,9 @@
 
 ``RUN/``: ``config.yaml`` (the resolved options), ``checkpoints/`` (latest every epoch, best
 by validation micro-F1, mid-epoch ones on a requeue; see :mod:`bigearthnet.formats.checkpoints`),
-``history.csv`` (:mod:`bigearthnet.formats.history`), ``efficiency.json``, ``tensorboard/`` and, for
-elastic runs, ``elastic_events.csv``. Every file is written atomically; the history row of an
+``history.csv`` (:mod:`bigearthnet.formats.history`), ``efficiency.json``, ``tensorboard/``,
+``status.json`` once it ended (:mod:`bigearthnet.formats.run_status`) and, for elastic runs,
+``elastic_events.csv``. Every file is written atomically; the history row of an
 epoch is written before its checkpoint, so a kill in between leaves a row the resume drops
 (it keeps rows up to the checkpoint's epoch) rather than a finished epoch without its row.
 """
@@ -25,6 +26,7 @@ from bigearthnet.core.util import atomic_write_json, read_csv, write_csv
 from bigearthnet.formats import checkpoints
 from bigearthnet.formats.checkpoints import CheckpointRecord
 from bigearthnet.formats.history import HistoryRow, read_history, write_history
+from bigearthnet.formats.run_status import RunStatus, clear_status, write_status
 from bigearthnet.training.gns import NoiseEstimate
 
 log = logging.getLogger("bigearthnet")  # the ranks' logger (rank 0 alone writes)
@@ -63,9 +65,11 @@ class RunOutputs:
         (``--no-resume``)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         runlock.acquire(self.run_dir, force_unlock=self.cfg.force_unlock)  # first: one writer
+        clear_status(self.run_dir)  # this run has not ended yet
         if not self.cfg.resume:
             checkpoints.clear(self.run_dir)
-            for name in ("history.csv", EFFICIENCY):
+            # The controller's decisions too: they explain this folder's history, no other.
+            for name in ("history.csv", EFFICIENCY, EVENTS, "elastic_decisions.csv"):
                 (self.run_dir / name).unlink(missing_ok=True)
 
     def resume(self, trackables: dict) -> CheckpointRecord | None:
@@ -142,6 +146,9 @@ class RunOutputs:
     def save_mid_epoch(self, trackables: dict, record: CheckpointRecord) -> None:
         """A checkpoint inside an epoch (all ranks agreed to stop there)."""
         checkpoints.save(self.run_dir, "latest", trackables, self._stamped(record))
+
+    def write_status(self, status: RunStatus) -> None:
+        write_status(self.run_dir, status)
 
     def write_efficiency(self, report: dict) -> None:
         atomic_write_json(self.run_dir / EFFICIENCY, report)

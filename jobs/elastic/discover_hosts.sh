@@ -33,6 +33,26 @@ add() {
   slots[$host]=$((${slots[$host]:-0} + 10#$n))
 }
 
+# no_hosts_files DIR: say at once why discovery finds no host (Horovod itself waits its whole
+# --elastic-timeout without a word), then again only when the folder changes or a minute has
+# passed: Horovod asks every second, and the same line every second would bury the log.
+no_hosts_files() {
+  local dir=$1 others message seen now last
+  others=$(cd "$dir" && find . -mindepth 1 -maxdepth 1 ! -name '.*' -printf '%f\n' | sort | head -5 | paste -sd, -)
+  if [ -n "$others" ]; then
+    message="discover_hosts: no *.hosts file in $dir (it holds: ${others//,/, }): only files named *.hosts are read"
+  else
+    message="discover_hosts: no *.hosts file in $dir yet: no host to run on until a holder job or 'bigearthnet-elastic follow --local' writes one"
+  fi
+  seen="${TMPDIR:-/tmp}/discover_hosts-$(id -u)-$(printf '%s' "$dir" | cksum | cut -d' ' -f1)"
+  now=$(date +%s)
+  last=$(cat "$seen" 2>/dev/null || true)
+  if [ "${last#* }" != "$message" ] || ((now - ${last%% *} >= 60)); then
+    echo "$message" >&2
+    printf '%s %s' "$now" "$message" >"$seen" 2>/dev/null || true
+  fi
+}
+
 if (($#)); then
   limit=${DISCOVERY_TIMEOUT_S:-20}
   answer=$(timeout "$limit" "$@") || {
@@ -49,10 +69,12 @@ else
   dir=${ELASTIC_HOSTS_DIR:?set ELASTIC_HOSTS_DIR to the folder the holder jobs write to}
   [ -d "$dir" ] || { echo "discover_hosts: $dir does not exist" >&2; exit 1; }
   shopt -s nullglob
-  for file in "$dir"/*.hosts; do
+  files=("$dir"/*.hosts)
+  for file in "${files[@]}"; do
     name=$(basename "$file")
     while IFS= read -r line || [ -n "$line" ]; do add "$name" "$line"; done <"$file"
   done
+  ((${#files[@]})) || no_hosts_files "$dir"
 fi
 for host in "${!slots[@]}"; do
   [ "${slots[$host]}" -gt 0 ] && echo "$host:${slots[$host]}"

@@ -105,3 +105,13 @@ def test_policy_needs_max_workers_one_line_exit_2(tmp_path: Path, reported_error
     assert len(errors) == 1 and "--policy gns needs --max-workers" in errors[0], errors
     both = [*argv, "--schedule", str(tmp_path / "s.txt")]
     assert cli.main(both) == 2  # a schedule or a policy, not both
+
+
+def test_a_plateau_at_the_smallest_world_holds_it_there() -> None:
+    """Once a plateau has shrunk the run, a large B_simple must not grow it back."""
+    f1s = [0.50, 0.70, 0.7005, 0.701, 0.7012]
+    rows = _history(*[(2, 1e6, f1) for f1 in f1s])
+    settings = PolicySettings(max_workers=8, min_workers=2, dwell_epochs=0, plateau_epochs=3)
+    decision = decide(rows, settings)
+    assert decision is not None and decision.verb == "stay"
+    assert "plateaued" in decision.reason and "smallest world" in decision.reason

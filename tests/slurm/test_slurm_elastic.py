@@ -400,3 +400,66 @@ def test_follow_policy_grows_when_the_measured_noise_scale_allows(
     # reaching 2 workers' slots takes 2 holders.
     status = controller(slurm_cluster, workspace, hosts, "--name", "policy", "status").stdout
     assert status.count("holder ") == 2, status
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_the_noise_scale_policy_resizes_a_real_training_with_holder_jobs(
+    slurm_cluster: SlurmCluster, workspace: Path
+) -> None:
+    """The loop of tests/scaling/test_malleable_loop.py under Slurm: a 2-task driver job
+    trains; ``follow --policy gns`` submits a holder once B_simple admits 3 workers, the
+    run grows, and cancels it when validation F1 plateaus. The node has 2 CPUs, so driver
+    and holder share them (``--oversubscribe``)."""
+    from bigearthnet.core.util import read_csv
+    from bigearthnet.scaling.controller import DECISIONS
+    from bigearthnet.synthetic.archive import generate_archive
+
+    data = workspace / "policy-loop" / "shards"
+    generate_archive(workspace / "policy-loop" / "archive", 800, layout="v1", seed=0)
+    assert preprocess(workspace / "policy-loop" / "archive", data, "--shard-size", "100") == 0
+    run = workspace / "runs" / "policy-loop"
+    hosts = run / "hosts"
+    recipe = [*("--epochs", "12", "--batch-size", "4", "--lr", "0.005", "--commit-every", "4")]
+    driver = slurm_cluster.submit(
+        "elastic/train_elastic",
+        "--ntasks-per-node=2",
+        "--oversubscribe",
+        "--",
+        *ELASTIC,
+        *recipe,
+        cwd=workspace,
+        env=job_env(
+            slurm_cluster,
+            workspace,
+            EXPERIMENT="policy-loop",
+            DATA_DIR=str(data),
+            ELASTIC_MAX_NP="3",
+        ),
+    )
+    wait_while_running(slurm_cluster, driver, lambda _: hosts.is_dir(), 120, "registration")
+    follow = [
+        *("--name", "policy-loop", "--sbatch-arg=--oversubscribe", "follow"),
+        *("--run-dir", str(run), "--policy", "gns", "--max-workers", "3", "--min-workers", "2"),
+        *("--margin", "4", "--plateau-epochs", "2", "--plateau-delta", "0.02", "--poll", "0.5"),
+    ]
+    follower = subprocess.run(
+        [CONTROLLER, "--hosts-dir", str(hosts), *follow],
+        cwd=workspace,
+        env=slurm_cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert follower.returncode == 0, follower.stdout + follower.stderr
+    job = slurm_cluster.wait(driver, JOB_TIMEOUT)
+    assert_completed(job)
+    decisions = [d for d in read_csv(run / DECISIONS) if d["verb"] != "stay"]
+    assert [d["verb"] for d in decisions][:2] == ["grow", "shrink"], follower.stdout
+    assert "submitted holders" in decisions[0]["outcome"]
+    assert "cancelled holders" in decisions[1]["outcome"]
+    with (run / "elastic_events.csv").open(newline="") as f:
+        resizes = [r for r in csv.DictReader(f) if r["event"] == "resize"]
+    sizes = [(r["old_size"], r["new_size"]) for r in resizes]
+    assert sizes[:2] == [("2", "3"), ("3", "2")], sizes
+    assert "world size 2 -> 3" in job.log() and "world size 3 -> 2" in job.log()

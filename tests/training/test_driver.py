@@ -14,6 +14,7 @@ from helpers import REPO, elastic_command, train_command
 
 from bigearthnet.formats.checkpoints import CheckpointRecord, Position
 from bigearthnet.formats.history import read_history
+from bigearthnet.formats.run_status import read_status
 
 TARGET = 0.3  # the tiny model passes it within a few epochs on the synthetic archive
 EPOCHS = 12
@@ -49,6 +50,8 @@ def test_target_f1_ends_fixed_and_elastic_runs_alike(
     assert rows[-1].val_micro_f1 >= TARGET
     assert all(r.val_micro_f1 < TARGET for r in rows[:-1])
     assert f"reached --target-f1 {TARGET:g} after epoch {len(rows)}" in done.stderr
+    status = read_status(run)  # what a follower of the run reads to stop following
+    assert status is not None and (status.state, status.epoch) == ("target", len(rows))
 
 
 def test_position_advances_and_restarts() -> None:
