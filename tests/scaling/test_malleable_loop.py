@@ -55,7 +55,8 @@ def follower(hosts: Path, run: Path) -> list[str]:
         FOLLOWER,
         *("--hosts-dir", str(hosts), "follow", "--run-dir", str(run)),
         *("--policy", "gns", "--local", "1", "--max-workers", "4", "--margin", "4"),
-        *("--dwell-epochs", "2", "--plateau-epochs", "2", "--plateau-delta", "0.02"),
+        *("--min-workers", "2", "--dwell-epochs", "2"),
+        *("--plateau-epochs", "2", "--plateau-delta", "0.04"),
         *("--poll", "0.5", "--history-timeout", "300"),
     ]
 
