@@ -127,11 +127,17 @@ class RunWatch:
             )
         raise RunFailed(f"{self.run_dir}: no new epoch after epoch {self.seen} for {limit}")
 
-    def ended(self) -> str | None:
-        """Why following is over (None: keep following)."""
+    def run_over(self) -> str | None:
+        """Why the run followed has ended (``RUN/status.json``); None while it goes on."""
         status = read_status(self.run_dir)
         if status is not None and status != self.earlier and status.epoch >= self.seen:
             return f"the run ended after epoch {status.epoch} ({status.reason})"
+        return None
+
+    def ended(self) -> str | None:
+        """Why following is over: the run ended, or ``--epochs`` epochs are done."""
+        if over := self.run_over():
+            return over
         if self.epochs is not None and self.seen >= self.epochs:
             return f"epoch {self.seen} of {self.epochs} done"
         return None
@@ -178,8 +184,8 @@ def follow_policy(
         if rows and rows[-1].epoch < decided:  # a run started over: so do the decisions
             decided, last_change = 0, 0
         decision = decide(rows, settings, last_change_epoch=last_change)
-        ended = watch.ended()
-        if decision is not None and decision.epoch > decided and not ended:
+        # No resize for a run that is over; the last epoch of --epochs is still decided on.
+        if decision is not None and decision.epoch > decided and not watch.run_over():
             decided = decision.epoch
             outcome = "-"
             if decision.verb != "stay":
@@ -190,7 +196,7 @@ def follow_policy(
                 f"{decision.workers_after} workers ({decision.reason}); {outcome}"
             )
             record_decision(watch.run_dir, decision, outcome=outcome)
-        if ended:
+        if ended := watch.ended():
             say(f"{ended}: stop following")
             return
         time.sleep(poll)
