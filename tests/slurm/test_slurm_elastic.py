@@ -422,7 +422,7 @@ def test_the_noise_scale_policy_resizes_a_real_training_with_holder_jobs(
     assert preprocess(workspace / "policy-loop" / "archive", data, "--shard-size", "100") == 0
     run = workspace / "runs" / "policy-loop"
     hosts = run / "hosts"
-    recipe = [*("--epochs", "12", "--batch-size", "4", "--lr", "0.005", "--commit-every", "4")]
+    recipe = [*("--epochs", "14", "--batch-size", "4", "--lr", "0.005", "--commit-every", "4")]
     driver = slurm_cluster.submit(
         "elastic/train_elastic",
         "--ntasks-per-node=2",
@@ -443,7 +443,7 @@ def test_the_noise_scale_policy_resizes_a_real_training_with_holder_jobs(
     follow = [
         *("--name", "policy-loop", "--sbatch-arg=--oversubscribe", "follow"),
         *("--run-dir", str(run), "--policy", "gns", "--max-workers", "3", "--min-workers", "2"),
-        *("--margin", "4", "--plateau-epochs", "2", "--plateau-delta", "0.02", "--poll", "0.5"),
+        *("--margin", "4", "--plateau-epochs", "2", "--plateau-delta", "0.04", "--poll", "0.5"),
     ]
     follower = subprocess.run(
         [CONTROLLER, "--hosts-dir", str(hosts), *follow],
