@@ -65,7 +65,6 @@ class RunOutputs:
         (``--no-resume``)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         runlock.acquire(self.run_dir, force_unlock=self.cfg.force_unlock)  # first: one writer
-        clear_status(self.run_dir)  # this run has not ended yet
         if not self.cfg.resume:
             checkpoints.clear(self.run_dir)
             # The controller's decisions too: they explain this folder's history, no other.
@@ -82,6 +81,7 @@ class RunOutputs:
                 self.run_dir, trackables, check=self._check_compatible
             )
         save_yaml(self.cfg, self.run_dir / "config.yaml")
+        clear_status(self.run_dir)  # this run has not ended yet
         return record
 
     def _check_compatible(self, record: CheckpointRecord) -> None:
