@@ -26,7 +26,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from common import HOROVODRUN, PYTHON, REPO, say, shards, synthetic_archive
+import common
+from common import HOROVODRUN, PYTHON, REPO, horovodrun, say, shards, synthetic_archive
 
 from bigearthnet.formats.history import read_history
 from bigearthnet.scaling.savings import CostToTarget, compare, cost_to_target
@@ -67,8 +68,7 @@ def common_args(args: argparse.Namespace, data: Path, run: Path, seed: int) -> l
 
 
 def fixed(ranks: int, train_args: list[str]) -> None:
-    cmd = [HOROVODRUN, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo", PYTHON]
-    _check(subprocess.run([*cmd, "train.py", *train_args], cwd=REPO, **_quiet()), "fixed")
+    common.run(horovodrun(ranks, ["train.py", *train_args])).check(f"fixed {ranks} ranks")
 
 
 def elastic(work: Path, run: Path, train_args: list[str]) -> None:
@@ -81,21 +81,16 @@ def elastic(work: Path, run: Path, train_args: list[str]) -> None:
     cmd = [HOROVODRUN, "-np", "2", "--min-np", "1", "--max-np", "4", "--gloo"]
     cmd += ["--host-discovery-script", str(DISCOVER), "--network-interface", "lo"]
     train = subprocess.Popen(
-        [*cmd, PYTHON, "train.py", "--elastic", *train_args], cwd=REPO, env=env, **_quiet()
+        [*cmd, PYTHON, "train.py", "--elastic", *train_args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     follow = [FOLLOWER, "--hosts-dir", str(hosts), "follow", "--run-dir", str(run), *POLICY]
     followed = subprocess.run(follow, cwd=REPO, env=env, capture_output=True, text=True)
     if train.wait() != 0 or followed.returncode != 0:
         raise SystemExit(f"elastic run failed: {followed.stderr.strip()}")
-
-
-def _quiet() -> dict:
-    return {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE, "text": True}
-
-
-def _check(done: subprocess.CompletedProcess, what: str) -> None:
-    if done.returncode != 0:
-        raise SystemExit(f"{what} run failed:\n{done.stderr[-2000:]}")
 
 
 def measure(args: argparse.Namespace, data: Path, seed: int) -> list[CostToTarget]:

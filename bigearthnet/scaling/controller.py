@@ -93,7 +93,7 @@ class RunWatch:
     since: float = field(default_factory=time.monotonic)
     # The status of an earlier run in the folder, there before following began: the run
     # being followed may not have started yet (and cleared it) - it says nothing of that run.
-    earlier: RunStatus | None = None
+    earlier: RunStatus | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.earlier = read_status(self.run_dir)
@@ -134,13 +134,15 @@ class RunWatch:
             return f"the run ended after epoch {status.epoch} ({status.reason})"
         return None
 
-    def ended(self) -> str | None:
-        """Why following is over: the run ended, or ``--epochs`` epochs are done."""
-        if over := self.run_over():
-            return over
+    def limit_reached(self) -> str | None:
+        """``--epochs`` epochs are done (None: not yet, or no limit)."""
         if self.epochs is not None and self.seen >= self.epochs:
             return f"epoch {self.seen} of {self.epochs} done"
         return None
+
+    def ended(self) -> str | None:
+        """Why following is over: the run ended, or ``--epochs`` epochs are done."""
+        return self.run_over() or self.limit_reached()
 
 
 def check_run_dir(run_dir: Path) -> None:
@@ -185,7 +187,8 @@ def follow_policy(
             decided, last_change = 0, 0
         decision = decide(rows, settings, last_change_epoch=last_change)
         # No resize for a run that is over; the last epoch of --epochs is still decided on.
-        if decision is not None and decision.epoch > decided and not watch.run_over():
+        over = watch.run_over()
+        if decision is not None and decision.epoch > decided and not over:
             decided = decision.epoch
             outcome = "-"
             if decision.verb != "stay":
@@ -196,7 +199,7 @@ def follow_policy(
                 f"{decision.workers_after} workers ({decision.reason}); {outcome}"
             )
             record_decision(watch.run_dir, decision, outcome=outcome)
-        if ended := watch.ended():
+        if ended := over or watch.limit_reached():
             say(f"{ended}: stop following")
             return
         time.sleep(poll)

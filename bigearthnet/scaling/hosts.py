@@ -79,12 +79,14 @@ class LocalSlots:
 
     def entries(self) -> list[Path]:
         """This resizer's entries, oldest first."""
+        return [path for _number, path in self._numbered()]
+
+    def _numbered(self) -> list[tuple[int, Path]]:
         found = [(LOCAL_ENTRY.match(p.name), p) for p in self.hosts_dir.iterdir()]
-        return [p for match, p in sorted(found, key=_entry_number) if match]
+        return sorted((int(match[1]), p) for match, p in found if match)
 
     def grow(self, count: int) -> list[str]:
-        numbers = [_entry_number((LOCAL_ENTRY.match(p.name), p)) for p in self.entries()]
-        first = max(numbers, default=0) + 1
+        first = max((number for number, _path in self._numbered()), default=0) + 1
         names = []
         for number in range(first, first + count):
             path = self.hosts_dir / f"local-{number:03d}.hosts"
@@ -107,11 +109,6 @@ class LocalSlots:
             removed = self.shrink(math.ceil((current - workers) / self.slots))
             return f"{current} slots: removed {', '.join(removed) or '(none of ours left)'}"
         return f"{current} slots: nothing to do"
-
-
-def _entry_number(item: tuple[re.Match[str] | None, Path]) -> int:
-    match = item[0]
-    return int(match.group(1)) if match else 0
 
 
 class SlurmHolders:

@@ -94,6 +94,21 @@ def submit_driver(
     )
 
 
+def start_following(
+    cluster: SlurmCluster, workspace: Path, cmd: list[str]
+) -> tuple[subprocess.Popen, str]:
+    """``bigearthnet-elastic ... follow`` running in the background, and its first line."""
+    follow = subprocess.Popen(
+        cmd,
+        cwd=workspace,
+        env=cluster.env(),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    return follow, follow.stdout.readline() if follow.stdout else ""
+
+
 def log_says(text: str):
     return lambda job: text in job.log()
 
@@ -249,15 +264,7 @@ def test_follow_applies_a_schedule_as_epochs_finish(
         "--poll",
         "0.2",
     ]
-    follow = subprocess.Popen(
-        cmd,
-        cwd=workspace,
-        env=slurm_cluster.env(),
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    first = follow.stdout.readline() if follow.stdout else ""
+    follow, first = start_following(slurm_cluster, workspace, cmd)
     assert "epoch 1 (ramp.txt:2): grow to 1: 0 slots (+0 pending): submitted holders" in first
     assert follow.poll() is None  # epoch 9's action is still to come: it keeps following
     finish(2)  # the run reaches its last epoch: following ends
@@ -379,15 +386,7 @@ def test_follow_policy_grows_when_the_measured_noise_scale_allows(
         "--poll",
         "0.2",
     ]
-    follow = subprocess.Popen(
-        cmd,
-        cwd=workspace,
-        env=slurm_cluster.env(),
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    first = follow.stdout.readline() if follow.stdout else ""
+    follow, first = start_following(slurm_cluster, workspace, cmd)
     assert "epoch 1: stay 1 -> 1 workers" in first, first
     finish(40.0, 400.0)  # smoothed B_simple 220 >= 128: grow to 2
     rest, errors = follow.communicate(timeout=60)
