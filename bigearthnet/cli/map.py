@@ -32,15 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(band 1: top class index; bands 2..C+1: class probability x 250; 255 = nodata), "
         "one file per CRS and 1.2 km lattice (per Sentinel-2 tile), plus PNG previews.",
     )
-    p.add_argument(
-        "--run-dir", required=True, type=Path, metavar="RUN", help="run folder made by train.py"
-    )
-    p.add_argument(
-        "--checkpoint",
-        default="best",
-        metavar="best|latest|PATH",
-        help="best, latest, or PATH of a checkpoint folder / ckpt prefix (default: best)",
-    )
+    add_model_options(p)
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--archive", type=Path, metavar="DIR", help="BigEarthNet-S2 archive root (v1 or v2)"
@@ -85,15 +77,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """The model to map with: a run's checkpoint or an export folder."""
+    model = p.add_mutually_exclusive_group(required=True)
+    model.add_argument("--run-dir", type=Path, metavar="RUN", help="run folder made by train.py")
+    model.add_argument(
+        "--model",
+        type=Path,
+        metavar="EXPORT",
+        help="an export folder made by bigearthnet-export (no run folder needed)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        default="best",
+        metavar="best|latest|PATH",
+        help="with --run-dir: best, latest, or PATH of a checkpoint folder / ckpt prefix "
+        "(default: best)",
+    )
+
+
 def _inputs(args, loaded, skipped: list) -> tuple[int, Iterator]:
+    from bigearthnet.inference.predictor import check_bands
+
     if args.shards is not None:
         from bigearthnet.formats.shards import read_manifest
 
         manifest = read_manifest(args.shards)
+        check_bands(loaded, manifest.bands, f"shards {args.shards}")
         return shard_batches(
             args.shards, manifest, args.split or list(constants.SPLITS), args.batch_size
         )
     resampling = args.resampling or loaded.resampling
+    check_bands(loaded, constants.BANDS, f"archive {args.archive}")  # the S2 reader's bands
     return archive_batches(
         args.archive,
         args.version,
@@ -106,13 +121,13 @@ def _inputs(args, loaded, skipped: list) -> tuple[int, Iterator]:
 
 def make_maps(args: argparse.Namespace) -> list[MapFile]:
     """Predict and write; raises MapError (and the readers' ValueErrors) on bad input."""
-    from bigearthnet.inference.trained_run import load_model
+    from bigearthnet.inference.predictor import open_predictor
 
     if args.batch_size < 1:
         raise MapError(f"--batch-size must be a positive integer, got {args.batch_size}")
     if args.split and args.shards is None:
         raise MapError("--split applies to --shards only")
-    loaded = load_model(args.run_dir, args.checkpoint)
+    loaded = open_predictor(run_dir=args.run_dir, model_dir=args.model, checkpoint=args.checkpoint)
     skipped: list[tuple[str, str]] = []
     total, batches = _inputs(args, loaded, skipped)
     places, scores = predict_places(loaded, batches, total, args.progress)
@@ -187,7 +202,7 @@ def build_scene_parser() -> Parser:
         help="nodata where the L2A scene classification (SCL band, *_SCL_20m.jp2 or *SCL*.tif) "
         "marks cloud shadow, cloud, thin cirrus or snow (cells more than half masked)",
     )
-    p.add_argument("--run-dir", required=True, metavar="RUN", help="run folder made by train.py")
+    add_model_options(p)
     p.add_argument("--out", required=True, type=Path, metavar="MAP.tif", help="the map to write")
     p.add_argument(
         "--stride",
@@ -197,12 +212,6 @@ def build_scene_parser() -> Parser:
         metavar="PX",
         help=f"window step in 10 m pixels, the map's cell size: one of {STRIDES} "
         "(default: 60 = 600 m; 12 = 120 m for a fine map)",
-    )
-    p.add_argument(
-        "--checkpoint",
-        default="best",
-        metavar="best|latest|PATH",
-        help="best, latest, or PATH of a checkpoint folder / ckpt prefix (default: best)",
     )
     p.add_argument(
         "--resampling",
@@ -225,6 +234,7 @@ def _map_scene(args: argparse.Namespace) -> None:
     map_scene(
         args.scene,
         run_dir=args.run_dir,
+        model_dir=args.model,
         out=args.out,
         stride=args.stride,
         checkpoint=args.checkpoint,

@@ -192,3 +192,27 @@ def multi_hot(names: list[str] | tuple[str, ...], classes: tuple[str, ...]) -> n
 @functools.cache
 def _class_index(classes: tuple[str, ...]) -> dict[str, int]:
     return {name: i for i, name in enumerate(classes)}
+
+
+# Official CORINE Land Cover legend colours of the 43 level-3 classes (RGB), index order.
+CLC_COLOURS_43: tuple[tuple[int, int, int], ...] = (
+    (230, 0, 77), (255, 0, 0), (204, 77, 242), (204, 0, 0), (230, 204, 204),
+    (230, 204, 230), (166, 0, 204), (166, 77, 0), (255, 77, 255), (255, 166, 255),
+    (255, 230, 255), (255, 255, 168), (255, 255, 0), (230, 230, 0), (230, 128, 0),
+    (242, 166, 77), (230, 166, 0), (230, 230, 77), (255, 230, 166), (255, 230, 77),
+    (230, 204, 77), (242, 204, 166), (128, 255, 0), (0, 166, 0), (77, 255, 0),
+    (204, 242, 77), (166, 255, 128), (166, 230, 77), (166, 242, 0), (230, 230, 230),
+    (204, 204, 204), (204, 255, 204), (0, 0, 0), (166, 166, 255), (77, 77, 255),
+    (204, 204, 255), (230, 230, 255), (166, 166, 230), (0, 204, 242), (128, 242, 230),
+    (0, 255, 166), (166, 255, 230), (230, 242, 255),
+)  # fmt: skip
+
+
+def class_colours(num_classes: int) -> np.ndarray:
+    """(C, 3) uint8 fixed colours; a 19-class gets the colour of its first 43-class source."""
+    if num_classes == 43:
+        return np.asarray(CLC_COLOURS_43, dtype=np.uint8)
+    first_source: dict[int, int] = {}
+    for idx43, idx19 in sorted(MAP_43_TO_19.items()):
+        first_source.setdefault(idx19, idx43)
+    return np.asarray([CLC_COLOURS_43[first_source[c]] for c in range(19)], dtype=np.uint8)

@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
 import numpy as np
 
+from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import atomic_path, atomic_write_json, write_csv
 from bigearthnet.evaluation import metrics
 
@@ -23,6 +25,82 @@ class Predictions:
     names: list[str]
     labels: np.ndarray  # (N, C) uint8
     scores: np.ndarray  # (N, C) float32 sigmoid
+
+
+@dataclass(frozen=True)
+class ClassScores:
+    """One class's row of metrics.json."""
+
+    name: str
+    support: int
+    precision: float
+    recall: float
+    f1: float
+    ap: float | None  # None: no positive in the split
+
+
+@dataclass(frozen=True)
+class EvalSummary:
+    """What an evaluation folder says of a checkpoint (read back by exports and reports)."""
+
+    folder: Path
+    split: str
+    epoch: int | None
+    checkpoint_path: str
+    count: int
+    micro_f1: float
+    macro_f1: float
+    micro_map: float | None
+    macro_map: float | None
+    micro_precision: float
+    micro_recall: float
+    macro_precision: float
+    macro_recall: float
+    threshold: float | None  # None: per-class thresholds (``tuned_thresholds``)
+    tuned_thresholds: tuple[float, ...] | None
+    per_class: tuple[ClassScores, ...]
+
+
+def read_metrics(eval_dir: Path) -> EvalSummary:
+    """``metrics.json`` (and ``thresholds.json`` if tuned) of an evaluation folder."""
+    path = eval_dir / "metrics.json"
+    try:
+        body = json.loads(path.read_text())
+        tuned = None
+        if (eval_dir / "thresholds.json").is_file():
+            tuned = tuple(json.loads((eval_dir / "thresholds.json").read_text())["thresholds"])
+        threshold = body["threshold"]
+        return EvalSummary(
+            folder=eval_dir,
+            split=body["split"],
+            epoch=body.get("epoch"),
+            checkpoint_path=body["checkpoint_path"],
+            count=int(body["count"]),
+            **{key: body[key] for key in _HEADLINE},
+            threshold=float(threshold) if isinstance(threshold, (int, float)) else None,
+            tuned_thresholds=tuned,
+            per_class=tuple(
+                ClassScores(
+                    row["class"],
+                    row["support"],
+                    row["precision"],
+                    row["recall"],
+                    row["f1"],
+                    row["ap"],
+                )
+                for row in body["per_class"]
+            ),
+        )
+    except OSError as err:
+        raise InputError(f"{path}: unreadable: {err.strerror or err}") from None
+    except (ValueError, KeyError, TypeError) as err:
+        raise InputError(f"{path}: not an evaluation's metrics ({err!r})") from None
+
+
+_HEADLINE = (
+    "micro_f1", "macro_f1", "micro_map", "macro_map",
+    "micro_precision", "micro_recall", "macro_precision", "macro_recall",
+)  # fmt: skip
 
 
 def write_outputs(

@@ -259,3 +259,30 @@ def verify_shard(data_dir: str | Path, entry: ShardEntry) -> None:
     digest = sha256_file(path)
     if digest != entry.sha256:
         raise ShardError(f"{path}: sha256 {digest[:12]}... differs from the manifest's")
+
+
+@dataclass(frozen=True)
+class ShardLocations:
+    """Where a shard's patches are: names, CRS and upper-left corners (no images read)."""
+
+    names: list[str]
+    crs: list[str]
+    ulxy: np.ndarray  # (N, 2) float64, metres in each patch's CRS
+
+
+def read_locations(data_dir: str | Path, entry: ShardEntry) -> ShardLocations:
+    """The names, CRS and corners of one shard's patches; ShardError if unreadable."""
+    path = entry.path(data_dir)
+    try:
+        with h5py.File(path, "r") as f:
+            return ShardLocations(
+                [_text(v) for v in f["names"][:]],
+                [_text(v) for v in f["crs"][:]],
+                np.asarray(f["ulxy"][:], dtype=np.float64),
+            )
+    except (OSError, KeyError) as err:
+        raise ShardError(f"{path}: cannot read the patch locations: {first_line(err)}") from None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

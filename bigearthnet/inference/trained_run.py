@@ -39,11 +39,13 @@ class LoadedModel:
     mean: np.ndarray
     std: np.ndarray
     resampling: str = "bilinear"  # how the training data's 20/60 m bands were upsampled
+    bands: tuple[str, ...] = constants.BANDS  # the channels the model takes, in order
+    run_dir: Path | None = None  # the folder it was loaded from (config.run_dir: trained in)
     _predict: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         # Batches of different sizes (the last one) should not each trace a new graph.
-        self._predict = tf.function(self._scores, reduce_retracing=True)
+        self._predict = tf.function(self.scores, reduce_retracing=True)
 
     @property
     def num_classes(self) -> int:
@@ -57,7 +59,19 @@ class LoadedModel:
     def epoch(self) -> int | None:
         return self.record.epoch
 
-    def _scores(self, images: tf.Tensor) -> tf.Tensor:
+    @property
+    def provenance(self) -> dict[str, str]:
+        """Where the weights came from, for the tags of the files made with them."""
+        return {
+            "model": self.record.model,
+            "run_dir": str(self.run_dir or self.config.run_dir),
+            "checkpoint": str(self.prefix),
+            "epoch": str(self.epoch),
+        }
+
+    def scores(self, images: tf.Tensor) -> tf.Tensor:
+        """uint16 images -> sigmoid scores, as a TensorFlow computation (the one formula
+        evaluation, maps and the exported serving signature all run)."""
         x = normalize(images, self.mean, self.std)  # exactly the training normalisation
         return tf.sigmoid(tf.cast(self.model(x, training=False), tf.float32))
 
@@ -156,4 +170,5 @@ def load_model(
     trained_on = training_data(config, manifest)
     mean, std = band_stats(trained_on)
     resampling = trained_on.resampling if trained_on is not None else "bilinear"
-    return LoadedModel(model, record, prefix, config, mean, std, resampling)
+    bands = trained_on.bands if trained_on is not None else constants.BANDS
+    return LoadedModel(model, record, prefix, config, mean, std, resampling, tuple(bands), run_dir)

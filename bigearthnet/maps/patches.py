@@ -54,19 +54,6 @@ NODATA = 255  # no patch at this pixel (band 1 and the probability bands alike)
 TILE_PATTERN = re.compile(r"_(T\d{2}[A-Z]{3})(?=_|$)")  # Sentinel-2 MGRS tile in v2 names
 PROG = "bigearthnet-map"
 
-# Official CORINE Land Cover legend colours of the 43 level-3 classes (RGB), index order.
-CLC_COLOURS_43: tuple[tuple[int, int, int], ...] = (
-    (230, 0, 77), (255, 0, 0), (204, 77, 242), (204, 0, 0), (230, 204, 204),
-    (230, 204, 230), (166, 0, 204), (166, 77, 0), (255, 77, 255), (255, 166, 255),
-    (255, 230, 255), (255, 255, 168), (255, 255, 0), (230, 230, 0), (230, 128, 0),
-    (242, 166, 77), (230, 166, 0), (230, 230, 77), (255, 230, 166), (255, 230, 77),
-    (230, 204, 77), (242, 204, 166), (128, 255, 0), (0, 166, 0), (77, 255, 0),
-    (204, 242, 77), (166, 255, 128), (166, 230, 77), (166, 242, 0), (230, 230, 230),
-    (204, 204, 204), (204, 255, 204), (0, 0, 0), (166, 166, 255), (77, 77, 255),
-    (204, 204, 255), (230, 230, 255), (166, 166, 230), (0, 204, 242), (128, 242, 230),
-    (0, 255, 166), (166, 255, 230), (230, 242, 255),
-)  # fmt: skip
-
 
 class MapError(InputError):
     """Bad input for the map command; printed as one line, exit code 2."""
@@ -103,16 +90,6 @@ class MapFile:
         from rasterio.transform import Affine
 
         return Affine(PIXEL_M, 0.0, self.x0, 0.0, -PIXEL_M, self.y0)
-
-
-def class_colours(num_classes: int) -> np.ndarray:
-    """(C, 3) uint8 fixed colours; a 19-class gets the colour of its first 43-class source."""
-    if num_classes == 43:
-        return np.asarray(CLC_COLOURS_43, dtype=np.uint8)
-    first_source: dict[int, int] = {}
-    for idx43, idx19 in sorted(constants.MAP_43_TO_19.items()):
-        first_source.setdefault(idx19, idx43)
-    return np.asarray([CLC_COLOURS_43[first_source[c]] for c in range(19)], dtype=np.uint8)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -320,7 +297,7 @@ def write_preview(path: Path, map_file: MapFile, top: np.ndarray, classes: list[
 
     from bigearthnet.evaluation.plots import save_figure
 
-    colours = class_colours(len(classes))
+    colours = constants.class_colours(len(classes))
     valid = top != NODATA
     rgb = np.full((*top.shape, 3), 255, dtype=np.uint8)  # white where there is no patch
     rgb[valid] = colours[top[valid]]
@@ -378,9 +355,7 @@ def write_maps(out: Path, places: list[Place], scores: np.ndarray, loaded) -> li
     tags = {
         "classes": json.dumps(classes),
         "probability_scale": f"bands 2..: round(p * {PROB_SCALE}), {NODATA} = nodata",
-        "model": loaded.record.model,
-        "checkpoint": str(loaded.prefix),
-        "epoch": str(loaded.epoch),
+        **loaded.provenance,
     }
     files = plan_files(places)
     for map_file in files:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from bigearthnet.core import distributed
+from bigearthnet.core import constants, distributed
 from bigearthnet.core.config import default_threads
 from bigearthnet.core.progress import progress_bar
 from bigearthnet.maps.scene_input import Scene, SceneError
@@ -19,7 +19,8 @@ log = distributed.log
 def map_scene(
     scene_dir: Path,
     *,
-    run_dir: str | Path,
+    run_dir: str | Path | None = None,
+    model_dir: str | Path | None = None,
     out: Path,
     stride: int,
     checkpoint: str = "best",
@@ -32,19 +33,22 @@ def map_scene(
     labels: int | None = None,
 ) -> dict:
     """Collective: map ``scene_dir`` (a SAFE folder, band GeoTIFFs or a band stack) with the
-    run's model; rank 0 writes ``out``. Returns a summary (windows, cells, seconds,
+    model of a run (``run_dir``, ``checkpoint``) or of an export (``model_dir``); rank 0
+    writes ``out``. Returns a summary (windows, cells, seconds,
     windows/s, and this rank's seconds reading and in the model)."""
     from rasterio.transform import Affine
 
-    from bigearthnet.inference.trained_run import load_model
+    from bigearthnet.inference.predictor import check_bands, open_predictor
 
     distributed.init(threads=default_threads())
-    loaded = load_model(Path(run_dir), checkpoint)
+    loaded = open_predictor(run_dir=run_dir, model_dir=model_dir, checkpoint=checkpoint)
     if labels is not None and loaded.num_classes != labels:
         raise SceneError(
-            f"{run_dir}: its model predicts {loaded.num_classes} classes, "
+            f"{model_dir or run_dir}: its model predicts {loaded.num_classes} classes, "
             f"not the requested {labels}"
         )
+    # The scene reader gives the Sentinel-2 bands in canonical order.
+    check_bands(loaded, constants.BANDS, f"scene {scene_dir}")
     scene = Scene(Path(scene_dir), bbox=bbox, band_order=band_order, mask_clouds=mask_clouds)
     times = StageTimes()
     try:
@@ -77,8 +81,7 @@ def map_scene(
         if distributed.is_root():
             tags = {
                 "scene": str(scene_dir),
-                "run_dir": str(run_dir),
-                "checkpoint": str(loaded.prefix),
+                **loaded.provenance,
                 "stride_px": str(stride),
                 "resampling": method,
                 "clouds_masked": str(mask_clouds),

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bigearthnet.core import constants
 from bigearthnet.core.util import atomic_path, write_csv
-from bigearthnet.maps.patches import NODATA, PROB_SCALE, class_colours
+from bigearthnet.maps.patches import NODATA, PROB_SCALE
 from bigearthnet.maps.preview import LegendEntry, write_preview
 from bigearthnet.maps.windows import CellSums
 
@@ -42,7 +43,7 @@ def write_scene_map(
     """Write ``path`` (top class, colour table), ``<path>.probabilities.tif`` and
     ``<path>.areas.csv``; returns the bands written (top class first)."""
     bands = map_bands(sums)
-    colours = class_colours(len(classes))
+    colours = constants.class_colours(len(classes))
     grid = {"crs": crs, "transform": transform}
     all_tags = dict(tags, classes=json.dumps(classes))
 
@@ -103,7 +104,7 @@ def sidecar_path(path: Path) -> Path:
 
 def preview(path: Path, top: np.ndarray, *, transform, classes: list[str], tags: dict) -> None:
     """The top class in CORINE colours (white: nodata), the classes present by area."""
-    colours = class_colours(len(classes))
+    colours = constants.class_colours(len(classes))
     valid = top != NODATA
     rgb = np.full((*top.shape, 3), 255, dtype=np.uint8)
     rgb[valid] = colours[top[valid]]

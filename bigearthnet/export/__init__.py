@@ -1,0 +1,1 @@
+"""``bigearthnet-export``: a trained run's model as files that leave the run folder."""

@@ -1,0 +1,250 @@
+"""A trained run's checkpoint -> an export folder that needs nothing else:
+
+``savedmodel/``  (serving signature: uint16 patches -> probabilities), ``model.onnx`` (the same,
+checked with onnxruntime), ``model_card.md``, ``item.json`` (STAC + MLM) and ``export.json``
+(:mod:`bigearthnet.formats.exported`). Everything is written into a hidden folder beside
+``OUT`` and renamed into place at the end: an interrupted export leaves no folder that looks
+complete.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from bigearthnet.core import distributed
+from bigearthnet.core.errors import InputError, RunFailed
+from bigearthnet.core.util import atomic_write_text, fsync_tree
+from bigearthnet.evaluation.report import EvalSummary, read_metrics
+from bigearthnet.export.card import RunFacts, render_card
+from bigearthnet.export.onnx_model import OnnxUnavailable, export_onnx
+from bigearthnet.export.serving import ServingModule, probe_batch, save_savedmodel
+from bigearthnet.export.stac import build_item, training_footprint, validate_item
+from bigearthnet.formats import exported
+from bigearthnet.formats.exported import ExportInfo, ExportSource, write_export_info
+from bigearthnet.formats.history import read_history
+from bigearthnet.formats.shards import Manifest
+from bigearthnet.inference.trained_run import LoadedModel, load_model, training_data
+
+log = distributed.log
+FORMATS = ("savedmodel", "onnx")
+# The reloaded SavedModel must reproduce the in-memory model (same graph, same weights).
+SAVEDMODEL_TOLERANCE = 1e-5
+
+
+@dataclass
+class ExportSummary:
+    """What an export wrote, for the command's closing lines."""
+
+    folder: Path
+    info: ExportInfo
+    sizes: dict[str, int]  # bytes of each model file written
+    seconds: float
+    notes: list[str] = field(default_factory=list)  # what was left out, and why
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    """``savedmodel,onnx`` -> the formats, in the order given; InputError on an unknown one."""
+    names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in FORMATS]
+    if unknown or not names:
+        raise InputError(
+            f"--format: unknown format {','.join(unknown) or repr(text)}; choose from "
+            f"{','.join(FORMATS)}"
+        )
+    return names
+
+
+def export_run(
+    run_dir: Path,
+    out: Path,
+    *,
+    checkpoint: str = "best",
+    formats: tuple[str, ...] = FORMATS,
+    eval_dir: Path | None = None,
+    name: str | None = None,
+    force: bool = False,
+) -> ExportSummary:
+    """Export the run's ``checkpoint``; InputError (nothing written) on bad input."""
+    started = time.perf_counter()
+    _check_out(out, force)
+    loaded = load_model(run_dir, checkpoint)
+    trained_on = training_data(loaded.config, None)
+    evaluation, notes = _evaluation(run_dir, loaded, eval_dir)
+    tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp.mkdir()
+    try:
+        info, sizes = _write_models(tmp, loaded, formats, notes)
+        info = _describe(info, loaded, trained_on, evaluation, name)
+        facts = _run_facts(run_dir, loaded, trained_on, evaluation)
+        atomic_write_text(tmp / exported.CARD_FILE, render_card(info, facts))
+        _write_item(tmp, info, loaded, trained_on)
+        write_export_info(tmp, info)  # last: its presence marks a complete export
+        fsync_tree(tmp)
+        _publish(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return ExportSummary(out, info, sizes, time.perf_counter() - started, notes)
+
+
+def _check_out(out: Path, force: bool) -> None:
+    if not out.parent.is_dir():
+        raise InputError(f"{out}: its parent folder does not exist")
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise InputError(f"{out}: exists and is not empty (--force replaces it)")
+
+
+def _evaluation(
+    run_dir: Path, loaded: LoadedModel, eval_dir: Path | None
+) -> tuple[EvalSummary | None, list[str]]:
+    """The run's test evaluation of this very checkpoint, if there is one."""
+    folder = eval_dir if eval_dir is not None else run_dir / "eval-test"
+    if not (folder / "metrics.json").is_file():
+        if eval_dir is not None:
+            raise InputError(f"{folder}: no metrics.json (not an evaluate.py output folder)")
+        return None, [f"no test metrics in the card: {folder} has no metrics.json"]
+    summary = read_metrics(folder)
+    if Path(summary.checkpoint_path) != loaded.prefix:
+        note = (
+            f"no test metrics in the card: {folder} evaluated {summary.checkpoint_path}, "
+            f"not the exported {loaded.prefix}"
+        )
+        if eval_dir is not None:
+            raise InputError(note.replace("no test metrics in the card: ", ""))
+        return None, [note]
+    if len(summary.per_class) != loaded.num_classes:
+        raise InputError(
+            f"{folder}: {len(summary.per_class)} classes, the model has {loaded.num_classes}"
+        )
+    return summary, []
+
+
+def _write_models(
+    folder: Path, loaded: LoadedModel, formats: tuple[str, ...], notes: list[str]
+) -> tuple[ExportInfo, dict[str, int]]:
+    """The SavedModel and/or ONNX model; returns a partial record and the files' sizes."""
+    module = ServingModule(loaded)
+    probe = probe_batch(loaded)
+    expected = loaded.predict(probe)
+    sizes: dict[str, int] = {}
+    saved = folder / exported.SAVEDMODEL_DIR
+    save_savedmodel(module, saved)
+    reloaded = tf.saved_model.load(str(saved)).signatures[exported.SIGNATURE]
+    reference = reloaded(**{exported.INPUT_NAME: tf.constant(probe)})[exported.OUTPUT_NAME]
+    drift = float(np.abs(reference.numpy() - expected).max())
+    if drift > SAVEDMODEL_TOLERANCE:
+        raise RunFailed(f"the saved model differs from the checkpoint's by {drift:.2e}")
+    if "savedmodel" in formats:
+        sizes["savedmodel"] = sum(p.stat().st_size for p in saved.rglob("*") if p.is_file())
+    opset = max_diff = None
+    if "onnx" in formats:
+        try:
+            onnx = export_onnx(module, folder / exported.ONNX_FILE, probe, reference.numpy())
+            opset, max_diff = onnx.opset, onnx.max_abs_diff
+            sizes["onnx"] = onnx.path.stat().st_size
+        except OnnxUnavailable as err:
+            notes.append(f"no ONNX model: {err} (TensorFlow {tf.__version__})")
+    if "savedmodel" not in formats:
+        shutil.rmtree(saved)  # it was only the reference of the ONNX check
+    partial = ExportInfo(
+        name="",
+        model=loaded.record.model,
+        class_names=tuple(loaded.class_names),
+        bands=tuple(loaded.bands),
+        input_shape=tuple(loaded.record.input_shape),  # type: ignore[arg-type]
+        band_mean=tuple(float(v) for v in loaded.mean),
+        band_std=tuple(float(v) for v in loaded.std),
+        resampling=loaded.resampling,
+        threshold=float(loaded.config.threshold),
+        tuned_thresholds=None,
+        source=ExportSource(
+            run_dir=str(loaded.run_dir),
+            checkpoint=str(loaded.prefix),
+            epoch=loaded.epoch,
+            data=str(loaded.record.data or loaded.config.data),
+            data_id=loaded.record.data_id,
+        ),
+        formats=tuple(f for f in FORMATS if f in sizes),
+        tensorflow=tf.__version__,
+        created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        onnx_opset=opset,
+        onnx_max_abs_diff=max_diff,
+    )
+    if not sizes:
+        raise InputError("nothing to export: ONNX was the only format asked for and failed")
+    return partial, sizes
+
+
+def _describe(
+    info: ExportInfo,
+    loaded: LoadedModel,
+    trained_on: Manifest | None,
+    evaluation: EvalSummary | None,
+    name: str | None,
+) -> ExportInfo:
+    from dataclasses import replace
+
+    run_name = Path(info.source.run_dir).name
+    default = f"bigearthnet-{loaded.record.model}-{loaded.num_classes}c-{run_name}-e{loaded.epoch}"
+    data_id = info.source.data_id or (trained_on.data_id if trained_on is not None else None)
+    return replace(
+        info,
+        name=name or default,
+        tuned_thresholds=evaluation.tuned_thresholds if evaluation is not None else None,
+        source=replace(info.source, data_id=data_id),
+    )
+
+
+def _run_facts(
+    run_dir: Path,
+    loaded: LoadedModel,
+    trained_on: Manifest | None,
+    evaluation: EvalSummary | None,
+) -> RunFacts:
+    history = read_history(run_dir, through_epoch=loaded.epoch)
+    last = history[-1] if history else None
+    return RunFacts(
+        config=loaded.config,
+        world_size=last.world_size if last else (loaded.record.world_size or 1),
+        global_batch=last.global_batch if last else None,
+        epochs_trained=loaded.epoch,
+        data=trained_on,
+        evaluation=evaluation,
+    )
+
+
+def _write_item(
+    folder: Path,
+    info: ExportInfo,
+    loaded: LoadedModel,
+    trained_on: Manifest | None,
+) -> None:
+    footprint = training_footprint(Path(loaded.config.data), trained_on)
+    item = build_item(info, footprint, total_parameters=int(loaded.model.count_params()))
+    body = item.to_dict(include_self_link=False)
+    validate_item(body)
+    atomic_write_text(folder / exported.STAC_FILE, json.dumps(body, indent=2) + "\n")
+
+
+def _publish(tmp: Path, out: Path) -> None:
+    """Rename the finished folder into place (an existing OUT, --force, goes only after)."""
+    old = None
+    if out.exists():
+        old = out.parent / f".{out.name}.replaced-{secrets.token_hex(4)}"
+        os.replace(out, old)
+    os.replace(tmp, out)
+    fsync_tree(out.parent, recurse=False)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,102 @@
+"""``model_card.md``: what the exported model is, how it was trained and how well it does,
+rendered from the export record, the run's configuration and its evaluation (Jinja2
+template ``templates/model_card.md.j2``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jinja2
+
+from bigearthnet.core import constants
+from bigearthnet.core.config import TrainConfig
+from bigearthnet.evaluation.report import EvalSummary
+from bigearthnet.formats.exported import ExportInfo
+from bigearthnet.formats.shards import Manifest
+
+
+@dataclass(frozen=True)
+class BandRow:
+    name: str
+    resolution: int | str
+    mean: float
+    std: float
+
+
+@dataclass(frozen=True)
+class ClassRow:
+    index: int
+    name: str
+    colour: str  # #rrggbb
+    tuned: float | None
+    f1: float | None
+    ap: float | None
+    support: int | None
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the card says of the run besides the export record."""
+
+    config: TrainConfig
+    world_size: int
+    global_batch: int | None
+    epochs_trained: int | None
+    data: Manifest | None  # the training data's manifest, when still there
+    evaluation: EvalSummary | None  # of the exported checkpoint, when evaluated
+
+
+def hex_colour(rgb) -> str:
+    return "#{:02x}{:02x}{:02x}".format(*(int(v) for v in rgb))
+
+
+def class_rows(info: ExportInfo, evaluation: EvalSummary | None) -> list[ClassRow]:
+    colours = constants.class_colours(info.num_classes)
+    rows = []
+    for index, name in enumerate(info.class_names):
+        scores = evaluation.per_class[index] if evaluation is not None else None
+        rows.append(
+            ClassRow(
+                index=index,
+                name=name,
+                colour=hex_colour(colours[index]),
+                tuned=info.tuned_thresholds[index] if info.tuned_thresholds else None,
+                f1=scores.f1 if scores else None,
+                ap=scores.ap if scores else None,
+                support=scores.support if scores else None,
+            )
+        )
+    return rows
+
+
+def band_rows(info: ExportInfo) -> list[BandRow]:
+    return [
+        BandRow(name, constants.BAND_RESOLUTION_M.get(name, "-"), mean, std)
+        for name, mean, std in zip(info.bands, info.band_mean, info.band_std)
+    ]
+
+
+def _number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def render_card(info: ExportInfo, facts: RunFacts) -> str:
+    environment = jinja2.Environment(
+        loader=jinja2.PackageLoader("bigearthnet.export", "templates"),
+        undefined=jinja2.StrictUndefined,  # a misspelt field fails the export, not the card
+        keep_trailing_newline=True,
+        autoescape=False,  # Markdown, not HTML
+    )
+    template = environment.get_template("model_card.md.j2")
+    return template.render(
+        info=info,
+        bands=band_rows(info),
+        classes=class_rows(info, facts.evaluation),
+        evaluation=facts.evaluation,
+        config=facts.config,
+        world_size=facts.world_size,
+        global_batch=facts.global_batch,
+        epochs_trained=facts.epochs_trained,
+        data=facts.data,
+        number=_number,
+    )

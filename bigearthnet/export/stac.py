@@ -1,0 +1,280 @@
+"""``item.json``: the export as a STAC item with the Machine Learning Model extension (MLM
+v1.5.1), built with ``pystac`` and the extension's ``stac-model`` package and validated
+offline against the published schemas bundled in ``schemas/`` (see its README).
+
+The item's footprint and time range are those of the training patches (from the shards'
+corners and the acquisition dates in the patch names) when the training data is at hand,
+else BigEarthNet's published coverage.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pystac
+from pystac.validation import JsonSchemaSTACValidator, validate_dict
+from stac_model.input import InputStructure, ModelInput
+from stac_model.output import MLMClassification, ModelOutput, ModelResult
+from stac_model.schema import MLModelExtension, MLModelProperties
+
+from bigearthnet.core import constants
+from bigearthnet.export.card import hex_colour
+from bigearthnet.formats import exported
+from bigearthnet.formats.exported import ExportError, ExportInfo
+from bigearthnet.formats.shards import Manifest, read_locations
+
+MLM_SCHEMA = "https://stac-extensions.github.io/mlm/v1.5.1/schema.json"
+# Published URL -> bundled copy; the MLM schema refers to the other three (processing's
+# file still names itself v1.0.0, so it answers to both).
+BUNDLED_SCHEMAS = {
+    MLM_SCHEMA: "mlm-v1.5.1.json",
+    "https://stac-extensions.github.io/classification/v1.1.0/schema.json": (
+        "classification-v1.1.0.json"
+    ),
+    "https://stac-extensions.github.io/processing/v1.1.0/schema.json": "processing-v1.1.0.json",
+    "https://stac-extensions.github.io/processing/v1.0.0/schema.json": "processing-v1.1.0.json",
+    "https://stac-extensions.github.io/raster/v1.1.0/schema.json": "raster-v1.1.0.json",
+}
+# BigEarthNet's coverage (ten European countries) and acquisition period, for an export
+# whose training data is gone.
+BIGEARTHNET_BBOX = (-10.0, 36.9, 31.6, 70.1)
+BIGEARTHNET_PERIOD = (dt.datetime(2017, 6, 1), dt.datetime(2018, 5, 31, 23, 59, 59))
+ACQUIRED = re.compile(r"_(\d{8}T\d{6})_")
+ARCHITECTURES = {"resnet50": "ResNet-50", "resnet18": "ResNet-18", "tiny": "small CNN (tests)"}
+BAND_NAMES = {
+    "B01": "coastal aerosol", "B02": "blue", "B03": "green", "B04": "red",
+    "B05": "red edge 1", "B06": "red edge 2", "B07": "red edge 3", "B08": "near infrared",
+    "B8A": "narrow near infrared", "B09": "water vapour", "B11": "short-wave infrared 1",
+    "B12": "short-wave infrared 2",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Where and when the training patches were taken (lon/lat, UTC)."""
+
+    bbox: tuple[float, float, float, float]
+    start: dt.datetime
+    end: dt.datetime
+    measured: bool  # False: BigEarthNet's published coverage
+
+
+def training_footprint(data_dir: Path, manifest: Manifest | None) -> Footprint:
+    """The bounding box and time range of the train split's patches."""
+    if manifest is None or not manifest.split_shards("train"):
+        return Footprint(BIGEARTHNET_BBOX, *BIGEARTHNET_PERIOD, measured=False)
+    from rasterio.warp import transform_bounds
+
+    corners: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    stamps: list[str] = []
+    for entry in manifest.split_shards("train"):
+        where = read_locations(data_dir, entry)
+        for crs, (x, y) in zip(where.crs, where.ulxy):
+            corners[crs].append((float(x), float(y)))
+        stamps += [m.group(1) for m in map(ACQUIRED.search, where.names) if m]
+    boxes = []
+    for crs, points in corners.items():
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        side = constants.PATCH_METRES
+        boxes.append(
+            transform_bounds(crs, "EPSG:4326", min(xs), min(ys) - side, max(xs) + side, max(ys))
+        )
+    bbox = (
+        min(b[0] for b in boxes),
+        min(b[1] for b in boxes),
+        max(b[2] for b in boxes),
+        max(b[3] for b in boxes),
+    )
+    if not stamps:
+        return Footprint(bbox, *BIGEARTHNET_PERIOD, measured=True)
+    times = sorted(dt.datetime.strptime(s, "%Y%m%dT%H%M%S") for s in stamps)
+    return Footprint(bbox, times[0], times[-1], measured=True)
+
+
+def model_properties(info: ExportInfo, total_parameters: int) -> dict[str, Any]:
+    """The item's ``mlm:`` fields, through stac-model's typed records."""
+    channels = len(info.bands)
+    model_input = ModelInput(
+        name="Sentinel-2 L2A patches",
+        bands=list(info.bands),
+        input=InputStructure(
+            shape=[-1, *info.input_shape[:2], channels],
+            dim_order=["batch", "height", "width", "bands"],
+            data_type="uint16",
+        ),
+        resize_type=None,
+        pre_processing_function=None,
+    )
+    colours = constants.class_colours(info.num_classes)
+    model_output = ModelOutput(
+        name="land-cover class probabilities",
+        tasks={"classification"},
+        result=ModelResult(
+            shape=[-1, info.num_classes], dim_order=["batch", "class"], data_type="float32"
+        ),
+        classes=[
+            MLMClassification(value=index, name=name, color_hint=hex_colour(colours[index])[1:])
+            for index, name in enumerate(info.class_names)
+        ],
+        post_processing_function=None,
+    )
+    properties = MLModelProperties(
+        name=info.name,
+        architecture=ARCHITECTURES.get(info.model, info.model),
+        tasks={"classification"},
+        framework="TensorFlow",
+        framework_version=info.tensorflow,
+        accelerator=None,
+        accelerator_constrained=False,
+        total_parameters=total_parameters,
+        pretrained=False,
+        pretrained_source=None,
+        input=[model_input],
+        output=[model_output],
+    )
+    return properties.model_dump(by_alias=True, exclude_unset=False, exclude_defaults=False)
+
+
+def _bands(info: ExportInfo) -> list[dict[str, Any]]:
+    """STAC 1.1 ``bands``: what the MLM input's band names refer to. Given on the model
+    assets and the item alike: the STAC 1.1.0 item schema allows item bands only when an
+    asset has bands, and MLM's band check reads the item's."""
+    return [
+        {
+            "name": band,
+            "description": f"Sentinel-2 {band} ({BAND_NAMES.get(band, band)}), "
+            f"{constants.BAND_RESOLUTION_M.get(band, '?')} m",
+            "data_type": "uint16",
+            "statistics": {"mean": mean, "stddev": std},
+        }
+        for band, mean, std in zip(info.bands, info.band_mean, info.band_std)
+    ]
+
+
+def build_item(
+    info: ExportInfo,
+    footprint: Footprint,
+    *,
+    total_parameters: int,
+) -> pystac.Item:
+    """The STAC item of an export."""
+    west, south, east, north = footprint.bbox
+    geometry = {
+        "type": "Polygon",
+        "coordinates": [
+            [[west, south], [east, south], [east, north], [west, north], [west, south]]
+        ],
+    }
+    utc = dt.timezone.utc
+    extent = "training patches" if footprint.measured else "dataset"
+    item = pystac.Item(
+        id=info.name,
+        geometry=geometry,
+        bbox=list(footprint.bbox),
+        datetime=None,
+        start_datetime=footprint.start.replace(tzinfo=utc),
+        end_datetime=footprint.end.replace(tzinfo=utc),
+        properties={
+            "description": f"{ARCHITECTURES.get(info.model, info.model)} multi-label land-cover "
+            f"classifier of BigEarthNet Sentinel-2 patches, {info.num_classes} CORINE classes; "
+            f"footprint and period of its {extent}.",
+            "bands": _bands(info),
+        },
+    )
+    _add_assets(item, info)
+    extension = MLModelExtension.ext(item, add_if_missing=True)
+    extension.apply(model_properties(info, total_parameters))
+    _add_unmodelled_fields(item.properties, info)
+    return item
+
+
+def _add_unmodelled_fields(properties: dict[str, Any], info: ExportInfo) -> None:
+    """MLM v1.5.1 fields stac-model's records drop: descriptions and the explicit nulls the
+    specification recommends where a value is known not to apply."""
+    model_input, model_output = properties["mlm:input"][0], properties["mlm:output"][0]
+    model_input["description"] = (
+        "Raw Sentinel-2 L2A values (surface reflectance x 10,000) as BigEarthNet stores them, "
+        f"{info.resampling}-upsampled to 10 m, channels in the order of 'bands'. The model "
+        "standardises each band itself (z-score with the training statistics given in the "
+        "item's bands), so no value scaling applies before it."
+    )
+    model_input["value_scaling"] = None
+    model_input["resize_type"] = None
+    model_output["description"] = (
+        "Multi-label: an independent sigmoid probability per class (a patch can hold several "
+        f"classes); a class is present at probability >= {info.threshold}."
+    )
+    properties["mlm:accelerator"] = None  # runs on CPUs and GPUs alike
+    properties["mlm:pretrained_source"] = None  # trained from scratch
+
+
+def _add_assets(item: pystac.Item, info: ExportInfo) -> None:
+    if "savedmodel" in info.formats:
+        item.add_asset(
+            "savedmodel",
+            pystac.Asset(
+                href=f"./{exported.SAVEDMODEL_DIR}",
+                title="TensorFlow SavedModel (signature serving_default)",
+                media_type="application/octet-stream; framework=tensorflow; profile=saved-model",
+                roles=["mlm:model", "mlm:weights", "data"],
+                extra_fields={"mlm:artifact_type": "tf.saved_model.save", "bands": _bands(info)},
+            ),
+        )
+    if "onnx" in info.formats:
+        item.add_asset(
+            "onnx",
+            pystac.Asset(
+                href=f"./{exported.ONNX_FILE}",
+                title=f"ONNX model (opset {info.onnx_opset}), the same signature",
+                media_type="application/octet-stream; framework=onnx",
+                roles=["mlm:model", "mlm:weights", "data"],
+                extra_fields={
+                    "mlm:artifact_type": "tf2onnx.convert.from_function",
+                    "bands": _bands(info),
+                },
+            ),
+        )
+    item.add_asset(
+        "model_card",
+        pystac.Asset(
+            href=f"./{exported.CARD_FILE}",
+            title="Model card",
+            media_type="text/markdown",
+            roles=["metadata", "documentation"],
+        ),
+    )
+    item.add_asset(
+        "export_record",
+        pystac.Asset(
+            href=f"./{exported.INFO_FILE}",
+            title="Export record: bands, classes, normalisation, source run",
+            media_type=pystac.MediaType.JSON,
+            roles=["metadata"],
+        ),
+    )
+
+
+def bundled_schemas() -> dict[str, dict[str, Any]]:
+    folder = resources.files("bigearthnet.export") / "schemas"
+    return {url: json.loads((folder / name).read_text()) for url, name in BUNDLED_SCHEMAS.items()}
+
+
+def validate_item(body: dict[str, Any]) -> None:
+    """ExportError unless ``body`` is a valid STAC item and a valid MLM v1.5.1 item; no
+    network: core schemas from pystac, the extension's from the bundled copies."""
+    if MLM_SCHEMA not in body.get("stac_extensions", []):
+        raise ExportError(f"the STAC item does not declare {MLM_SCHEMA}")
+    validator = JsonSchemaSTACValidator()
+    validator.schema_cache.update(bundled_schemas())
+    try:
+        validate_dict(body, validator=validator)
+    except pystac.STACValidationError as err:
+        detail = err.source if err.source is not None else err
+        raise ExportError(f"the STAC item is not valid MLM v1.5.1: {detail}") from None

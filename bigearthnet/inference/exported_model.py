@@ -1,0 +1,67 @@
+"""An export folder (``bigearthnet-export``) as a model ready to predict, without the run
+folder it came from: the SavedModel's serving signature takes raw uint16 patches in the
+export's band order and returns probabilities, so nothing here normalises."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from bigearthnet.formats.exported import (
+    INPUT_NAME,
+    OUTPUT_NAME,
+    SAVEDMODEL_DIR,
+    SIGNATURE,
+    ExportError,
+    ExportInfo,
+    read_export_info,
+)
+
+
+class ExportedModel:
+    """The SavedModel of an export folder and its record (bands, classes, source)."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.folder = Path(folder)
+        self.info: ExportInfo = read_export_info(self.folder)
+        saved = self.folder / SAVEDMODEL_DIR
+        if not (saved / "saved_model.pb").is_file():
+            raise ExportError(f"{saved}: no saved_model.pb: the export is incomplete")
+        self._saved = tf.saved_model.load(str(saved))
+        self._serve = self._saved.signatures[SIGNATURE]
+
+    @property
+    def num_classes(self) -> int:
+        return self.info.num_classes
+
+    @property
+    def class_names(self) -> list[str]:
+        return list(self.info.class_names)
+
+    @property
+    def bands(self) -> tuple[str, ...]:
+        return self.info.bands
+
+    @property
+    def resampling(self) -> str:
+        return self.info.resampling
+
+    @property
+    def provenance(self) -> dict[str, str]:
+        source = self.info.source
+        return {
+            "model": self.info.model,
+            "export": str(self.folder),
+            "run_dir": source.run_dir,
+            "checkpoint": source.checkpoint,
+            "epoch": str(source.epoch),
+        }
+
+    def predict(self, images: np.ndarray) -> np.ndarray:
+        """(N, H, W, C) uint16 -> (N, classes) float32 probabilities."""
+        if len(images) == 0:
+            return np.zeros((0, self.num_classes), dtype=np.float32)
+        batch = tf.convert_to_tensor(np.asarray(images, dtype=np.uint16))
+        return self._serve(**{INPUT_NAME: batch})[OUTPUT_NAME].numpy()
