@@ -1,0 +1,261 @@
+"""bigearthnet-export on a trained run: the SavedModel and the ONNX model give evaluate.py's
+probabilities on raw patches, the card carries the run's metrics, maps made from the export
+equal maps made from the run, and bad input or an interrupted export leaves nothing that
+looks complete."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import rasterio
+from helpers import train_argv
+
+import evaluate
+import train
+from bigearthnet.cli.export import main as export_main
+from bigearthnet.cli.map import main as map_main
+from bigearthnet.export.onnx_model import run_onnx
+from bigearthnet.formats import exported
+from bigearthnet.formats.exported import read_export_info
+from bigearthnet.formats.shards import read_manifest
+from bigearthnet.inference.exported_model import ExportedModel
+from bigearthnet.synthetic.scene import SceneTruth, write_scene
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def split_images(data: Path, split: str) -> tuple[list[str], np.ndarray]:
+    """A split's names and raw uint16 patches, in manifest order (evaluate.py's order)."""
+    names, images = [], []
+    for entry in read_manifest(data).split_shards(split):
+        with h5py.File(entry.path(data), "r") as f:
+            names += [n.decode() for n in f["names"][:]]
+            images.append(f["images"][:])
+    return names, np.concatenate(images)
+
+
+def evaluated_scores(eval_dir: Path) -> tuple[list[str], np.ndarray]:
+    with h5py.File(eval_dir / "predictions.h5", "r") as f:
+        return [n.decode() for n in f["names"][:]], f["scores"][:]
+
+
+def export_of(run: Path, out: Path, *extra: str) -> Path:
+    assert export_main([str(run), "--out", str(out), *extra]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def evaluated_run(trained_run: Path, tmp_path_factory) -> Path:
+    """A copy of the tiny run, evaluated on test with thresholds tuned on val."""
+    run = tmp_path_factory.mktemp("export") / "run"
+    shutil.copytree(trained_run, run)
+    assert evaluate.main(["--run-dir", str(run), "--tune-thresholds"]) == 0
+    return run
+
+
+@pytest.fixture(scope="module")
+def export_dir(evaluated_run: Path) -> Path:
+    return export_of(evaluated_run, evaluated_run.parent / "export")
+
+
+def test_savedmodel_and_onnx_give_evaluate_probabilities(export_dir, evaluated_run, shards_v1):
+    names, images = split_images(shards_v1, "test")
+    eval_names, expected = evaluated_scores(evaluated_run / "eval-test")
+    assert names == eval_names
+    from_savedmodel = ExportedModel(export_dir).predict(images)
+    from_onnx = run_onnx(export_dir / exported.ONNX_FILE, images)
+    assert from_savedmodel.shape == from_onnx.shape == expected.shape == (len(names), 19)
+    assert np.abs(from_savedmodel - expected).max() < 1e-5
+    assert np.abs(from_onnx - expected).max() < 1e-5
+
+
+def test_savedmodel_loads_in_plain_tensorflow(export_dir, shards_v1):
+    """The docs' five lines: no project code between the file and the probabilities."""
+    import tensorflow as tf
+
+    _, images = split_images(shards_v1, "val")
+    serve = tf.saved_model.load(str(export_dir / "savedmodel")).signatures["serving_default"]
+    probabilities = serve(images=tf.constant(images[:5]))["probabilities"].numpy()
+    assert probabilities.dtype == np.float32 and probabilities.shape == (5, 19)
+    assert ((probabilities >= 0) & (probabilities <= 1)).all()
+
+
+def test_export_record_names_its_source(export_dir, evaluated_run, shards_v1):
+    info = read_export_info(export_dir)
+    pointer = json.loads((evaluated_run / "checkpoints" / "best.json").read_text())
+    assert info.source.epoch == pointer["epoch"]
+    assert info.source.checkpoint == str(evaluated_run / "checkpoints" / pointer["folder"] / "ckpt")
+    assert info.source.data_id == read_manifest(shards_v1).data_id
+    assert info.formats == ("savedmodel", "onnx") and info.onnx_opset == 17
+    assert info.onnx_max_abs_diff is not None and info.onnx_max_abs_diff < 1e-4
+    assert info.bands == tuple(read_manifest(shards_v1).bands)
+    assert info.tuned_thresholds is not None and len(info.tuned_thresholds) == 19
+
+
+def card_cell(card: str, row: str, column: int, section: str = "") -> str:
+    """A cell of the first table row starting ``| row |`` after the heading ``section``."""
+    lines = card[card.index(section) :].splitlines()
+    line = next(line for line in lines if line.startswith(f"| {row} |"))
+    return [cell.strip() for cell in line.strip("|").split("|")][column]
+
+
+def test_card_numbers_are_the_runs_metrics(export_dir, evaluated_run):
+    card = (export_dir / exported.CARD_FILE).read_text()
+    metrics = json.loads((evaluated_run / "eval-test" / "metrics.json").read_text())
+    assert card_cell(card, "F1", 1) == f"{metrics['micro_f1']:.4f}"
+    assert card_cell(card, "F1", 2) == f"{metrics['macro_f1']:.4f}"
+    assert card_cell(card, "AP (mAP)", 1) == f"{metrics['micro_map']:.4f}"
+    assert card_cell(card, "AP (mAP)", 2) == f"{metrics['macro_map']:.4f}"
+    tuned = json.loads((evaluated_run / "eval-test" / "thresholds.json").read_text())
+    for row in metrics["per_class"]:
+        index = str(row["index"])
+        assert card_cell(card, index, 1, "## Output") == row["class"]
+        assert card_cell(card, index, 3, "## Output") == f"{tuned['thresholds'][row['index']]:.2f}"
+        assert card_cell(card, index, 4, "## Output") == f"{row['f1']:.4f}"
+        ap = "n/a" if row["ap"] is None else f"{row['ap']:.4f}"
+        assert card_cell(card, index, 5, "## Output") == ap
+        assert card_cell(card, index, 6, "## Output") == str(row["support"])
+    assert re.search(r"\| 0 \| B01 \| 60 \|", card) and "## Intended use and known limits" in card
+
+
+def test_map_from_export_equals_map_from_run(export_dir, evaluated_run, shards_v1, tmp_path):
+    common = ["--shards", str(shards_v1), "--split", "test", "--no-progress"]
+    assert map_main(["--run-dir", str(evaluated_run), "--out", str(tmp_path / "a"), *common]) == 0
+    assert map_main(["--model", str(export_dir), "--out", str(tmp_path / "b"), *common]) == 0
+    tifs = sorted(p.name for p in (tmp_path / "a").glob("*.tif"))
+    assert tifs and tifs == sorted(p.name for p in (tmp_path / "b").glob("*.tif"))
+    for name in tifs:
+        with rasterio.open(tmp_path / "a" / name) as a, rasterio.open(tmp_path / "b" / name) as b:
+            np.testing.assert_array_equal(a.read(), b.read())
+    csv = [(tmp_path / d / "patches.csv").read_text() for d in ("a", "b")]
+    assert csv[0] == csv[1]
+
+
+def test_scene_map_from_export_equals_scene_map_from_run(export_dir, evaluated_run, tmp_path):
+    scene = tmp_path / "bands"
+    write_scene(scene, SceneTruth(size=240, block=120, border=0, classes=((0, 8), (9, 17))))
+    maps = []
+    for flag, source, name in (("--run-dir", evaluated_run, "a"), ("--model", export_dir, "b")):
+        out = tmp_path / f"{name}.tif"
+        argv = ["scene", str(scene), flag, str(source), "--out", str(out), "--no-progress"]
+        assert map_main([*argv, "--stride", "60"]) == 0
+        with rasterio.open(out) as src:
+            maps.append(src.read())
+            tags = src.tags()
+    np.testing.assert_array_equal(maps[0], maps[1])
+    assert tags["export"] == str(export_dir) and tags["epoch"] == str(
+        read_export_info(export_dir).source.epoch
+    )
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("no checkpoint", "no 'best' checkpoint"),
+        ("unknown format", "--format: unknown format tflite"),
+        ("out not empty", "exists and is not empty (--force replaces it)"),
+        ("eval of another checkpoint", "not the exported"),
+    ],
+)
+def test_bad_input_one_line_exit_2(case, message, evaluated_run, tmp_path, reported_errors):
+    run, out, extra = evaluated_run, tmp_path / "out", []
+    if case == "no checkpoint":
+        run = tmp_path / "run"
+        shutil.copytree(evaluated_run, run, ignore=shutil.ignore_patterns("checkpoints"))
+    elif case == "unknown format":
+        extra = ["--format", "savedmodel,tflite"]
+    elif case == "out not empty":
+        out.mkdir()
+        (out / "notes.txt").write_text("mine\n")
+    elif case == "eval of another checkpoint":
+        extra = ["--checkpoint", "latest", "--eval-dir", str(evaluated_run / "eval-test")]
+        pointer = json.loads((evaluated_run / "checkpoints" / "latest.json").read_text())
+        best = json.loads((evaluated_run / "checkpoints" / "best.json").read_text())
+        if pointer["folder"] == best["folder"]:
+            pytest.skip("the tiny run's best epoch is its last")
+    assert export_main([str(run), "--out", str(out), *extra]) == 2
+    (line,) = reported_errors()
+    assert message in line
+    assert not out.exists() or (out / "notes.txt").read_text() == "mine\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+def test_export_of_another_band_configuration_is_refused(export_dir, tmp_path, reported_errors):
+    """An export whose record says it takes the ten 10/20 m bands cannot map a 12-band scene
+    or 12-band shards: refused before any prediction, one line, exit 2."""
+    other = tmp_path / "s2-10"
+    shutil.copytree(export_dir, other)
+    record = json.loads((other / exported.INFO_FILE).read_text())
+    keep = [i for i, band in enumerate(record["bands"]) if band not in ("B01", "B09")]
+    for key in ("bands", "band_mean", "band_std"):
+        record[key] = [record[key][i] for i in keep]
+    (other / exported.INFO_FILE).write_text(json.dumps(record))
+    scene = tmp_path / "bands"
+    write_scene(scene, SceneTruth(size=240, block=240, border=0, classes=((3,),)))
+    argv = ["scene", str(scene), "--model", str(other), "--out", str(tmp_path / "m.tif")]
+    assert map_main(argv) == 2
+    (line,) = reported_errors()
+    assert "gives bands B01,B02" in line and "takes B02,B03" in line and "10 channels" in line
+    assert not (tmp_path / "m.tif").exists()
+
+
+def test_killed_export_leaves_nothing_that_looks_complete(evaluated_run, shards_v1, tmp_path):
+    """SIGKILL at the worst moment, just before export.json is written: OUT does not exist,
+    the partial folder is hidden and is not an export, and --model refuses it."""
+    out = tmp_path / "export"
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        from bigearthnet.export import bundle
+        def die(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGKILL)
+        bundle.write_export_info = die
+        from bigearthnet.cli.export import main
+        sys.exit(main([{str(evaluated_run)!r}, "--out", {str(out)!r}]))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True)
+    assert done.returncode == -signal.SIGKILL
+    assert not out.exists()
+    (partial,) = [p for p in tmp_path.iterdir() if p.name.startswith(".export.partial-")]
+    assert (partial / "savedmodel" / "saved_model.pb").is_file()  # it got that far
+    assert not (partial / exported.INFO_FILE).exists()
+    argv = ["--model", str(partial), "--shards", str(shards_v1), "--out", str(tmp_path / "m")]
+    assert map_main(argv) == 2
+
+
+def test_force_replaces_an_export_and_savedmodel_only(evaluated_run, export_dir, tmp_path):
+    out = export_of(evaluated_run, tmp_path / "again")
+    export_of(evaluated_run, out, "--force", "--format", "savedmodel", "--name", "mine")
+    info = read_export_info(out)
+    assert info.formats == ("savedmodel",) and info.onnx_opset is None and info.name == "mine"
+    assert not (out / exported.ONNX_FILE).exists()
+    item = json.loads((out / exported.STAC_FILE).read_text())
+    assert set(item["assets"]) == {"savedmodel", "model_card", "export_record"}
+    assert "model.onnx" not in (out / exported.CARD_FILE).read_text()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".again")]
+
+
+@pytest.mark.slow
+def test_resnet50_export_matches_evaluate(shards_v1, tmp_path):
+    """The same proof on ResNet-50 (53 conv layers, batch norm): SavedModel and ONNX equal
+    evaluate.py's probabilities on the test patches."""
+    run = tmp_path / "run"
+    argv = train_argv(shards_v1, run, 1, "--model", "resnet50", "--max-steps-per-epoch", "2")
+    assert train.main([*argv, "--precise-bn-samples", "64"]) == 0
+    assert evaluate.main(["--run-dir", str(run), "--batch-size", "16"]) == 0
+    out = export_of(run, tmp_path / "export")
+    names, images = split_images(shards_v1, "test")
+    eval_names, expected = evaluated_scores(run / "eval-test")
+    assert names == eval_names
+    assert np.abs(ExportedModel(out).predict(images) - expected).max() < 1e-5
+    assert np.abs(run_onnx(out / exported.ONNX_FILE, images) - expected).max() < 1e-5
+    assert read_export_info(out).model == "resnet50"
