@@ -14,10 +14,11 @@ SHARED ?= ../shared
 # The second stack runs the tests that touch TensorFlow, Keras or Horovod: every API the
 # project uses (layers and the model registry, legacy optimizers, LR schedules, tf.function
 # steps, precise BN, augmentation, DLPack caches, checkpoints across stacks, Horovod
-# collectives in 2-rank runs, prediction for evaluation and scene maps). The rest of the
+# collectives in 2-rank runs, prediction for evaluation and scene maps, SavedModel and ONNX
+# export). The rest of the
 # suite is Python that a second TensorFlow does not change.
 STACK_TESTS := tests/test_stacks.py tests/models tests/training tests/data tests/evaluation \
-	tests/maps/test_scene.py
+	tests/maps/test_scene.py tests/export
 
 .PHONY: help setup demo test test-slow test-all test-stack faults lint bench bench-stacks clean-demo
 
@@ -32,7 +33,7 @@ $(STAMP): setup.cfg pyproject.toml scripts/setup_env.sh
 	VENV=$(VENV) PYTHON=$(PYTHON) STACK=$(STACK) bash scripts/setup_env.sh
 	touch $@
 
-demo: $(STAMP)  ## synthetic archive -> preprocess -> 2-rank training -> evaluation -> report
+demo: $(STAMP)  ## synthetic archive -> preprocess -> 2-rank training -> evaluation -> export -> maps
 	VENV=$(VENV) DEMO_DIR=$(DEMO_DIR) bash scripts/demo.sh
 
 test: $(STAMP)  ## the test suite without the slow and fault tiers

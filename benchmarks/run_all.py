@@ -17,13 +17,14 @@ import common
 from common import Figure
 
 HERE = Path(__file__).resolve().parent
-# (script, extra options): the order matters, P5 reuses the checkpoint P3 trains.
+# (script, extra options): the order matters, P5 and P10 reuse the checkpoint P3 trains.
 BENCHMARKS: list[tuple[str, list[str]]] = [
     ("preprocess.py", []),
     ("input_pipeline.py", []),
     ("train_throughput.py", ["--knobs", "xla"]),
     ("scaling.py", []),
     ("evaluation.py", []),
+    ("export.py", []),
     ("noise_cost.py", []),
     ("scene_maps.py", []),
 ]

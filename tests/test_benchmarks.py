@@ -24,6 +24,7 @@ SCRIPTS = [
     "train_throughput.py",
     "scaling.py",
     "evaluation.py",
+    "export.py",
     "noise_cost.py",
     "scene_maps.py",
     "run_all.py",

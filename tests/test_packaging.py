@@ -23,5 +23,8 @@ def test_the_wheel_carries_the_job_scripts(tmp_path):
     assert sorted(shared) == sorted(tracked)
     assert any(n.startswith("bigearthnet/cli/") for n in names)
     assert "bigearthnet/models/resnet.py" in names  # the registry, under the package's name
+    # bigearthnet-export's card template and the bundled STAC schemas it validates against
+    assert "bigearthnet/export/templates/model_card.md.j2" in names
+    assert "bigearthnet/export/schemas/mlm-v1.5.2.json" in names
     top = {n.split("/")[0] for n in names if not n.startswith("bigearthnet_hpc-")}
     assert top == {"bigearthnet"}, top  # no top-level models, train or evaluate

@@ -20,7 +20,7 @@ def build_parser() -> Parser:
         description="Export a trained run's model so it can leave the run folder: OUT/savedmodel "
         "(TensorFlow, signature serving_default: images uint16 (N,120,120,C) in the run's band "
         "order -> probabilities float32 (N,classes)), OUT/model.onnx (the same, checked with "
-        "onnxruntime), OUT/model_card.md, OUT/item.json (STAC item, MLM extension v1.5.1) and "
+        "onnxruntime), OUT/model_card.md, OUT/item.json (STAC item, MLM extension v1.5) and "
         "OUT/export.json. Written beside OUT and renamed into place when complete.",
     )
     p.add_argument("run_dir", type=Path, metavar="RUN", help="run folder made by train.py")

@@ -11,7 +11,7 @@ import jinja2
 from bigearthnet.core import constants
 from bigearthnet.core.config import TrainConfig
 from bigearthnet.evaluation.report import EvalSummary
-from bigearthnet.formats.exported import ExportInfo
+from bigearthnet.formats.exported import MLM_VERSION, ExportInfo
 from bigearthnet.formats.shards import Manifest
 
 
@@ -99,4 +99,5 @@ def render_card(info: ExportInfo, facts: RunFacts) -> str:
         epochs_trained=facts.epochs_trained,
         data=facts.data,
         number=_number,
+        mlm_version=MLM_VERSION,
     )

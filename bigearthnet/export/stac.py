@@ -1,5 +1,5 @@
 """``item.json``: the export as a STAC item with the Machine Learning Model extension (MLM
-v1.5.1), built with ``pystac`` and the extension's ``stac-model`` package and validated
+v1.5.2), built with ``pystac`` and the extension's ``stac-model`` package and validated
 offline against the published schemas bundled in ``schemas/`` (see its README).
 
 The item's footprint and time range are those of the training patches (from the shards'
@@ -30,11 +30,11 @@ from bigearthnet.formats import exported
 from bigearthnet.formats.exported import ExportError, ExportInfo
 from bigearthnet.formats.shards import Manifest, read_locations
 
-MLM_SCHEMA = "https://stac-extensions.github.io/mlm/v1.5.1/schema.json"
+MLM_SCHEMA = f"https://stac-extensions.github.io/mlm/v{exported.MLM_VERSION}/schema.json"
 # Published URL -> bundled copy; the MLM schema refers to the other three (processing's
 # file still names itself v1.0.0, so it answers to both).
 BUNDLED_SCHEMAS = {
-    MLM_SCHEMA: "mlm-v1.5.1.json",
+    MLM_SCHEMA: f"mlm-v{exported.MLM_VERSION}.json",
     "https://stac-extensions.github.io/classification/v1.1.0/schema.json": (
         "classification-v1.1.0.json"
     ),
@@ -196,7 +196,7 @@ def build_item(
 
 
 def _add_unmodelled_fields(properties: dict[str, Any], info: ExportInfo) -> None:
-    """MLM v1.5.1 fields stac-model's records drop: descriptions and the explicit nulls the
+    """MLM fields stac-model's records drop: descriptions and the explicit nulls the
     specification recommends where a value is known not to apply."""
     model_input, model_output = properties["mlm:input"][0], properties["mlm:output"][0]
     model_input["description"] = (
@@ -267,7 +267,7 @@ def bundled_schemas() -> dict[str, dict[str, Any]]:
 
 
 def validate_item(body: dict[str, Any]) -> None:
-    """ExportError unless ``body`` is a valid STAC item and a valid MLM v1.5.1 item; no
+    """ExportError unless ``body`` is a valid STAC item and a valid MLM item; no
     network: core schemas from pystac, the extension's from the bundled copies."""
     if MLM_SCHEMA not in body.get("stac_extensions", []):
         raise ExportError(f"the STAC item does not declare {MLM_SCHEMA}")
@@ -277,4 +277,6 @@ def validate_item(body: dict[str, Any]) -> None:
         validate_dict(body, validator=validator)
     except pystac.STACValidationError as err:
         detail = err.source if err.source is not None else err
-        raise ExportError(f"the STAC item is not valid MLM v1.5.1: {detail}") from None
+        raise ExportError(
+            f"the STAC item is not valid MLM v{exported.MLM_VERSION}: {detail}"
+        ) from None

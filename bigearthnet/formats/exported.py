@@ -23,6 +23,7 @@ ONNX_FILE = "model.onnx"
 CARD_FILE = "model_card.md"
 STAC_FILE = "item.json"
 FORMAT_VERSION = 1
+MLM_VERSION = "1.5.2"  # the STAC MLM extension version of item.json (stac-model 0.6.1's)
 # The serving signature, the same in the SavedModel and the ONNX model.
 SIGNATURE = "serving_default"
 INPUT_NAME = "images"

@@ -1,4 +1,4 @@
-"""The export's STAC item: valid MLM v1.5.1 offline (no socket may open), and the validator
+"""The export's STAC item: valid MLM v1.5.2 offline (no socket may open), and the validator
 really rejects what the schema forbids."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bigearthnet.export.stac import MLM_SCHEMA, validate_item
+from bigearthnet.export.stac import MLM_SCHEMA, bundled_schemas, validate_item
 from bigearthnet.formats import exported
 from bigearthnet.formats.exported import ExportError, read_export_info
 
@@ -56,6 +56,13 @@ def test_item_is_valid_mlm_offline(item, no_network):
     assert "mlm:model" in item["assets"]["savedmodel"]["roles"]
 
 
+def test_bundled_schema_is_the_one_stac_model_writes():
+    from stac_model.schema import SCHEMA_URI
+
+    assert SCHEMA_URI == MLM_SCHEMA
+    assert bundled_schemas()[MLM_SCHEMA]["$id"] == MLM_SCHEMA
+
+
 def test_footprint_is_the_training_patches(item, shards_v1):
     west, south, east, north = item["bbox"]
     # The synthetic archive lays its tiles in the BigEarthNet countries' UTM zones 29-35 N.
@@ -83,7 +90,7 @@ def test_validator_rejects_what_the_schema_forbids(item, damage, no_network):
         del broken["assets"]["savedmodel"]["mlm:artifact_type"]
     elif damage == "bad dtype":
         properties["mlm:input"][0]["input"]["data_type"] = "uint12"
-    with pytest.raises(ExportError, match="not valid MLM v1.5.1"):
+    with pytest.raises(ExportError, match="not valid MLM v1.5.2"):
         validate_item(broken)
 
 
