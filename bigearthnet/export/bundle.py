@@ -15,7 +15,7 @@ import os
 import secrets
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -194,8 +194,6 @@ def _describe(
     evaluation: EvalSummary | None,
     name: str | None,
 ) -> ExportInfo:
-    from dataclasses import replace
-
     run_name = Path(info.source.run_dir).name
     default = f"bigearthnet-{loaded.record.model}-{loaded.num_classes}c-{run_name}-e{loaded.epoch}"
     data_id = info.source.data_id or (trained_on.data_id if trained_on is not None else None)
