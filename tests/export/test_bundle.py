@@ -259,3 +259,28 @@ def test_resnet50_export_matches_evaluate(shards_v1, tmp_path):
     assert np.abs(ExportedModel(out).predict(images) - expected).max() < 1e-5
     assert np.abs(run_onnx(out / exported.ONNX_FILE, images) - expected).max() < 1e-5
     assert read_export_info(out).model == "resnet50"
+
+
+def test_a_stack_that_cannot_convert_still_gets_the_rest(
+    evaluated_run, tmp_path, monkeypatch, capsys
+):
+    """tf2onnx failing (as on a stack it does not support): one line on stderr, exit 0, and
+    the SavedModel, card and STAC item without any mention of an ONNX model."""
+    import tf2onnx
+
+    def unsupported(*args, **kwargs):
+        raise NotImplementedError("Unsupported ops: Foo\nmore detail")
+
+    monkeypatch.setattr(tf2onnx.convert, "from_function", unsupported)
+    out = export_of(evaluated_run, tmp_path / "export")
+    notes = [line for line in capsys.readouterr().err.splitlines() if "ONNX" in line]
+    assert notes == [
+        "bigearthnet-export: no ONNX model: tf2onnx could not convert the model: Unsupported "
+        f"ops: Foo (TensorFlow {read_export_info(out).tensorflow})"
+    ]
+    info = read_export_info(out)
+    assert info.formats == ("savedmodel",) and info.onnx_opset is None
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [exported.SAVEDMODEL_DIR, exported.CARD_FILE, exported.STAC_FILE, exported.INFO_FILE]
+    )
+    assert "onnx" not in json.loads((out / exported.STAC_FILE).read_text())["assets"]
