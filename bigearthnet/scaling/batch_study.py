@@ -25,43 +25,27 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from bigearthnet.core.errors import EXIT_FAILED, ConfigError, RunFailed
-from bigearthnet.core.util import atomic_path, write_csv
 from bigearthnet.data.partition import epoch_plan, updates_per_epoch
 from bigearthnet.formats.history import HistoryRow, read_history
 from bigearthnet.formats.shards import read_manifest
+from bigearthnet.scaling.study_outputs import (
+    StudyResult,
+    StudySettings,
+    analyse,
+    describe,
+    write_outputs,
+)
 
-STUDY_CSV = "study.csv"
-STUDY_PLOT = "steps_to_target.png"
 RULES = ("linear", "sqrt")
 LAUNCHERS = ("auto", "horovodrun", "srun", "none")
-
-
-@dataclass(frozen=True)
-class StudySettings:
-    """What the study runs; every point shares it but the batch size and the LR."""
-
-    data: Path
-    out: Path
-    batches: tuple[int, ...]
-    target_f1: float
-    optimizer: str = "sgd"
-    base_lr: float = 0.1
-    base_batch: int = 256
-    rule: str = "linear"
-    ranks: int = 1
-    max_rank_batch: int = 512
-    epochs: int = 20  # budget, in evaluations (capped epochs of eval_steps steps)
-    eval_steps: int = 10
-    warmup_epochs: float = 2.0
-    launcher: str = "auto"
-    train_args: tuple[str, ...] = field(default_factory=tuple)  # more train.py flags
 
 
 @dataclass(frozen=True)
@@ -73,20 +57,6 @@ class StudyPoint:
     rank_batch: int
     passes: int
     peak_lr: float
-
-
-@dataclass(frozen=True)
-class StudyResult:
-    """One row of ``study.csv``."""
-
-    global_batch: int
-    optimizer: str
-    peak_lr: float
-    steps_to_target: int | None  # None: not reached within the budget
-    epochs_to_target: float | None  # in passes over the training split
-    best_val_micro_f1: float
-    diverged: bool
-    mean_b_simple: float | None
 
 
 def plan_points(settings: StudySettings) -> list[StudyPoint]:
@@ -181,6 +151,8 @@ def summarise(
     reached = next((r for r in rows if r.val_micro_f1 >= settings.target_f1), None)
     finite = [r.val_micro_f1 for r in rows if math.isfinite(r.val_micro_f1)]
     noise = [r.gns_b_simple for r in rows if r.gns_b_simple is not None]
+    late = noise[len(noise) // 2 :]
+    speeds = [r.samples_per_s / r.world_size for r in rows[1:] or rows if r.world_size]
     diverged = exit_code == EXIT_FAILED or any(not math.isfinite(r.loss) for r in rows)
     return StudyResult(
         global_batch=point.global_batch,
@@ -191,6 +163,8 @@ def summarise(
         best_val_micro_f1=max(finite, default=0.0),
         diverged=diverged,
         mean_b_simple=sum(noise) / len(noise) if noise else None,
+        late_b_simple=statistics.median(late) if late else None,
+        samples_per_s_per_rank=statistics.median(speeds) if speeds else None,
     )
 
 
@@ -210,8 +184,10 @@ def run_study(settings: StudySettings, *, log=print) -> list[StudyResult]:
         rows = read_history(run_dir) if (run_dir / "history.csv").exists() else []
         results.append(summarise(settings, point, rows, exit_code=done.returncode))
         log(f"study: {format_result(results[-1])}")
-    write_study(settings.out, results)
-    plot_study(settings.out / STUDY_PLOT, results, target_f1=settings.target_f1)
+    analysis = analyse(settings, results)
+    write_outputs(settings, results, analysis)
+    for line in describe(analysis):
+        log(f"study: {line}")
     return results
 
 
@@ -223,78 +199,3 @@ def format_result(result: StudyResult) -> str:
         f"batch {result.global_batch} {result.optimizer}: steps to target {steps}, best F1 "
         f"{result.best_val_micro_f1:.3f}, B_simple {noise}{state}"
     )
-
-
-def write_study(out: Path, results: Sequence[StudyResult]) -> None:
-    """``OUT/study.csv`` (one row per batch size; "not reached" where the budget ran out)."""
-    header = [
-        "global_batch",
-        "optimizer",
-        "peak_lr",
-        "steps_to_target",
-        "epochs_to_target",
-        "best_val_micro_f1",
-        "diverged",
-        "mean_b_simple",
-    ]
-    rows = [
-        [
-            r.global_batch,
-            r.optimizer,
-            f"{r.peak_lr:.6g}",
-            "not reached" if r.steps_to_target is None else r.steps_to_target,
-            "not reached" if r.epochs_to_target is None else r.epochs_to_target,
-            f"{r.best_val_micro_f1:.4f}",
-            "yes" if r.diverged else "no",
-            "n/a" if r.mean_b_simple is None else f"{r.mean_b_simple:.1f}",
-        ]
-        for r in results
-    ]
-    write_csv(out / STUDY_CSV, header, rows)
-
-
-def plot_study(path: Path, results: Sequence[StudyResult], *, target_f1: float) -> None:
-    """Log-log steps to target vs global batch (Shallue et al.'s picture): the measured
-    points, the perfect-scaling line through the smallest batch that reached the target,
-    points that did not reach it (or diverged) on the top edge, and B_simple marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    anchor = [(r.global_batch, r.steps_to_target) for r in results if r.steps_to_target]
-    missed = [r for r in results if r.steps_to_target is None]
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    if anchor:
-        batch0, steps0 = anchor[0]
-        xs = [r.global_batch for r in results]
-        ideal = [steps0 * batch0 / b for b in xs]
-        ax.plot(xs, ideal, "--", color="grey", label="perfect scaling")
-        ax.plot(
-            [batch for batch, _ in anchor],
-            [steps for _, steps in anchor],
-            "o-",
-            label=f"steps to val micro-F1 {target_f1:g}",
-        )
-    top = max((r.steps_to_target or 1 for r in results), default=1) * 2
-    for r in missed:
-        ax.plot(r.global_batch, top, "x", color="red")
-        ax.annotate(
-            "diverged" if r.diverged else "not reached",
-            (r.global_batch, top),
-            textcoords="offset points",
-            xytext=(0, 6),
-            ha="center",
-            fontsize=8,
-        )
-    noise = [r.mean_b_simple for r in results if r.mean_b_simple is not None]
-    if noise:
-        b_simple = sorted(noise)[len(noise) // 2]
-        ax.axvline(b_simple, color="tab:orange", label=f"B_simple ~ {b_simple:,.0f}")
-    ax.set(xscale="log", yscale="log", xlabel="global batch size", ylabel="optimizer steps")
-    ax.set_title(f"Steps to target vs batch size ({results[0].optimizer if results else ''})")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120)
-    plt.close(fig)

@@ -15,14 +15,13 @@ from bigearthnet.core.util import read_csv
 from bigearthnet.formats.history import HistoryRow
 from bigearthnet.formats.shards import read_manifest
 from bigearthnet.scaling.batch_study import (
-    STUDY_CSV,
-    STUDY_PLOT,
     StudySettings,
     peak_lr,
     plan_points,
     summarise,
     train_command,
 )
+from bigearthnet.scaling.study_outputs import STUDY_CSV, STUDY_JSON, STUDY_PLOT, read_study
 
 
 def _settings(data: Path, **kwargs) -> StudySettings:
@@ -135,6 +134,10 @@ def test_a_tiny_study_runs_end_to_end(tmp_path: Path, shards_v1: Path) -> None:
         steps = row["steps_to_target"]
         assert steps == "not reached" or int(steps) % 3 == 0  # whole evaluation intervals
     assert (out / STUDY_PLOT).stat().st_size > 1000
+    study = read_study(out)  # two points cannot be fitted: the study says so
+    assert study["fit"] is None and "the fit needs 3" in study["no_fit_reason"]
+    assert [p["global_batch"] for p in study["points"]] == [8, 32]
+    assert study["recommendation"] == [] and (out / STUDY_JSON).is_file()
     assert (out / "runs" / "b32" / "history.csv").is_file()
     assert cli.main(argv) == 0  # rerun: the finished points only resume and end
 
