@@ -87,13 +87,24 @@ def build_parser() -> Parser:
         "--epochs",
         type=POSITIVE_INT,
         default=20,
-        help="budget: validations per point (default: 20)",
+        help="budget: validations of --eval-steps updates per point, the same number of "
+        "updates at every batch size (default: 20)",
     )
     p.add_argument(
         "--eval-steps",
         type=POSITIVE_INT,
         default=10,
         help="optimizer steps between validations (default: 10)",
+    )
+    p.add_argument(
+        "--resolution",
+        type=float,
+        default=0.1,
+        metavar="FRACTION",
+        help="resolve the steps to target within this fraction: larger batches validate "
+        "every FRACTION x (perfect-scaling steps from the last point that reached the "
+        "target) steps, the same update budget; 0 keeps every point at --eval-steps "
+        "(default: 0.1)",
     )
     p.add_argument(
         "--warmup-epochs",
@@ -122,6 +133,8 @@ def _handle(args: argparse.Namespace) -> int:
     extra = [a for a in args.train_args if a != "--"]
     if any(flag in extra for flag in ("--batch-size", "--lr", "--data", "--run-dir")):
         raise ConfigError("train.py flags after -- may not set the batch, LR, data or run dir")
+    if not 0.0 <= args.resolution < 1.0:
+        raise ConfigError(f"--resolution must be in [0, 1), got {args.resolution}")
     settings = StudySettings(
         data=args.data,
         out=args.out,
@@ -136,6 +149,7 @@ def _handle(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         eval_steps=args.eval_steps,
         warmup_epochs=args.warmup_epochs,
+        resolution=args.resolution or None,
         launcher=args.launcher,
         train_args=tuple(extra),
     )

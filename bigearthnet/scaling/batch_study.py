@@ -15,8 +15,10 @@ Each point is a normal ``train.py`` run in ``OUT/runs/b<global batch>``, launche
 * the peak LR from the scaling rule, ``base_lr`` at ``base_batch`` scaled linearly (Goyal et
   al. 2017) or by the square root (Krizhevsky 2014; the rule LAMB was tuned with), reached
   after train.py's warm-up;
-* validation every ``eval_steps`` steps (capped epochs), so steps-to-target is measured
-  at the same resolution at every batch size.
+* validation every ``eval_steps`` steps (capped epochs), and at the larger batches often
+  enough to resolve the steps to target within ``resolution`` (10 %): every resolution x
+  the perfect-scaling bound from the last point that reached the target, so 20 steps are
+  measured to 2 steps, not to the next multiple of 10; the budget in updates is the same.
 
 A point is rerun only when its run is not finished: rerunning the study resumes it.
 """
@@ -29,7 +31,7 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bigearthnet.core.errors import EXIT_FAILED, ConfigError, RunFailed
@@ -57,6 +59,9 @@ class StudyPoint:
     rank_batch: int
     passes: int
     peak_lr: float
+    eval_steps: int  # optimizer updates between validations
+    validations: int  # the budget: the same number of updates at every batch size
+    warmup: float  # train.py's --warmup-epochs, in validations of this point
 
 
 def plan_points(settings: StudySettings) -> list[StudyPoint]:
@@ -74,7 +79,36 @@ def _plan_point(settings: StudySettings, global_batch: int) -> StudyPoint:
             f"--batches: {global_batch} is not a multiple of {ranks} rank(s) x {passes} "
             f"pass(es); choose batches divisible by the number of ranks"
         )
-    return StudyPoint(global_batch, ranks, rank_batch, passes, peak_lr(settings, global_batch))
+    return StudyPoint(
+        global_batch,
+        ranks,
+        rank_batch,
+        passes,
+        peak_lr(settings, global_batch),
+        settings.eval_steps,
+        settings.epochs,
+        settings.warmup_epochs,
+    )
+
+
+def with_resolution(
+    settings: StudySettings, point: StudyPoint, previous: StudyResult | None
+) -> StudyPoint:
+    """The point validated often enough to resolve its steps to target within
+    ``settings.resolution``: no batch size reaches the target in fewer steps than perfect
+    scaling from a smaller one that reached it, so validating every resolution x that bound
+    steps is fine enough. The updates budget and the warm-up stay the same in steps."""
+    if settings.resolution is None or previous is None or previous.steps_to_target is None:
+        return point
+    bound = previous.steps_to_target * previous.global_batch / point.global_batch
+    interval = max(1, min(settings.eval_steps, math.floor(settings.resolution * bound)))
+    budget = settings.epochs * settings.eval_steps
+    return replace(
+        point,
+        eval_steps=interval,
+        validations=math.ceil(budget / interval),
+        warmup=settings.warmup_epochs * settings.eval_steps / interval,
+    )
 
 
 def peak_lr(settings: StudySettings, global_batch: int) -> float:
@@ -103,11 +137,11 @@ def train_command(settings: StudySettings, point: StudyPoint, run_dir: Path) -> 
         "--optimizer",
         settings.optimizer,
         "--epochs",
-        str(settings.epochs),
+        str(point.validations),
         "--max-steps-per-epoch",
-        str(settings.eval_steps * point.passes),
+        str(point.eval_steps * point.passes),
         "--warmup-epochs",
-        repr(settings.warmup_epochs),
+        repr(point.warmup),
         "--target-f1",
         repr(settings.target_f1),
         "--no-eval-test",
@@ -137,7 +171,7 @@ def updates_per_evaluation(settings: StudySettings, point: StudyPoint) -> tuple[
         total,
         world_size=point.ranks,
         batch_size=point.rank_batch,
-        max_steps=settings.eval_steps * point.passes,
+        max_steps=point.eval_steps * point.passes,
     )
     seen = (samples if samples is not None else math.ceil(total / point.ranks)) * point.ranks
     return updates_per_epoch(steps, point.passes), min(1.0, seen / total)
@@ -165,17 +199,21 @@ def summarise(
         mean_b_simple=sum(noise) / len(noise) if noise else None,
         late_b_simple=statistics.median(late) if late else None,
         samples_per_s_per_rank=statistics.median(speeds) if speeds else None,
+        eval_steps=updates,
     )
 
 
 def run_study(settings: StudySettings, *, log=print) -> list[StudyResult]:
     """Run (or resume) every point, write ``study.csv`` and the plot; returns the rows."""
-    results = []
-    for point in plan_points(settings):
+    results: list[StudyResult] = []
+    for planned in plan_points(settings):
+        reached = [r for r in results if r.steps_to_target is not None and not r.diverged]
+        point = with_resolution(settings, planned, reached[-1] if reached else None)
         run_dir = settings.out / "runs" / f"b{point.global_batch}"
         log(
             f"study: global batch {point.global_batch} = {point.ranks} rank(s) x "
-            f"{point.rank_batch} x {point.passes} pass(es), peak LR {point.peak_lr:.4g}"
+            f"{point.rank_batch} x {point.passes} pass(es), peak LR {point.peak_lr:.4g}, "
+            f"validation every {point.eval_steps} step(s)"
         )
         command = train_command(settings, point, run_dir)
         done = subprocess.run(command, check=False)

@@ -46,7 +46,8 @@ class StudySettings:
     max_rank_batch: int = 512
     epochs: int = 20  # budget, in evaluations (capped epochs of eval_steps steps)
     eval_steps: int = 10
-    warmup_epochs: float = 2.0
+    warmup_epochs: float = 2.0  # in evaluations of eval_steps steps
+    resolution: float | None = 0.1  # steps to target resolved to this fraction (None: no)
     launcher: str = "auto"
     train_args: tuple[str, ...] = field(default_factory=tuple)  # more train.py flags
 
@@ -66,6 +67,7 @@ class StudyResult:
     late_b_simple: float | None = None  # median over the run's second half: B_simple grows
     # as the loss falls, so the late value is the one to set beside B_crit
     samples_per_s_per_rank: float | None = None  # median over the epochs after the first
+    eval_steps: int | None = None  # updates between validations: the resolution of the steps
 
 
 @dataclass(frozen=True)
@@ -176,10 +178,13 @@ def write_study(out: Path, results: Sequence[StudyResult]) -> None:
         "optimizer",
         "peak_lr",
         "steps_to_target",
+        "eval_steps",
         "epochs_to_target",
         "best_val_micro_f1",
         "diverged",
         "mean_b_simple",
+        "late_b_simple",
+        "samples_per_s_per_rank",
     ]
     rows = [
         [
@@ -187,10 +192,13 @@ def write_study(out: Path, results: Sequence[StudyResult]) -> None:
             r.optimizer,
             f"{r.peak_lr:.6g}",
             "not reached" if r.steps_to_target is None else r.steps_to_target,
+            "" if r.eval_steps is None else r.eval_steps,
             "not reached" if r.epochs_to_target is None else r.epochs_to_target,
             f"{r.best_val_micro_f1:.4f}",
             "yes" if r.diverged else "no",
             "n/a" if r.mean_b_simple is None else f"{r.mean_b_simple:.1f}",
+            "n/a" if r.late_b_simple is None else f"{r.late_b_simple:.1f}",
+            "n/a" if r.samples_per_s_per_rank is None else f"{r.samples_per_s_per_rank:.2f}",
         ]
         for r in results
     ]

@@ -20,6 +20,7 @@ from bigearthnet.scaling.batch_study import (
     plan_points,
     summarise,
     train_command,
+    with_resolution,
 )
 from bigearthnet.scaling.study_outputs import STUDY_CSV, STUDY_JSON, STUDY_PLOT, read_study
 
@@ -81,12 +82,38 @@ def _row(epoch: int, f1: float, loss: float = 0.5, noise: float | None = None) -
     return history_row(epoch, loss=loss, val_micro_f1=f1, val_macro_f1=f1, gns_b_simple=noise)
 
 
+def test_larger_batches_validate_often_enough_to_resolve_their_steps(tmp_path: Path) -> None:
+    """After 150 steps at batch 16, batch 32 cannot need fewer than 75 (perfect scaling):
+    validating every 7 steps resolves it within 10 %; after 30 steps at 64, batch 512 is
+    validated every step. The budget in updates and the warm-up in steps stay the same."""
+    settings = _settings(tmp_path, batches=(16, 32, 64, 512), eval_steps=10, epochs=20)
+    p16, p32, p64, p512 = plan_points(settings)
+    assert with_resolution(settings, p16, None) == p16  # the first point: --eval-steps
+    done16 = summarised(16, 150)
+    p32 = with_resolution(settings, p32, done16)
+    assert (p32.eval_steps, p32.validations) == (7, 29) and p32.warmup == pytest.approx(20 / 7)
+    p512 = with_resolution(settings, p512, summarised(64, 30))
+    assert (p512.eval_steps, p512.validations, p512.warmup) == (1, 200, 20.0)
+    command = train_command(settings, p512, tmp_path / "run")
+    assert command[command.index("--max-steps-per-epoch") + 1] == "1"
+    assert command[command.index("--epochs") + 1] == "200"
+    assert with_resolution(settings, p64, summarised(32, None)) == p64  # nothing to bound by
+    fixed = _settings(tmp_path, batches=(16, 32), resolution=None)
+    assert with_resolution(fixed, plan_points(fixed)[1], done16).eval_steps == 10
+
+
+def summarised(batch: int, steps: int | None):
+    from bigearthnet.scaling.study_outputs import StudyResult
+
+    return StudyResult(batch, "sgd", 0.1, steps, None, 0.8, False, None)
+
+
 def test_result_counts_steps_to_the_first_evaluation_at_target(shards_v1: Path) -> None:
     settings = _settings(shards_v1, batches=(8,), eval_steps=3, target_f1=0.6)
     point = plan_points(settings)[0]
     rows = [_row(1, 0.3, noise=10.0), _row(2, 0.65, noise=30.0), _row(3, 0.7)]
     result = summarise(settings, point, rows, exit_code=0)
-    assert result.steps_to_target == 2 * 3 and not result.diverged
+    assert result.steps_to_target == 2 * 3 and not result.diverged and result.eval_steps == 3
     train = read_manifest(shards_v1).count("train")
     assert result.epochs_to_target == pytest.approx(round(2 * 3 * 8 / train, 4))
     assert result.best_val_micro_f1 == 0.7 and result.mean_b_simple == 20.0
@@ -132,7 +159,7 @@ def test_a_tiny_study_runs_end_to_end(tmp_path: Path, shards_v1: Path) -> None:
     assert float(rows[1]["peak_lr"]) == pytest.approx(0.02)  # sqrt(32 / 8) x 0.01
     for row in rows:
         steps = row["steps_to_target"]
-        assert steps == "not reached" or int(steps) % 3 == 0  # whole evaluation intervals
+        assert steps == "not reached" or int(steps) % int(row["eval_steps"]) == 0
     assert (out / STUDY_PLOT).stat().st_size > 1000
     study = read_study(out)  # two points cannot be fitted: the study says so
     assert study["fit"] is None and "the fit needs 3" in study["no_fit_reason"]
