@@ -260,3 +260,21 @@ def synthetic_batch(count: int, *, seed: int, size: int = 8) -> tuple[np.ndarray
     scores = levels[:, 0, 0, :SYNTHETIC_CLASSES] - SYNTHETIC_BAND_MEANS[:SYNTHETIC_CLASSES]
     labels = (scores + rng.normal(0.0, 200.0, size=scores.shape)) > 0
     return np.clip(images, 0, 65535).astype(np.uint16), labels.astype(np.uint8)
+
+
+def study_result(batch: int, steps: int | None, *, diverged: bool = False):
+    """A batch-size study's row with ``steps`` to the target (None: not reached)."""
+    from bigearthnet.scaling.study_outputs import StudyResult
+
+    return StudyResult(
+        global_batch=batch,
+        optimizer="lamb",
+        peak_lr=0.01,
+        steps_to_target=steps,
+        epochs_to_target=None,
+        best_val_micro_f1=0.8 if steps else 0.3,
+        diverged=diverged,
+        mean_b_simple=20.0,
+        late_b_simple=25.0 + batch / 1000,
+        samples_per_s_per_rank=50.0,
+    )

@@ -8,6 +8,7 @@ three and :func:`read_study` the reader of ``study.json``.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import statistics
 from collections.abc import Sequence
@@ -28,6 +29,7 @@ from bigearthnet.scaling.batch_fit import (
 STUDY_CSV = "study.csv"
 STUDY_JSON = "study.json"
 STUDY_PLOT = "steps_to_target.png"
+STUDY_HTML = "study.html"
 
 
 @dataclass(frozen=True)
@@ -134,9 +136,27 @@ def describe(analysis: StudyAnalysis) -> list[str]:
 def write_outputs(
     settings: StudySettings, results: Sequence[StudyResult], analysis: StudyAnalysis
 ) -> None:
+    """study.csv, study.json, the plot (PNG) and study.html (the same numbers as the JSON,
+    the plot inline as SVG)."""
+    from bigearthnet.pages.render import svg, write_page
+
     write_study(settings.out, results)
-    atomic_write_json(settings.out / STUDY_JSON, _study_body(settings, results, analysis))
-    plot_study(settings.out / STUDY_PLOT, results, analysis, target_f1=settings.target_f1)
+    body = _study_body(settings, results, analysis)
+    atomic_write_json(settings.out / STUDY_JSON, body)
+    figure = draw_study(results, analysis, target_f1=settings.target_f1)  # selects Agg
+    import matplotlib.pyplot as plt
+
+    with atomic_path(settings.out / STUDY_PLOT) as tmp:
+        figure.savefig(tmp, format="png", dpi=110)
+    written = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    write_page(
+        settings.out / STUDY_HTML,
+        "study.html.j2",
+        study=body,
+        figure=svg(figure, title="steps and examples to the target against the batch size"),
+        written=written,
+    )
+    plt.close(figure)
 
 
 def _study_body(
@@ -205,9 +225,7 @@ def write_study(out: Path, results: Sequence[StudyResult]) -> None:
     write_csv(out / STUDY_CSV, header, rows)
 
 
-def plot_study(
-    path: Path, results: Sequence[StudyResult], analysis: StudyAnalysis, *, target_f1: float
-) -> None:
+def draw_study(results: Sequence[StudyResult], analysis: StudyAnalysis, *, target_f1: float):
     """Steps and examples to the target against the global batch, log-log (Shallue et al.'s
     and McCandlish et al.'s pictures): the points that reached it, the fitted trade-off and
     its B_crit, perfect scaling through the smallest reached point, the points that did not
@@ -276,6 +294,4 @@ def plot_study(
     if not isinstance(fit, TradeoffFit):
         fig.suptitle(f"no fit: {fit.reason}", fontsize=8)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    return fig

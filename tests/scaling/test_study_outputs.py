@@ -5,30 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import study_result as result
 
 from bigearthnet.scaling.study_outputs import (
     STUDY_PLOT,
-    StudyResult,
     StudySettings,
     analyse,
     read_study,
     write_outputs,
 )
-
-
-def result(batch: int, steps: int | None, *, diverged: bool = False) -> StudyResult:
-    return StudyResult(
-        global_batch=batch,
-        optimizer="lamb",
-        peak_lr=0.01,
-        steps_to_target=steps,
-        epochs_to_target=None,
-        best_val_micro_f1=0.8 if steps else 0.3,
-        diverged=diverged,
-        mean_b_simple=20.0,
-        late_b_simple=25.0 + batch / 1000,
-        samples_per_s_per_rank=50.0,
-    )
 
 
 def test_study_json_holds_the_fit_and_the_recommendation(tmp_path: Path):
