@@ -33,7 +33,7 @@ $(STAMP): setup.cfg pyproject.toml scripts/setup_env.sh
 	VENV=$(VENV) PYTHON=$(PYTHON) STACK=$(STACK) bash scripts/setup_env.sh
 	touch $@
 
-demo: $(STAMP)  ## synthetic archive -> preprocess -> 2-rank training -> evaluation -> export -> maps
+demo: $(STAMP)  ## synthetic archive -> preprocess -> 2-rank training -> evaluation -> export -> maps (patches, a scene)
 	VENV=$(VENV) DEMO_DIR=$(DEMO_DIR) bash scripts/demo.sh
 
 test: $(STAMP)  ## the test suite without the slow and fault tiers

@@ -2,7 +2,7 @@
 # `make demo`: the whole product on an embedded default, on one machine.
 #   synthetic archive -> preprocess (2 workers) -> train on 2 Horovod ranks -> parallel
 #   evaluation on 2 ranks -> export (SavedModel, ONNX, card, STAC) -> land-cover maps from the
-#   export -> where to look.
+#   export: the test patches and a synthetic Sentinel-2 L2A scene -> where to look.
 # Every step is the command a user runs on real data; only the archive is synthetic.
 set -euo pipefail
 
@@ -14,30 +14,36 @@ export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-1}
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "1/6 synthetic BigEarthNet v1 archive: $PATCHES patches -> $DEMO_DIR/archive"
+step "1/7 synthetic BigEarthNet v1 archive: $PATCHES patches -> $DEMO_DIR/archive"
 "$bin/bigearthnet-synth" "$DEMO_DIR/archive" --patches "$PATCHES" --layout v1 --seed 0 \
   --workers 2 --overwrite
 
-step "2/6 preprocess -> $DEMO_DIR/shards (HDF5 shards + manifest.json)"
+step "2/7 preprocess -> $DEMO_DIR/shards (HDF5 shards + manifest.json)"
 "$bin/bigearthnet-preprocess" "$DEMO_DIR/archive" "$DEMO_DIR/shards" --workers 2 \
   --shard-size 100 --overwrite --no-progress
 
-step "3/6 train the tiny CNN on 2 Horovod ranks (configs/demo.yaml) -> $DEMO_DIR/run"
+step "3/7 train the tiny CNN on 2 Horovod ranks (configs/demo.yaml) -> $DEMO_DIR/run"
 # --no-resume: a second `make demo` starts over instead of finding the run finished.
 "$bin/horovodrun" -np 2 -H localhost:2 --gloo "$bin/python" train.py \
   --config configs/demo.yaml --data "$DEMO_DIR/shards" --run-dir "$DEMO_DIR/run" \
   --no-resume --no-eval-test
 
-step "4/6 evaluate the best checkpoint on the test split, 2 ranks -> $DEMO_DIR/run/eval-test"
+step "4/7 evaluate the best checkpoint on the test split, 2 ranks -> $DEMO_DIR/run/eval-test"
 "$bin/horovodrun" -np 2 -H localhost:2 --gloo "$bin/python" evaluate.py \
   --run-dir "$DEMO_DIR/run" --split test
 
-step "5/6 export the best checkpoint -> $DEMO_DIR/export (SavedModel, ONNX, model card, STAC item)"
+step "5/7 export the best checkpoint -> $DEMO_DIR/export (SavedModel, ONNX, model card, STAC item)"
 "$bin/bigearthnet-export" "$DEMO_DIR/run" --out "$DEMO_DIR/export" --force
 
-step "6/6 land-cover maps of the test shards, from the export alone -> $DEMO_DIR/maps"
+step "6/7 land-cover maps of the test shards, from the export alone -> $DEMO_DIR/maps"
 "$bin/bigearthnet-map" --model "$DEMO_DIR/export" --shards "$DEMO_DIR/shards" --split test \
   --out "$DEMO_DIR/maps" --no-progress
+
+step "7/7 a synthetic Sentinel-2 L2A scene (JPEG 2000 bands) -> its land-cover map $DEMO_DIR/maps/scene.tif"
+rm -rf "$DEMO_DIR/scene.SAFE"
+"$bin/bigearthnet-synth" scene "$DEMO_DIR/scene.SAFE" --blocks 3
+"$bin/bigearthnet-map" scene "$DEMO_DIR/scene.SAFE" --model "$DEMO_DIR/export" \
+  --out "$DEMO_DIR/maps/scene.tif" --stride 60 --no-progress
 
 step "report"
 cat <<MSG
@@ -45,7 +51,8 @@ cat <<MSG
   efficiency report  $DEMO_DIR/run/efficiency.json
   test metrics       $DEMO_DIR/run/eval-test/metrics.json, per_class.csv, *.png
   exported model     $DEMO_DIR/export/model_card.md, savedmodel/, model.onnx, item.json
-  maps               $DEMO_DIR/maps/*.tif (GeoTIFF) and *.png previews
+  maps               $DEMO_DIR/maps/*.tif (GeoTIFF) and *.png previews; the scene:
+                     $DEMO_DIR/maps/scene.png, areas per class in scene.tif.areas.csv
 MSG
 "$bin/python" - "$DEMO_DIR/run/eval-test/metrics.json" <<'PY'
 import json, sys

@@ -1,5 +1,6 @@
 """``bigearthnet-synth OUT``: write a small synthetic BigEarthNet archive (see
-:mod:`bigearthnet.synthetic.archive`)."""
+:mod:`bigearthnet.synthetic.archive`); ``bigearthnet-synth scene OUT``: a synthetic
+Sentinel-2 L2A scene of known land cover (see :mod:`bigearthnet.synthetic.scene`)."""
 
 from __future__ import annotations
 
@@ -65,9 +66,57 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_scene_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="bigearthnet-synth scene",
+        description="Write a synthetic Sentinel-2 L2A scene of known land cover: BLOCKS x "
+        "BLOCKS squares of 2.4 km, each one 19-class land cover with the same spectral "
+        "signatures as the synthetic archive, in UTM 33N, for trying bigearthnet-map scene.",
+    )
+    parser.add_argument("out", metavar="OUT", type=Path, help="folder (tif, safe) or file (stack)")
+    parser.add_argument(
+        "--layout", choices=("tif", "safe", "stack"), default="safe",
+        help="safe: an L2A product folder with JPEG 2000 bands; tif: one GeoTIFF per band; "
+        "stack: one 12-band GeoTIFF at 10 m (default: safe)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--blocks", type=_positive_int, default=3, metavar="N",
+        help="N x N land-cover squares of 240 px (default: 3: a 7.2 km scene)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--seed", type=_non_negative_int, default=0, metavar="S",
+        help="texture seed (default: 0)",
+    )  # fmt: skip
+    return parser
+
+
+# Classes the synthetic archive's tiny model tells apart well, in reading order.
+SCENE_CLASSES = (0, 2, 5, 8, 11, 13, 14, 16, 18, 9, 17, 3)
+
+
+def _scene(args: argparse.Namespace) -> None:
+    from bigearthnet.core import constants
+    from bigearthnet.synthetic.scene import SceneTruth, write_scene
+
+    if args.out.exists():
+        raise FileExistsError(f"{args.out}: exists; choose a new path")
+    n = args.blocks
+    cycle = [SCENE_CLASSES[i % len(SCENE_CLASSES)] for i in range(n * n)]
+    classes = tuple(tuple(cycle[r * n : (r + 1) * n]) for r in range(n))
+    truth = SceneTruth(size=240 * n, block=240, border=0, classes=classes)
+    write_scene(args.out, truth, seed=args.seed, layout=args.layout)
+    names = constants.CLASSES_19
+    print(f"wrote a {240 * n} x {240 * n} px {args.layout} scene to {args.out}; land cover by row:")
+    for row in classes:
+        print("  " + " | ".join(names[c] for c in row))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit status (0 ok, 2 bad arguments)."""
-    return run(build_parser(), _generate, argv)
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args[:1] == ["scene"]:
+        return run(build_scene_parser(), _scene, args[1:])
+    return run(build_parser(), _generate, args)
 
 
 def _generate(args: argparse.Namespace) -> None:
