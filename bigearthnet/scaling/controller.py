@@ -30,26 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bigearthnet.core.errors import RunFailed
-from bigearthnet.core.util import read_csv, write_csv
+from bigearthnet.formats.elastic_log import DecisionRecord, append_decision
 from bigearthnet.formats.history import HistoryRow, read_history
 from bigearthnet.formats.run_status import RunStatus, read_status
 from bigearthnet.scaling.hosts import ControlError, Resizer
 from bigearthnet.scaling.policy import Decision, PolicySettings, decide
 
 PROG = "bigearthnet-elastic"
-DECISIONS = "elastic_decisions.csv"
-DECISION_FIELDS = [
-    "time",
-    "epoch",
-    "verb",
-    "workers_before",
-    "workers_after",
-    "b_simple",
-    "global_batch_before",
-    "global_batch_after",
-    "reason",
-    "outcome",
-]
 SCHEDULE_LINE = re.compile(r"^epoch\s+(\d+)\s*:\s*(grow|shrink)\s+to\s+(\d+)\s+workers?$")
 
 
@@ -211,21 +198,17 @@ def say(message: str) -> None:
 
 def record_decision(run_dir: Path, decision: Decision, *, outcome: str) -> None:
     """Append one decision to ``RUN/elastic_decisions.csv`` (written atomically)."""
-    path = run_dir / DECISIONS
-    rows: list[dict] = read_csv(path) if path.is_file() else []
-    b_simple = "" if decision.b_simple is None else f"{decision.b_simple:.1f}"
-    rows.append(
-        {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "epoch": decision.epoch,
-            "verb": decision.verb,
-            "workers_before": decision.workers_before,
-            "workers_after": decision.workers_after,
-            "b_simple": b_simple,
-            "global_batch_before": decision.global_batch_before,
-            "global_batch_after": decision.global_batch_after,
-            "reason": decision.reason,
-            "outcome": outcome,
-        }
+    append_decision(
+        run_dir,
+        DecisionRecord(
+            epoch=decision.epoch,
+            verb=decision.verb,
+            workers_before=decision.workers_before,
+            workers_after=decision.workers_after,
+            b_simple=decision.b_simple,
+            global_batch_before=decision.global_batch_before,
+            global_batch_after=decision.global_batch_after,
+            reason=decision.reason,
+            outcome=outcome,
+        ),
     )
-    write_csv(path, DECISION_FIELDS, rows)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,19 +21,18 @@ import tensorflow as tf
 from bigearthnet.core import runlock
 from bigearthnet.core.config import TrainConfig, save_yaml
 from bigearthnet.core.errors import ConfigError
-from bigearthnet.core.util import atomic_write_json, read_csv, write_csv
-from bigearthnet.formats import checkpoints
+from bigearthnet.core.util import atomic_write_json
+from bigearthnet.formats import checkpoints, elastic_log
 from bigearthnet.formats.checkpoints import CheckpointRecord
+from bigearthnet.formats.elastic_log import ElasticEvent
 from bigearthnet.formats.history import HistoryRow, read_history, write_history
 from bigearthnet.formats.run_status import RunStatus, clear_status, write_status
 from bigearthnet.training.gns import NoiseEstimate
 
 log = logging.getLogger("bigearthnet")  # the ranks' logger (rank 0 alone writes)
 EFFICIENCY = "efficiency.json"
-EVENTS = "elastic_events.csv"
-# event: "resize" (the world re-formed: old -> new size), "hosts removed"/"hosts changed"
-# (discovery's news, before the reset; new_size unknown then). Rows of older runs lack it.
-EVENT_FIELDS = ("time", "old_size", "new_size", "epoch", "consumed", "batch", "event")
+# elastic events: "resize" (the world re-formed: old -> new size), "hosts removed"/"hosts
+# changed" (discovery's news, before the reset; new_size unknown then).
 TENSORBOARD_SCALARS = (
     "lr",
     "loss",
@@ -68,7 +66,7 @@ class RunOutputs:
         if not self.cfg.resume:
             checkpoints.clear(self.run_dir)
             # The controller's decisions too: they explain this folder's history, no other.
-            for name in ("history.csv", EFFICIENCY, EVENTS, "elastic_decisions.csv"):
+            for name in ("history.csv", EFFICIENCY, elastic_log.EVENTS, elastic_log.DECISIONS):
                 (self.run_dir / name).unlink(missing_ok=True)
 
     def resume(self, trackables: dict) -> CheckpointRecord | None:
@@ -164,20 +162,9 @@ class RunOutputs:
         batch: int,
     ) -> None:
         """One elastic event (a resize, a change of hosts) as a row of ``elastic_events.csv``."""
-        path = self.run_dir / EVENTS
-        rows: list[dict] = read_csv(path) if path.is_file() else []
-        rows.append(
-            {
-                "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                "old_size": old_size,
-                "new_size": "" if new_size is None else new_size,
-                "epoch": epoch,
-                "consumed": consumed,
-                "batch": batch,
-                "event": event,
-            }
+        elastic_log.append_event(
+            self.run_dir, ElasticEvent(event, old_size, new_size, epoch, consumed, batch)
         )
-        write_csv(path, EVENT_FIELDS, rows)
 
     def write_noise_points(self, points: list[tuple[int, NoiseEstimate]]) -> None:
         """The noise scale every few updates, to TensorBoard (x axis: updates averaged)."""

@@ -13,9 +13,9 @@ from helpers import history_row, hold_run_folder
 
 from bigearthnet.cli import elastic as cli
 from bigearthnet.core.util import read_csv
+from bigearthnet.formats.elastic_log import DECISIONS
 from bigearthnet.formats.history import write_history
 from bigearthnet.formats.run_status import RunStatus, write_status
-from bigearthnet.scaling.controller import DECISIONS
 
 PER_WORKER = 8
 

@@ -18,8 +18,8 @@ import pytest
 from helpers import DISCOVER, REPO, preprocess
 
 from bigearthnet.core.util import read_csv
+from bigearthnet.formats.elastic_log import DECISIONS
 from bigearthnet.formats.history import read_history
-from bigearthnet.scaling.controller import DECISIONS
 
 PATCHES = 800  # train 480: epochs long enough for the follower to act inside the next one
 EPOCHS = 12

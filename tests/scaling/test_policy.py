@@ -10,8 +10,9 @@ from helpers import history_row
 
 from bigearthnet.cli import elastic as cli
 from bigearthnet.core.util import read_csv
+from bigearthnet.formats.elastic_log import DECISIONS
 from bigearthnet.formats.history import HistoryRow
-from bigearthnet.scaling.controller import DECISIONS, record_decision
+from bigearthnet.scaling.controller import record_decision
 from bigearthnet.scaling.policy import PolicySettings, decide
 
 PER_WORKER = 64

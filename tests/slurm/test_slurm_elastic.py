@@ -351,8 +351,8 @@ def test_follow_policy_grows_when_the_measured_noise_scale_allows(
     """``follow --policy gns`` reads B_simple from RUN/history.csv: it stays while the next
     world's batch would exceed it, submits a holder once it does not, records both."""
     from bigearthnet.core.util import read_csv
+    from bigearthnet.formats.elastic_log import DECISIONS
     from bigearthnet.formats.history import write_history
-    from bigearthnet.scaling.controller import DECISIONS
 
     hosts, run = workspace / "policy" / "hosts", workspace / "policy" / "run"
     hosts.mkdir(parents=True)
@@ -413,7 +413,7 @@ def test_the_noise_scale_policy_resizes_a_real_training_with_holder_jobs(
     run grows, and cancels it when validation F1 plateaus. The node has 2 CPUs, so driver
     and holder share them (``--oversubscribe``)."""
     from bigearthnet.core.util import read_csv
-    from bigearthnet.scaling.controller import DECISIONS
+    from bigearthnet.formats.elastic_log import DECISIONS
     from bigearthnet.synthetic.archive import generate_archive
 
     data = workspace / "policy-loop" / "shards"
