@@ -35,15 +35,18 @@ step "4/7 evaluate the best checkpoint on the test split, 2 ranks -> $DEMO_DIR/r
 step "5/7 export the best checkpoint -> $DEMO_DIR/export (SavedModel, ONNX, model card, STAC item)"
 "$bin/bigearthnet-export" "$DEMO_DIR/run" --out "$DEMO_DIR/export" --force
 
-step "6/7 land-cover maps of the test shards, from the export alone -> $DEMO_DIR/maps"
+# Maps go under the run folder, so its page (report.html) shows their previews.
+maps="$DEMO_DIR/run/maps"
+step "6/7 land-cover maps of the test shards, from the export alone -> $maps/patches"
 "$bin/bigearthnet-map" --model "$DEMO_DIR/export" --shards "$DEMO_DIR/shards" --split test \
-  --out "$DEMO_DIR/maps" --no-progress
+  --out "$maps/patches" --no-progress
 
-step "7/7 a synthetic Sentinel-2 L2A scene (JPEG 2000 bands) -> its land-cover map $DEMO_DIR/maps/scene.tif"
+step "7/7 a synthetic Sentinel-2 L2A scene (JPEG 2000 bands) -> its land-cover map $maps/scene.tif"
 rm -rf "$DEMO_DIR/scene.SAFE"
 "$bin/bigearthnet-synth" scene "$DEMO_DIR/scene.SAFE" --blocks 3
 "$bin/bigearthnet-map" scene "$DEMO_DIR/scene.SAFE" --model "$DEMO_DIR/export" \
-  --out "$DEMO_DIR/maps/scene.tif" --stride 60 --no-progress
+  --out "$maps/scene.tif" --stride 60 --no-progress
+"$bin/bigearthnet-report" "$DEMO_DIR/run" >/dev/null  # the page again, now with the maps
 
 step "report"
 cat <<MSG
@@ -51,8 +54,8 @@ cat <<MSG
   efficiency report  $DEMO_DIR/run/efficiency.json
   test metrics       $DEMO_DIR/run/eval-test/metrics.json, per_class.csv, *.png
   exported model     $DEMO_DIR/export/model_card.md, savedmodel/, model.onnx, item.json
-  maps               $DEMO_DIR/maps/*.tif (GeoTIFF) and *.png previews; the scene:
-                     $DEMO_DIR/maps/scene.png, areas per class in scene.tif.areas.csv
+  maps               $maps/patches/*.tif (GeoTIFF) and *.png previews; the scene:
+                     $maps/scene.png, areas per class in scene.tif.areas.csv
 MSG
 "$bin/python" - "$DEMO_DIR/run/eval-test/metrics.json" <<'PY'
 import json, sys
@@ -60,3 +63,4 @@ m = json.load(open(sys.argv[1]))
 print(f"  test micro-F1 {m['micro_f1']:.3f}  macro-F1 {m['macro_f1']:.3f}  "
       f"micro-mAP {m['micro_map']:.3f}  on {m['count']} patches ({m['world_size']} ranks)")
 PY
+echo "  the run's page     $DEMO_DIR/run/report.html  (open it in a browser: everything above)"

@@ -18,6 +18,7 @@ import argparse
 import os
 
 from bigearthnet.cli.common import Parser, run
+from bigearthnet.cli.report import write_quietly
 from bigearthnet.core.errors import require_open_fraction, require_positive_int
 
 PROG = "evaluate.py"
@@ -102,3 +103,4 @@ def _evaluate(args: argparse.Namespace) -> None:
         batch_size=args.batch_size,
         tune_thresholds=args.tune_thresholds,
     )
+    write_quietly(args.run_dir)

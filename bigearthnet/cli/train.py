@@ -23,6 +23,7 @@ import os
 import sys
 
 from bigearthnet.cli.common import Parser, run
+from bigearthnet.cli.report import write_quietly
 from bigearthnet.core.config import TrainConfig, add_config_arguments, default_threads, resolve
 from bigearthnet.core.errors import EXIT_REQUEUE
 from bigearthnet.core.signals import STOP, remember_warnings
@@ -80,8 +81,10 @@ def _train(args: argparse.Namespace) -> int:
             # The world may change size until the last epoch; a final collective evaluation
             # outside Elastic Horovod's protection could hang, so evaluate.py does it after.
             ElasticTrainer(cfg).run()
+            write_quietly(cfg.run_dir)
             return 0
         _train_then_evaluate(cfg)
+        write_quietly(cfg.run_dir)
     return 0
 
 

@@ -146,6 +146,16 @@ def write_predictions(path: Path, predictions: Predictions, report: dict) -> Non
         f.attrs["checkpoint"] = report["checkpoint_path"]
 
 
+def read_predictions(path: Path) -> Predictions:
+    """``predictions.h5`` as :func:`write_predictions` wrote it."""
+    try:
+        with h5py.File(path, "r") as f:
+            names = [n.decode() if isinstance(n, bytes) else str(n) for n in f["names"][:]]
+            return Predictions(names, f["labels"][:], f["scores"][:])
+    except (OSError, KeyError) as err:
+        raise InputError(f"{path}: not an evaluation's predictions ({err})") from None
+
+
 def _number(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 

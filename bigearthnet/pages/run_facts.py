@@ -1,0 +1,166 @@
+"""Everything a run folder says about its run, read through each file's one reader, and
+what is missing. A half-written run (no evaluation yet, no checkpoint, training data gone)
+still has facts; a folder without a single history row is not a run (:class:`ReportError`).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bigearthnet.core.config import TrainConfig, load_run_config
+from bigearthnet.core.errors import InputError
+from bigearthnet.evaluation.report import EvalSummary, read_metrics
+from bigearthnet.formats import checkpoints
+from bigearthnet.formats.checkpoints import CheckpointError, CheckpointRecord
+from bigearthnet.formats.elastic_log import (
+    DecisionRecord,
+    ElasticEvent,
+    read_decisions,
+    read_events,
+)
+from bigearthnet.formats.history import HistoryRow, read_history
+from bigearthnet.formats.run_status import RunStatus, read_status
+from bigearthnet.formats.shards import Manifest, ShardError, read_manifest
+
+EFFICIENCY_FILE = "efficiency.json"
+MAPS_DIR = "maps"  # map previews under RUN/maps/ are shown on the page
+MAX_PREVIEWS = 12
+
+
+class ReportError(InputError):
+    """A folder that cannot have a run page."""
+
+
+@dataclass(frozen=True)
+class MapPreview:
+    name: str  # path relative to the run folder
+    data_uri: str  # the PNG inline
+
+
+@dataclass
+class RunFacts:
+    run_dir: Path
+    config: TrainConfig
+    history: list[HistoryRow]
+    status: RunStatus | None
+    best: CheckpointRecord | None
+    latest: CheckpointRecord | None
+    manifest: Manifest | None
+    efficiency: dict | None
+    evaluations: list[EvalSummary]
+    events: list[ElasticEvent]
+    decisions: list[DecisionRecord]
+    previews: list[MapPreview]
+    missing: list[str] = field(default_factory=list)  # what the page cannot show, and why
+
+    @property
+    def wall_seconds(self) -> float:
+        return sum(row.seconds for row in self.history)
+
+    @property
+    def accelerator_hours(self) -> float:
+        """Sum over epochs of seconds x ranks: what the run cost, resizes included."""
+        return sum(row.seconds * row.world_size for row in self.history) / 3600.0
+
+    @property
+    def world_sizes(self) -> list[int]:
+        return sorted({row.world_size for row in self.history})
+
+    @property
+    def config_items(self) -> list[tuple[str, object]]:
+        return list(dataclasses.asdict(self.config).items())
+
+
+def read_run(run_dir: Path) -> RunFacts:
+    """The facts of ``run_dir``; ReportError when it has no config or no history row."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise ReportError(f"{run_dir}: no such run folder")
+    try:
+        config = load_run_config(run_dir)
+    except InputError as err:
+        raise ReportError(f"{run_dir}: not a run folder ({err})") from None
+    history = read_history(run_dir)
+    if not history:
+        raise ReportError(
+            f"{run_dir}: no history.csv rows: no epoch has finished, nothing to report yet"
+        )
+    missing: list[str] = []
+    best, latest = _pointer(run_dir, "best", missing), _pointer(run_dir, "latest", missing)
+    manifest = _manifest(config, missing)
+    evaluations = _evaluations(run_dir, missing)
+    status = read_status(run_dir)
+    if status is None:
+        missing.append("status.json: the run is still going, was stopped, or crashed")
+    return RunFacts(
+        run_dir=run_dir,
+        config=config,
+        history=history,
+        status=status,
+        best=best,
+        latest=latest,
+        manifest=manifest,
+        efficiency=_efficiency(run_dir, missing),
+        evaluations=evaluations,
+        events=read_events(run_dir),
+        decisions=read_decisions(run_dir),
+        previews=_previews(run_dir),
+        missing=missing,
+    )
+
+
+def _pointer(run_dir: Path, tag: str, missing: list[str]) -> CheckpointRecord | None:
+    try:
+        record = checkpoints.read_pointer(run_dir, tag)
+    except CheckpointError as err:
+        missing.append(f"the '{tag}' checkpoint pointer: {err}")
+        return None
+    if record is None:
+        missing.append(f"a '{tag}' checkpoint")
+    return record
+
+
+def _manifest(config: TrainConfig, missing: list[str]) -> Manifest | None:
+    try:
+        return read_manifest(config.data)
+    except ShardError as err:
+        missing.append(f"the training data's manifest ({err})")
+        return None
+
+
+def _evaluations(run_dir: Path, missing: list[str]) -> list[EvalSummary]:
+    found = []
+    for folder in sorted(run_dir.glob("eval-*")):
+        if (folder / "metrics.json").is_file():
+            found.append(read_metrics(folder))
+    if not found:
+        missing.append(
+            f"an evaluation: run evaluate.py --run-dir {run_dir} (test metrics, PR curves)"
+        )
+    return found
+
+
+def _efficiency(run_dir: Path, missing: list[str]) -> dict | None:
+    path = run_dir / EFFICIENCY_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        missing.append(f"{EFFICIENCY_FILE}: no efficiency report")
+    except (OSError, ValueError) as err:
+        missing.append(f"{EFFICIENCY_FILE}: unreadable ({err})")
+    return None
+
+
+def _previews(run_dir: Path) -> list[MapPreview]:
+    """PNG previews of maps written under RUN/maps/ (bigearthnet-map --out RUN/maps/...)."""
+    previews = []
+    for path in sorted((run_dir / MAPS_DIR).rglob("*.png"))[:MAX_PREVIEWS]:
+        encoded = base64.b64encode(path.read_bytes()).decode("ascii")
+        previews.append(
+            MapPreview(str(path.relative_to(run_dir)), f"data:image/png;base64,{encoded}")
+        )
+    return previews

@@ -1,0 +1,111 @@
+"""The run page's figures, drawn with matplotlib (inlined as SVG by :mod:`render`): training
+curves, scaling over time (throughput, data wait, the noise scale beside the global batch,
+the world size, resizes and the controller's decisions on the same epoch axis) and the
+precision-recall curves of an evaluation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from bigearthnet.evaluation.report import Predictions
+from bigearthnet.formats.elastic_log import DecisionRecord, ElasticEvent
+from bigearthnet.formats.history import HistoryRow
+
+MAX_CURVE_POINTS = 200  # per PR curve: keeps the page small, the shape intact
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def training_figure(history: Sequence[HistoryRow]):
+    plt = pyplot()
+    epochs = [row.epoch for row in history]
+    fig, (loss, f1, lr) = plt.subplots(1, 3, figsize=(12, 3.4))
+    loss.plot(epochs, [r.loss for r in history], "o-", label="training loss", ms=3)
+    loss.plot(epochs, [r.val_loss for r in history], "o-", label="validation loss", ms=3)
+    loss.set(xlabel="epoch", title="Loss")
+    f1.plot(epochs, [r.val_micro_f1 for r in history], "o-", label="micro-F1", ms=3)
+    f1.plot(epochs, [r.val_macro_f1 for r in history], "o-", label="macro-F1", ms=3)
+    f1.set(xlabel="epoch", title="Validation F1", ylim=(0, 1))
+    lr.plot(epochs, [r.lr for r in history], "o-", color="tab:purple", ms=3)
+    lr.set(xlabel="epoch", title="Learning rate (end of epoch)")
+    for ax in (loss, f1):
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def scaling_figure(
+    history: Sequence[HistoryRow],
+    events: Sequence[ElasticEvent],
+    decisions: Sequence[DecisionRecord],
+):
+    plt = pyplot()
+    epochs = [row.epoch for row in history]
+    fig, (speed, noise, world) = plt.subplots(1, 3, figsize=(12, 3.4))
+    speed.plot(epochs, [r.samples_per_s for r in history], "o-", ms=3, label="samples/s")
+    speed.set(xlabel="epoch", ylabel="samples/s (all ranks)", title="Throughput and data wait")
+    wait = speed.twinx()
+    wait.plot(epochs, [100 * r.data_wait_fraction for r in history], "s--", ms=3,
+              color="tab:red", label="data wait %")  # fmt: skip
+    wait.set_ylabel("data wait (% of step time)")
+    noisy = [(r.epoch, r.gns_b_simple) for r in history if r.gns_b_simple is not None]
+    batches = [(r.epoch, r.global_batch) for r in history if r.global_batch is not None]
+    if noisy:
+        noise.plot(*zip(*noisy), "o-", ms=3, color="tab:orange", label="B_simple")
+    if batches:
+        noise.step(*zip(*batches), where="post", color="tab:blue", label="global batch")
+    noise.set(xlabel="epoch", title="Noise scale and global batch")
+    if noisy or batches:
+        noise.set_yscale("log")
+        noise.legend(fontsize=8)
+    world.step(epochs, [r.world_size for r in history], where="post", color="tab:green")
+    world.set(xlabel="epoch", ylabel="ranks", title="World size, resizes and decisions")
+    for event in events:
+        if event.event in ("resize", "") and event.new_size is not None:
+            for ax in (noise, world):
+                ax.axvline(event.epoch, color="grey", linestyle=":", linewidth=1)
+    for decision in decisions:
+        if decision.verb != "hold":
+            marker = "^" if decision.verb == "grow" else "v"
+            world.plot(decision.epoch, decision.workers_after, marker, color="black", ms=6)
+    fig.tight_layout()
+    return fig
+
+
+def pr_figure(predictions: Predictions, class_names: Sequence[str]):
+    """One precision-recall curve per class with positives, and the pooled (micro) curve."""
+    from sklearn.metrics import precision_recall_curve
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 5))
+    labels, scores = predictions.labels, predictions.scores
+    for index, name in enumerate(class_names):
+        if labels[:, index].sum() == 0:
+            continue
+        precision, recall, _ = precision_recall_curve(labels[:, index], scores[:, index])
+        keep = _thin(len(recall))
+        ax.plot(recall[keep], precision[keep], linewidth=0.8, alpha=0.6, label=name[:28])
+    precision, recall, _ = precision_recall_curve(labels.ravel(), scores.ravel())
+    keep = _thin(len(recall))
+    ax.plot(recall[keep], precision[keep], color="black", linewidth=2.2, label="micro (pooled)")
+    ax.set(xlabel="recall", ylabel="precision", xlim=(0, 1), ylim=(0, 1.02),
+           title="Precision-recall per class")  # fmt: skip
+    ax.legend(fontsize=6, ncol=2, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def _thin(count: int) -> np.ndarray:
+    """Indices of at most MAX_CURVE_POINTS points spread along a curve, the ends kept."""
+    if count <= MAX_CURVE_POINTS:
+        return np.arange(count)
+    return np.unique(np.linspace(0, count - 1, MAX_CURVE_POINTS).round().astype(int))
