@@ -154,7 +154,12 @@ def _handle(args: argparse.Namespace) -> int:
         train_args=tuple(extra),
     )
     args.out.mkdir(parents=True, exist_ok=True)
-    run_study(settings, log=lambda line: print(line, file=sys.stderr, flush=True))
+    results = run_study(settings, log=lambda line: print(line, file=sys.stderr, flush=True))
+    if not any(r.steps_to_target is not None and not r.diverged for r in results):
+        raise InputError(
+            f"{args.out}: no batch size reached val micro-F1 {args.target_f1} within its "
+            "budget (study.html says what each reached): lower --target-f1 or raise --epochs"
+        )
     return 0
 
 

@@ -290,7 +290,8 @@ def draw_study(results: Sequence[StudyResult], analysis: StudyAnalysis, *, targe
             ylabel="training examples" if examples else "optimizer steps",
         )
         ax.set_title(("Examples" if examples else "Steps") + " to target")
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
     if not isinstance(fit, TradeoffFit):
         fig.suptitle(f"no fit: {fit.reason}", fontsize=8)
     fig.tight_layout()

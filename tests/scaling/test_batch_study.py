@@ -169,6 +169,20 @@ def test_a_tiny_study_runs_end_to_end(tmp_path: Path, shards_v1: Path) -> None:
     assert cli.main(argv) == 0  # rerun: the finished points only resume and end
 
 
+def test_a_study_where_no_point_reaches_the_target_exits_2(
+    tmp_path: Path, shards_v1: Path, reported_errors
+) -> None:
+    out = tmp_path / "study"
+    argv = ["--data", str(shards_v1), "--out", str(out), "--batches", "8", "--target-f1",
+            "0.99", "--epochs", "1", "--eval-steps", "2", "--warmup-epochs", "0",
+            "--optimizer", "adam", "--", "--model", "tiny", "--threads", "1"]  # fmt: skip
+    assert cli.main(argv) == 2
+    (line,) = [x for x in reported_errors() if "error" in x]
+    assert "no batch size reached val micro-F1 0.99 within its budget" in line
+    study = read_study(out)  # the page and the JSON still say what each point reached
+    assert study["fit"] is None and (out / "study.html").is_file()
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
