@@ -43,9 +43,9 @@ def write_quietly(run_dir: str | Path) -> None:
     from bigearthnet.core import distributed
     from bigearthnet.core.util import first_line
 
-    if not distributed.is_root():
-        return
     try:
+        if not distributed.is_root():
+            return
         from bigearthnet.pages.run_page import write_run_page
 
         path = write_run_page(Path(run_dir))
