@@ -118,6 +118,21 @@ def _grown_to_two(tmp_path: Path, shards: Path, epochs: int, *extra: str):
                 proc.kill()
 
 
+def _wait_for_epochs_at(
+    run: Path, world_size: int, count: int, proc, log: Path, timeout: float
+) -> None:
+    """Wait until history.csv has ``count`` rows at ``world_size`` ranks."""
+    deadline = time.monotonic() + timeout
+    while True:
+        path = run / "history.csv"
+        rows = list(csv.DictReader(path.open(newline=""))) if path.is_file() else []
+        if sum(r["world_size"] == str(world_size) for r in rows) >= count:
+            return
+        assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, f"no {count} epochs at {world_size} ranks"
+        time.sleep(0.3)
+
+
 @pytest.mark.slow
 @pytest.mark.horovod
 def test_grow_then_lose_a_worker_then_finish(tmp_path: Path, shards_v1: Path) -> None:
@@ -125,7 +140,9 @@ def test_grow_then_lose_a_worker_then_finish(tmp_path: Path, shards_v1: Path) ->
     holder file removed -> 1 worker continues from the last commit -> all epochs done."""
     epochs = 14
     with _grown_to_two(tmp_path, shards_v1, epochs) as (run, proc, holder, second):
-        wait_for_text(tmp_path / "horovodrun.log", "[rank 0/2] epoch", proc, 240)  # 2 ranks
+        # Two epochs finished at 2 ranks: the first of them is committed, so the rollback
+        # after the kill cannot rewrite it at 1 rank (one epoch alone could be).
+        _wait_for_epochs_at(run, 2, 2, proc, tmp_path / "horovodrun.log", 240)
         holder.unlink()
         os.kill(worker_on(second, run), 9)
         proc.wait(timeout=600)
