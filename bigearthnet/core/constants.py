@@ -216,3 +216,10 @@ def class_colours(num_classes: int) -> np.ndarray:
     for idx43, idx19 in sorted(MAP_43_TO_19.items()):
         first_source.setdefault(idx19, idx43)
     return np.asarray([CLC_COLOURS_43[first_source[c]] for c in range(19)], dtype=np.uint8)
+
+
+def class_hex_colours(num_classes: int) -> list[str]:
+    """The colours of :func:`class_colours` as ``rrggbb`` hex strings (no ``#``)."""
+    return [
+        "{:02x}{:02x}{:02x}".format(*(int(v) for v in rgb)) for rgb in class_colours(num_classes)
+    ]

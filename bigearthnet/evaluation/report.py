@@ -156,7 +156,8 @@ def read_predictions(path: Path) -> Predictions:
         raise InputError(f"{path}: not an evaluation's predictions ({err})") from None
 
 
-def _number(value: float | None) -> str:
+def format_score(value: float | None) -> str:
+    """A score to 4 decimals, n/a where it could not be computed (an AP without positives)."""
     return "n/a" if value is None else f"{value:.4f}"
 
 
@@ -168,20 +169,20 @@ def format_table(report: dict, run_dir: Path) -> str:
         f"evaluation of {run_dir} ({report['model']}, checkpoint {report['checkpoint']}, "
         f"epoch {report['epoch']}) on {report['split']}: {report['count']} patches, "
         f"{report['world_size']} rank(s), threshold {shown}",
-        "  " + "  ".join(f"{k} {_number(report[k])}" for k in ("micro_f1", "macro_f1")),
-        "  " + "  ".join(f"{k} {_number(report[k])}" for k in ("samples_f1", "weighted_f1")),
+        "  " + "  ".join(f"{k} {format_score(report[k])}" for k in ("micro_f1", "macro_f1")),
+        "  " + "  ".join(f"{k} {format_score(report[k])}" for k in ("samples_f1", "weighted_f1")),
         "  "
         + "  ".join(
-            f"{k} {_number(report[k])}"
+            f"{k} {format_score(report[k])}"
             for k in ("micro_precision", "micro_recall", "macro_precision", "macro_recall")
         ),
-        "  " + "  ".join(f"{k} {_number(report[k])}" for k in ("micro_map", "macro_map")),
+        "  " + "  ".join(f"{k} {format_score(report[k])}" for k in ("micro_map", "macro_map")),
         f"  {'class':<48} {'support':>7} {'precision':>9} {'recall':>7} {'f1':>7} {'ap':>7}",
     ]
     for row in report["per_class"]:
         name = row["class"] if len(row["class"]) <= 48 else row["class"][:45] + "..."
         lines.append(
             f"  {name:<48} {row['support']:>7d} {row['precision']:>9.4f} {row['recall']:>7.4f} "
-            f"{row['f1']:>7.4f} {_number(row['ap']):>7}"
+            f"{row['f1']:>7.4f} {format_score(row['ap']):>7}"
         )
     return "\n".join(lines)

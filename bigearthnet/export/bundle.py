@@ -15,7 +15,7 @@ import os
 import secrets
 import shutil
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +26,7 @@ from bigearthnet.core.errors import InputError, RunFailed
 from bigearthnet.core.util import atomic_write_text, fsync_tree
 from bigearthnet.evaluation.report import EvalSummary, read_metrics
 from bigearthnet.export.card import RunFacts, render_card
-from bigearthnet.export.onnx_model import OnnxUnavailable, export_onnx
+from bigearthnet.export.onnx_model import OnnxModel, OnnxUnavailable, export_onnx
 from bigearthnet.export.serving import ServingModule, probe_batch, save_savedmodel
 from bigearthnet.export.stac import build_item, training_footprint, validate_item
 from bigearthnet.formats import exported
@@ -83,8 +83,8 @@ def export_run(
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
     try:
-        info, sizes = _write_models(tmp, loaded, formats, notes)
-        info = _describe(info, loaded, trained_on, evaluation, name)
+        onnx, sizes = _write_models(tmp, loaded, formats, notes)
+        info = _export_info(loaded, trained_on, evaluation, name, onnx, sizes)
         facts = _run_facts(run_dir, loaded, trained_on, evaluation)
         atomic_write_text(tmp / exported.CARD_FILE, render_card(info, facts))
         _write_item(tmp, info, loaded, trained_on)
@@ -133,8 +133,9 @@ def _evaluation(
 
 def _write_models(
     folder: Path, loaded: LoadedModel, formats: tuple[str, ...], notes: list[str]
-) -> tuple[ExportInfo, dict[str, int]]:
-    """The SavedModel and/or ONNX model; returns a partial record and the files' sizes."""
+) -> tuple[OnnxModel | None, dict[str, int]]:
+    """The SavedModel and/or ONNX model; returns the ONNX model (None: not written) and the
+    bytes of each model file written."""
     module = ServingModule(loaded)
     probe = probe_batch(loaded)
     expected = loaded.predict(probe)
@@ -148,18 +149,33 @@ def _write_models(
         raise RunFailed(f"the saved model differs from the checkpoint's by {drift:.2e}")
     if "savedmodel" in formats:
         sizes["savedmodel"] = sum(p.stat().st_size for p in saved.rglob("*") if p.is_file())
-    opset = max_diff = None
+    onnx = None
     if "onnx" in formats:
         try:
             onnx = export_onnx(module, folder / exported.ONNX_FILE, probe, reference.numpy())
-            opset, max_diff = onnx.opset, onnx.max_abs_diff
             sizes["onnx"] = onnx.path.stat().st_size
         except OnnxUnavailable as err:
             notes.append(f"no ONNX model: {err} (TensorFlow {tf.__version__})")
     if "savedmodel" not in formats:
         shutil.rmtree(saved)  # it was only the reference of the ONNX check
-    partial = ExportInfo(
-        name="",
+    if not sizes:
+        raise InputError("nothing to export: ONNX was the only format asked for and failed")
+    return onnx, sizes
+
+
+def _export_info(
+    loaded: LoadedModel,
+    trained_on: Manifest | None,
+    evaluation: EvalSummary | None,
+    name: str | None,
+    onnx: OnnxModel | None,
+    sizes: dict[str, int],
+) -> ExportInfo:
+    run_name = Path(str(loaded.run_dir)).name
+    default = f"bigearthnet-{loaded.record.model}-{loaded.num_classes}c-{run_name}-e{loaded.epoch}"
+    data_id = loaded.record.data_id or (trained_on.data_id if trained_on is not None else None)
+    return ExportInfo(
+        name=name or default,
         model=loaded.record.model,
         class_names=tuple(loaded.class_names),
         bands=tuple(loaded.bands),
@@ -168,40 +184,19 @@ def _write_models(
         band_std=tuple(float(v) for v in loaded.std),
         resampling=loaded.resampling,
         threshold=float(loaded.config.threshold),
-        tuned_thresholds=None,
+        tuned_thresholds=evaluation.tuned_thresholds if evaluation is not None else None,
         source=ExportSource(
             run_dir=str(loaded.run_dir),
             checkpoint=str(loaded.prefix),
             epoch=loaded.epoch,
             data=str(loaded.record.data or loaded.config.data),
-            data_id=loaded.record.data_id,
+            data_id=data_id,
         ),
         formats=tuple(f for f in FORMATS if f in sizes),
         tensorflow=tf.__version__,
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        onnx_opset=opset,
-        onnx_max_abs_diff=max_diff,
-    )
-    if not sizes:
-        raise InputError("nothing to export: ONNX was the only format asked for and failed")
-    return partial, sizes
-
-
-def _describe(
-    info: ExportInfo,
-    loaded: LoadedModel,
-    trained_on: Manifest | None,
-    evaluation: EvalSummary | None,
-    name: str | None,
-) -> ExportInfo:
-    run_name = Path(info.source.run_dir).name
-    default = f"bigearthnet-{loaded.record.model}-{loaded.num_classes}c-{run_name}-e{loaded.epoch}"
-    data_id = info.source.data_id or (trained_on.data_id if trained_on is not None else None)
-    return replace(
-        info,
-        name=name or default,
-        tuned_thresholds=evaluation.tuned_thresholds if evaluation is not None else None,
-        source=replace(info.source, data_id=data_id),
+        onnx_opset=onnx.opset if onnx is not None else None,
+        onnx_max_abs_diff=onnx.max_abs_diff if onnx is not None else None,
     )
 
 

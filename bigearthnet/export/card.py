@@ -10,7 +10,7 @@ import jinja2
 
 from bigearthnet.core import constants
 from bigearthnet.core.config import TrainConfig
-from bigearthnet.evaluation.report import EvalSummary
+from bigearthnet.evaluation.report import EvalSummary, format_score
 from bigearthnet.formats.exported import MLM_VERSION, ExportInfo
 from bigearthnet.formats.shards import Manifest
 
@@ -46,12 +46,8 @@ class RunFacts:
     evaluation: EvalSummary | None  # of the exported checkpoint, when evaluated
 
 
-def hex_colour(rgb) -> str:
-    return "#{:02x}{:02x}{:02x}".format(*(int(v) for v in rgb))
-
-
 def class_rows(info: ExportInfo, evaluation: EvalSummary | None) -> list[ClassRow]:
-    colours = constants.class_colours(info.num_classes)
+    colours = constants.class_hex_colours(info.num_classes)
     rows = []
     for index, name in enumerate(info.class_names):
         scores = evaluation.per_class[index] if evaluation is not None else None
@@ -59,7 +55,7 @@ def class_rows(info: ExportInfo, evaluation: EvalSummary | None) -> list[ClassRo
             ClassRow(
                 index=index,
                 name=name,
-                colour=hex_colour(colours[index]),
+                colour=f"#{colours[index]}",
                 tuned=info.tuned_thresholds[index] if info.tuned_thresholds else None,
                 f1=scores.f1 if scores else None,
                 ap=scores.ap if scores else None,
@@ -74,10 +70,6 @@ def band_rows(info: ExportInfo) -> list[BandRow]:
         BandRow(name, constants.BAND_RESOLUTION_M.get(name, "-"), mean, std)
         for name, mean, std in zip(info.bands, info.band_mean, info.band_std)
     ]
-
-
-def _number(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4f}"
 
 
 def render_card(info: ExportInfo, facts: RunFacts) -> str:
@@ -98,6 +90,6 @@ def render_card(info: ExportInfo, facts: RunFacts) -> str:
         global_batch=facts.global_batch,
         epochs_trained=facts.epochs_trained,
         data=facts.data,
-        number=_number,
+        number=format_score,
         mlm_version=MLM_VERSION,
     )

@@ -25,7 +25,6 @@ from stac_model.output import MLMClassification, ModelOutput, ModelResult
 from stac_model.schema import MLModelExtension, MLModelProperties
 
 from bigearthnet.core import constants
-from bigearthnet.export.card import hex_colour
 from bigearthnet.formats import exported
 from bigearthnet.formats.exported import ExportError, ExportInfo
 from bigearthnet.formats.shards import Manifest, read_locations
@@ -112,7 +111,7 @@ def model_properties(info: ExportInfo, total_parameters: int) -> dict[str, Any]:
         resize_type=None,
         pre_processing_function=None,
     )
-    colours = constants.class_colours(info.num_classes)
+    colours = constants.class_hex_colours(info.num_classes)
     model_output = ModelOutput(
         name="land-cover class probabilities",
         tasks={"classification"},
@@ -120,7 +119,7 @@ def model_properties(info: ExportInfo, total_parameters: int) -> dict[str, Any]:
             shape=[-1, info.num_classes], dim_order=["batch", "class"], data_type="float32"
         ),
         classes=[
-            MLMClassification(value=index, name=name, color_hint=hex_colour(colours[index])[1:])
+            MLMClassification(value=index, name=name, color_hint=colours[index])
             for index, name in enumerate(info.class_names)
         ],
         post_processing_function=None,
@@ -174,6 +173,7 @@ def build_item(
     }
     utc = dt.timezone.utc
     extent = "training patches" if footprint.measured else "dataset"
+    bands = _bands(info)
     item = pystac.Item(
         id=info.name,
         geometry=geometry,
@@ -185,10 +185,10 @@ def build_item(
             "description": f"{ARCHITECTURES.get(info.model, info.model)} multi-label land-cover "
             f"classifier of BigEarthNet Sentinel-2 patches, {info.num_classes} CORINE classes; "
             f"footprint and period of its {extent}.",
-            "bands": _bands(info),
+            "bands": bands,
         },
     )
-    _add_assets(item, info)
+    _add_assets(item, info, bands)
     extension = MLModelExtension.ext(item, add_if_missing=True)
     extension.apply(model_properties(info, total_parameters))
     _add_unmodelled_fields(item.properties, info)
@@ -215,7 +215,7 @@ def _add_unmodelled_fields(properties: dict[str, Any], info: ExportInfo) -> None
     properties["mlm:pretrained_source"] = None  # trained from scratch
 
 
-def _add_assets(item: pystac.Item, info: ExportInfo) -> None:
+def _add_assets(item: pystac.Item, info: ExportInfo, bands: list[dict[str, Any]]) -> None:
     if "savedmodel" in info.formats:
         item.add_asset(
             "savedmodel",
@@ -224,7 +224,7 @@ def _add_assets(item: pystac.Item, info: ExportInfo) -> None:
                 title="TensorFlow SavedModel (signature serving_default)",
                 media_type="application/octet-stream; framework=tensorflow; profile=saved-model",
                 roles=["mlm:model", "mlm:weights", "data"],
-                extra_fields={"mlm:artifact_type": "tf.saved_model.save", "bands": _bands(info)},
+                extra_fields={"mlm:artifact_type": "tf.saved_model.save", "bands": bands},
             ),
         )
     if "onnx" in info.formats:
@@ -237,7 +237,7 @@ def _add_assets(item: pystac.Item, info: ExportInfo) -> None:
                 roles=["mlm:model", "mlm:weights", "data"],
                 extra_fields={
                     "mlm:artifact_type": "tf2onnx.convert.from_function",
-                    "bands": _bands(info),
+                    "bands": bands,
                 },
             ),
         )

@@ -35,17 +35,29 @@ class ElasticEvent:
 
 
 @dataclass(frozen=True)
-class DecisionRecord:
-    """One epoch's decision of the controller and what became of it."""
+class Decision:
+    """One epoch's verdict of the elastic policy, with the numbers behind it."""
 
     epoch: int
-    verb: str  # grow, shrink, hold
     workers_before: int
     workers_after: int
     b_simple: float | None
     global_batch_before: int
     global_batch_after: int
     reason: str
+
+    @property
+    def verb(self) -> str:
+        if self.workers_after > self.workers_before:
+            return "grow"
+        return "shrink" if self.workers_after < self.workers_before else "stay"
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    """A row of the decisions file: the decision, what became of it, and when."""
+
+    decision: Decision
     outcome: str
     time: str = ""
 
@@ -73,10 +85,14 @@ def append_event(run_dir: Path, event: ElasticEvent) -> None:
     _append(Path(run_dir) / EVENTS, EVENT_FIELDS, row)
 
 
-def append_decision(run_dir: Path, record: DecisionRecord) -> None:
-    row = {k: _cell(v) for k, v in dataclasses.asdict(record).items()}
-    row["b_simple"] = "" if record.b_simple is None else f"{record.b_simple:.1f}"
-    row["time"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+def append_decision(run_dir: Path, decision: Decision, *, outcome: str) -> None:
+    row = {k: _cell(v) for k, v in dataclasses.asdict(decision).items()}
+    row.update(
+        time=time.strftime("%Y-%m-%dT%H:%M:%S"),
+        verb=decision.verb,
+        b_simple="" if decision.b_simple is None else f"{decision.b_simple:.1f}",
+        outcome=outcome,
+    )
     _append(Path(run_dir) / DECISIONS, DECISION_FIELDS, row)
 
 
@@ -110,14 +126,15 @@ def read_decisions(run_dir: Path) -> list[DecisionRecord]:
         return []
     return [
         DecisionRecord(
-            epoch=int(row["epoch"]),
-            verb=row["verb"],
-            workers_before=int(row["workers_before"]),
-            workers_after=int(row["workers_after"]),
-            b_simple=float(row["b_simple"]) if row["b_simple"] else None,
-            global_batch_before=int(row["global_batch_before"]),
-            global_batch_after=int(row["global_batch_after"]),
-            reason=row["reason"],
+            Decision(
+                epoch=int(row["epoch"]),
+                workers_before=int(row["workers_before"]),
+                workers_after=int(row["workers_after"]),
+                b_simple=float(row["b_simple"]) if row["b_simple"] else None,
+                global_batch_before=int(row["global_batch_before"]),
+                global_batch_after=int(row["global_batch_after"]),
+                reason=row["reason"],
+            ),
             outcome=row["outcome"],
             time=row["time"],
         )

@@ -73,8 +73,9 @@ def scaling_figure(
         if event.event in ("resize", "") and event.new_size is not None:
             for ax in (noise, world):
                 ax.axvline(event.epoch, color="grey", linestyle=":", linewidth=1)
-    for decision in decisions:
-        if decision.verb != "hold":
+    for record in decisions:
+        decision = record.decision
+        if decision.verb in ("grow", "shrink"):
             marker = "^" if decision.verb == "grow" else "v"
             world.plot(decision.epoch, decision.workers_after, marker, color="black", ms=6)
     fig.tight_layout()

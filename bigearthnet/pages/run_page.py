@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-from bigearthnet.evaluation.report import EvalSummary, read_predictions
+from bigearthnet.evaluation.report import EvalSummary, format_score, read_predictions
 from bigearthnet.pages import run_figures
 from bigearthnet.pages.render import svg, write_page
 from bigearthnet.pages.run_facts import RunFacts, read_run
@@ -43,13 +43,9 @@ def write_run_page(run_dir: Path, out: Path | None = None) -> Path:
         figures=inline,
         pr_curves=pr_curves,
         headline=_headline(facts),
-        number=_number,
+        number=format_score,
         written=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
     )
-
-
-def _number(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.4f}"
 
 
 def _headline(facts: RunFacts) -> EvalSummary | None:

@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bigearthnet.core.errors import RunFailed
-from bigearthnet.formats.elastic_log import DecisionRecord, append_decision
+from bigearthnet.formats.elastic_log import append_decision
 from bigearthnet.formats.history import HistoryRow, read_history
 from bigearthnet.formats.run_status import RunStatus, read_status
 from bigearthnet.scaling.hosts import ControlError, Resizer
-from bigearthnet.scaling.policy import Decision, PolicySettings, decide
+from bigearthnet.scaling.policy import PolicySettings, decide
 
 PROG = "bigearthnet-elastic"
 SCHEDULE_LINE = re.compile(r"^epoch\s+(\d+)\s*:\s*(grow|shrink)\s+to\s+(\d+)\s+workers?$")
@@ -185,7 +185,7 @@ def follow_policy(
                 f"epoch {decision.epoch}: {decision.verb} {decision.workers_before} -> "
                 f"{decision.workers_after} workers ({decision.reason}); {outcome}"
             )
-            record_decision(watch.run_dir, decision, outcome=outcome)
+            append_decision(watch.run_dir, decision, outcome=outcome)
         if ended := over or watch.limit_reached():
             say(f"{ended}: stop following")
             return
@@ -194,21 +194,3 @@ def follow_policy(
 
 def say(message: str) -> None:
     print(f"[{PROG}] {message}", flush=True)
-
-
-def record_decision(run_dir: Path, decision: Decision, *, outcome: str) -> None:
-    """Append one decision to ``RUN/elastic_decisions.csv`` (written atomically)."""
-    append_decision(
-        run_dir,
-        DecisionRecord(
-            epoch=decision.epoch,
-            verb=decision.verb,
-            workers_before=decision.workers_before,
-            workers_after=decision.workers_after,
-            b_simple=decision.b_simple,
-            global_batch_before=decision.global_batch_before,
-            global_batch_after=decision.global_batch_after,
-            reason=decision.reason,
-            outcome=outcome,
-        ),
-    )

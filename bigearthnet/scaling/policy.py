@@ -27,6 +27,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bigearthnet.formats.elastic_log import Decision
 from bigearthnet.formats.history import HistoryRow
 
 
@@ -39,25 +40,6 @@ class PolicySettings:
     plateau_epochs: int = 3
     plateau_delta: float = 0.002
     smoothing: int = 2
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One epoch's verdict with the numbers behind it (a row of the decisions file)."""
-
-    epoch: int
-    workers_before: int
-    workers_after: int
-    b_simple: float | None
-    global_batch_before: int
-    global_batch_after: int
-    reason: str
-
-    @property
-    def verb(self) -> str:
-        if self.workers_after > self.workers_before:
-            return "grow"
-        return "shrink" if self.workers_after < self.workers_before else "stay"
 
 
 def decide(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bigearthnet.formats.elastic_log import (
     EVENTS,
-    DecisionRecord,
+    Decision,
     ElasticEvent,
     append_decision,
     append_event,
@@ -37,8 +37,10 @@ def test_old_events_without_the_event_column(tmp_path: Path):
 
 def test_decisions_round_trip(tmp_path: Path):
     assert read_decisions(tmp_path) == []
-    record = DecisionRecord(4, "grow", 2, 4, 123.456, 64, 128, "B_simple 123 >= 128", "resized")
-    append_decision(tmp_path, record)
+    decision = Decision(4, 2, 4, 123.456, 64, 128, "B_simple 123 >= 128")
+    append_decision(tmp_path, decision, outcome="resized")
     (read,) = read_decisions(tmp_path)
-    assert read.b_simple == 123.5  # one decimal in the file
-    assert (read.verb, read.reason, read.outcome) == ("grow", "B_simple 123 >= 128", "resized")
+    assert read.decision.b_simple == 123.5  # one decimal in the file
+    assert (read.decision.verb, read.decision.reason, read.outcome) == (
+        "grow", "B_simple 123 >= 128", "resized",
+    )  # fmt: skip

@@ -10,9 +10,8 @@ from helpers import history_row
 
 from bigearthnet.cli import elastic as cli
 from bigearthnet.core.util import read_csv
-from bigearthnet.formats.elastic_log import DECISIONS
+from bigearthnet.formats.elastic_log import DECISIONS, append_decision
 from bigearthnet.formats.history import HistoryRow
-from bigearthnet.scaling.controller import record_decision
 from bigearthnet.scaling.policy import PolicySettings, decide
 
 PER_WORKER = 64
@@ -89,8 +88,8 @@ def test_decisions_are_recorded_with_their_numbers(tmp_path: Path) -> None:
     rows = _history((2, 300.0, 0.5), (2, 340.0, 0.6))
     decision = decide(rows, SETTINGS)
     assert decision is not None
-    record_decision(tmp_path, decision, outcome="submitted holders 12")
-    record_decision(tmp_path, decision, outcome="-")
+    append_decision(tmp_path, decision, outcome="submitted holders 12")
+    append_decision(tmp_path, decision, outcome="-")
     recorded = read_csv(tmp_path / DECISIONS)
     assert len(recorded) == 2
     first = recorded[0]
