@@ -62,7 +62,7 @@ def run(args, work: Path) -> list[Figure]:
     from bigearthnet.data.normalization import band_stats
     from bigearthnet.data.partition import steps_per_epoch
     from bigearthnet.data.rank_data import RankData
-    from bigearthnet.formats.shards import IMAGE_SHAPE, read_manifest
+    from bigearthnet.formats.shards import read_manifest
 
     data = common.eval_shards(work)
     manifest = read_manifest(data)
@@ -75,7 +75,7 @@ def run(args, work: Path) -> list[Figure]:
     memory, streaming = part("memory"), part("none")
     two_threads, on_device = part("memory", threads=2), part("device")
     steps = steps_per_epoch(memory.total, 1, args.batch_size)
-    buffer = np.empty((args.batch_size, *IMAGE_SHAPE), dtype=np.uint16)
+    buffer = np.empty((args.batch_size, *manifest.image_shape), dtype=np.uint16)
     mean, std = band_stats(manifest)
 
     def host_normalize(images: np.ndarray) -> np.ndarray:

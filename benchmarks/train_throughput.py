@@ -49,15 +49,16 @@ def keras_worker(data: Path, threads: int) -> None:
     from bigearthnet import models
     from bigearthnet.data.normalization import band_stats
     from bigearthnet.data.rank_data import RankData
-    from bigearthnet.formats.shards import IMAGE_SHAPE, read_manifest
+    from bigearthnet.formats.shards import read_manifest
 
     manifest = read_manifest(data)
     part = RankData(data, manifest, "train", labels=19, cache="memory", verify=False)
     mean, std = band_stats(manifest)
-    x = tf.constant((part._images.astype(np.float32) - mean) / std)
-    y = tf.constant(part.labels.astype(np.float32))
+    images, labels = part.take(np.arange(len(part)))
+    x = tf.constant((images.astype(np.float32) - mean) / std)
+    y = tf.constant(labels.astype(np.float32))
     tf.keras.utils.set_random_seed(42)
-    model = models.get_model("resnet50", IMAGE_SHAPE, 19)
+    model = models.get_model("resnet50", manifest.image_shape, 19)
     model.compile(
         optimizer=tf.keras.optimizers.legacy.SGD(learning_rate=0.001, momentum=0.9),
         loss=tf.keras.losses.BinaryCrossentropy(from_logits=True),

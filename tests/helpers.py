@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bigearthnet.core import constants
 from bigearthnet.formats.history import HistoryRow
 
 if TYPE_CHECKING:  # TensorFlow loads only in the tests that build a model
@@ -241,6 +242,7 @@ def pooled_linear_replica(*, batch_size: int, passes: int, lr: float, gns_decay:
     return Replica(
         cfg,
         num_classes=SYNTHETIC_CLASSES,
+        bands=constants.BANDS,
         band_mean=np.full(bands, 1000.0, np.float32),
         band_std=np.full(bands, 300.0, np.float32),
         schedule=schedule,

@@ -64,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="with a v2 --archive: also map the patches of the snow/cloud/shadow table",
     )
     p.add_argument(
+        "--s1-archive",
+        type=Path,
+        metavar="DIR",
+        help="with --archive and a model of Sentinel-1 bands: where S1 is (v1: the "
+        "BigEarthNet-S1-v1.0 folder; v2 default: ARCHIVE/BigEarthNet-S1)",
+    )
+    p.add_argument(
         "--out",
         required=True,
         type=Path,
@@ -107,15 +114,16 @@ def _inputs(args, loaded, skipped: list) -> tuple[int, Iterator]:
         return shard_batches(
             args.shards, manifest, args.split or list(constants.SPLITS), args.batch_size
         )
-    resampling = args.resampling or loaded.resampling
-    check_bands(loaded, constants.BANDS, f"archive {args.archive}")  # the S2 reader's bands
+    # The archive reader reads whichever bands the model takes, in its order.
     return archive_batches(
         args.archive,
         args.version,
-        resampling,
+        args.resampling or loaded.resampling,
         args.batch_size,
         args.include_snow_cloud,
         skipped,
+        bands=tuple(loaded.bands),
+        s1_root=args.s1_archive,
     )
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from bigearthnet.cli.common import Parser, run
+from bigearthnet.core import constants
 from bigearthnet.core.errors import UsageError
 from bigearthnet.preprocessing import splits
 from bigearthnet.preprocessing.plan import Options
@@ -28,8 +29,9 @@ def slurm_task_defaults(environ=os.environ) -> tuple[int, int]:
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(
         prog="bigearthnet-preprocess",
-        description="Turn a BigEarthNet-S2 archive (v1 folders + JSON, or v2 tiles + "
-        "metadata.parquet) into 120x120x12 uint16 HDF5 shards with a manifest.",
+        description="Turn a BigEarthNet archive (v1 folders + JSON, or v2 tiles + "
+        "metadata.parquet; Sentinel-2 and, with --bands s1|all, Sentinel-1) into 120x120xC "
+        "uint16 HDF5 shards with a manifest.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument(
@@ -84,6 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="upsampling of the 20 m and 60 m bands (pixel centres aligned)",
     )
     data.add_argument(
+        "--bands",
+        choices=tuple(constants.BAND_CONFIGS),
+        default=constants.DEFAULT_BAND_CONFIG,
+        help="band configuration: s2 = the 12 S2 bands; s2-10 = reBEN's 10 (no 60 m band); "
+        "s1 = VV,VH; all = VV,VH then s2-10 (reBEN v0.2.0's order)",
+    )
+    data.add_argument(
+        "--s1-archive",
+        type=Path,
+        help="Sentinel-1 for --bands s1|all: v1 needs the BigEarthNet-S1-v1.0 folder; v2 "
+        "defaults to ARCHIVE/BigEarthNet-S1",
+    )
+    data.add_argument(
         "--shard-size", type=int, default=1000, help="patches per shard (~345 KB each)"
     )
     distribution.add_argument("--workers", type=int, default=1, help="processes on this node")
@@ -125,6 +140,8 @@ def options_from_args(args: argparse.Namespace) -> Options:
         exclude=args.exclude,
         include_snow_cloud=args.include_snow_cloud,
         resampling=args.resampling,
+        band_config=args.bands,
+        s1_archive=args.s1_archive,
         shard_size=args.shard_size,
         workers=args.workers,
         num_tasks=args.num_tasks if args.num_tasks is not None else num_tasks,

@@ -63,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--overwrite", action="store_true",
         help="replace OUT if it exists and is not empty (the old one is removed only at the end)",
     )  # fmt: skip
+    parser.add_argument(
+        "--s1", action="store_true",
+        help="also Sentinel-1 VV/VH (float32 dB) of the same regions: v2 in OUT/BigEarthNet-S1, "
+        "v1 as the S1 v1.0 archive OUT/BigEarthNet-S1-v1.0 (preprocess --s1-archive)",
+    )  # fmt: skip
     return parser
 
 
@@ -124,7 +129,13 @@ def _generate(args: argparse.Namespace) -> None:
 
     start = time.perf_counter()
     generate_archive(
-        args.out, args.patches, args.layout, args.seed, args.workers, overwrite=args.overwrite
+        args.out,
+        args.patches,
+        args.layout,
+        args.seed,
+        args.workers,
+        overwrite=args.overwrite,
+        s1=args.s1,
     )
     elapsed = time.perf_counter() - start
     print(

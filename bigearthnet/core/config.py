@@ -28,6 +28,9 @@ from bigearthnet.core.util import atomic_write_text
 
 __all__ = ["ConfigError", "TrainConfig", "load_run_config", "resolve", "save_yaml"]
 RUN_CONFIG = "config.yaml"  # the resolved options, saved beside every run
+# Validation metrics a run can select its best checkpoint and stop early by (history.csv's
+# column names: F1 from summed counts, mAP from gathered scores).
+SELECT_METRICS = ("val_micro_f1", "val_macro_f1", "val_macro_map", "val_micro_map")
 
 
 def _opt(
@@ -69,6 +72,9 @@ class TrainConfig:
     warmup_epochs: float = _opt(
         5.0, "linear warm-up from the base LR to base LR x ranks (Goyal et al.)"
     )
+    warmup_steps: int | None = _opt(
+        None, "the warm-up in optimizer updates instead of epochs (reBEN's recipe: 1000)"
+    )
     lr_scaling: str = _opt(
         "linear",
         "how the LR grows with the global batch: linear (base LR x ranks, with the warm-up; "
@@ -97,6 +103,7 @@ class TrainConfig:
     trust_coefficient: float = _opt(
         0.001, "lars: the trust coefficient eta of the layer-wise LR (You et al. 2017)"
     )
+    dropout: float = _opt(0.0, "dropout rate before the classifier (reBEN's recipe: 0.15)")
     mixup_alpha: float = _opt(0.0, "mix-up Beta(alpha, alpha) parameter; 0 turns mix-up off")
     augment: bool = _opt(True, "random flips and 90-degree rotations of training batches")
     seed: int = _opt(42, "seed of weights, shuffling and augmentation")
@@ -178,6 +185,17 @@ class TrainConfig:
         "stop once validation micro-F1 reaches this after an epoch (a batch-size study's "
         "target; fixed-size runs)",
     )
+    select_metric: str = _opt(
+        "val_micro_f1",
+        "the validation metric that picks the 'best' checkpoint and that early stopping "
+        "watches (reBEN's recipe: val_macro_map)",
+        SELECT_METRICS,
+    )
+    early_stopping_patience: int = _opt(
+        0,
+        "stop when --select-metric has not improved for this many validations (epochs); "
+        "0: never (reBEN's recipe: 5)",
+    )
     eval_test: bool = _opt(True, "evaluate the best checkpoint on the test split at the end")
     progress: bool = _opt(True, "progress bar on rank 0")
 
@@ -208,6 +226,11 @@ class TrainConfig:
         if self.lr_scaling == "adascale" and not self.gns:
             raise ConfigError("--lr-scaling adascale needs the noise monitor: drop --no-gns")
         require_non_negative("--warmup-epochs", self.warmup_epochs)
+        if self.warmup_steps is not None:
+            require_non_negative("--warmup-steps", self.warmup_steps)
+        require_non_negative("--early-stopping-patience", self.early_stopping_patience)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"--dropout must be in [0, 1), got {self.dropout}")
         require_open_fraction("--threshold", self.threshold)
         if self.target_f1 is not None:
             require_open_fraction("--target-f1", self.target_f1)
@@ -238,12 +261,13 @@ def _flag(f: dataclasses.Field) -> str:
 # --help shows the options by concern, the same groups in every command that takes them.
 OPTION_GROUPS: dict[str, tuple[str, ...]] = {
     "data": ("data", "run_dir", "labels", "cache", "loader_threads", "verify_data"),
-    "model": ("model", "amp", "xla"),
+    "model": ("model", "dropout", "amp", "xla"),
     "optimisation": (
         "epochs",
         "batch_size",
         "lr",
         "warmup_epochs",
+        "warmup_steps",
         "lr_scaling",
         "schedule",
         "min_lr",
@@ -270,6 +294,8 @@ OPTION_GROUPS: dict[str, tuple[str, ...]] = {
     ),
     "monitoring": (
         "threshold",
+        "select_metric",
+        "early_stopping_patience",
         "target_f1",
         "max_steps_per_epoch",
         "gns",
@@ -349,6 +375,7 @@ def _field_type(f: dataclasses.Field, default: Any) -> type:
         "loader_threads": int,
         "target_f1": float,
         "max_steps_per_epoch": int,
+        "warmup_steps": int,
     }.get(f.name, str)
 
 

@@ -7,6 +7,11 @@ Every other module (and every test) reads these values from here. They follow
   10 m (120x120 px): B02 B03 B04 B08; 20 m (60x60 px): B05 B06 B07 B8A B11 B12;
   60 m (20x20 px): B01 B09. B10 does not exist in L2A products.
 * Canonical band order (channels last): B01 B02 B03 B04 B05 B06 B07 B08 B8A B09 B11 B12.
+* Sentinel-1 GRD backscatter, float32 sigma0 in dB, 120x120 px: VV and VH.
+* Band configurations (``BAND_CONFIGS``): which channels a dataset holds, in order. The order
+  is part of a model's identity (reBEN changed it between its model versions v0.1.1 and
+  v0.2.0): ``s2`` the 12 bands above, ``s2-10`` reBEN's S2 order without the 60 m bands,
+  ``s1`` VV, VH, ``all`` S1 then S2-10 as reBEN v0.2.0.
 * 43 CORINE level-3 classes (v1 labels) and the 19-class nomenclature of Sumbul et al.
   2020 (v1 19-class era and v2), both in official index order, never sorted.
 """
@@ -27,6 +32,40 @@ BANDS: tuple[str, ...] = (
     "B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "B11", "B12",
 )  # fmt: skip
 """Canonical channel order of every image array the project writes or reads."""
+
+S2_10_BANDS: tuple[str, ...] = (
+    "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B11", "B12",
+)  # fmt: skip
+"""reBEN's Sentinel-2 channels: no 60 m band, B8A after B08."""
+
+S1_BANDS: tuple[str, ...] = ("VV", "VH")
+"""Sentinel-1 polarisations, in reBEN's order."""
+
+BAND_CONFIGS: dict[str, tuple[str, ...]] = {
+    "s2": BANDS,
+    "s2-10": S2_10_BANDS,
+    "s1": S1_BANDS,
+    "all": S1_BANDS + S2_10_BANDS,  # reBEN v0.2.0: VV, VH first
+}
+"""Band configuration name -> channel names in order (``bigearthnet-preprocess --bands``)."""
+
+DEFAULT_BAND_CONFIG = "s2"
+
+
+def band_config_name(bands: tuple[str, ...] | list[str]) -> str | None:
+    """The configuration whose channels are ``bands`` in this order; None for no known one."""
+    for name, channels in BAND_CONFIGS.items():
+        if tuple(bands) == channels:
+            return name
+    return None
+
+
+def describe_bands(bands: tuple[str, ...] | list[str]) -> str:
+    """'all (VV,VH,B02,...)': a band list for a one-line message."""
+    name = band_config_name(bands)
+    listed = ",".join(bands)
+    return f"{name} ({listed})" if name else listed
+
 
 BAND_RESOLUTION_M: dict[str, int] = {
     "B01": 60, "B02": 10, "B03": 10, "B04": 10, "B05": 20, "B06": 20,
@@ -153,6 +192,10 @@ FALLBACK_BAND_STD: dict[str, float] = {
     "B06": 1096.01, "B07": 1273.45, "B08": 1365.46, "B8A": 1356.14, "B09": 1302.33,
     "B11": 1079.19, "B12": 818.87,
 }  # fmt: skip
+# Sentinel-1 in dB (reBEN's statistics over its training split); preprocessing stores them
+# scaled (formats/shards.py) and the fallback is converted there too.
+FALLBACK_S1_DB_MEAN: dict[str, float] = {"VV": -12.62, "VH": -19.29}
+FALLBACK_S1_DB_STD: dict[str, float] = {"VV": 5.12, "VH": 5.46}
 
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 

@@ -29,14 +29,17 @@ import tensorflow as tf
 
 from bigearthnet.core import distributed
 from bigearthnet.core.errors import ConfigError
-from bigearthnet.formats.shards import IMAGE_SHAPE
+from bigearthnet.formats.shards import image_shape
 
 log = distributed.log
 
 DEVICE_SHARE = 0.7  # of the accelerator's free memory the cache may take: the rest is the
 
 
-SAMPLE_BYTES = int(np.prod(IMAGE_SHAPE)) * 2  # one uint16 120x120x12 image: 345,600 bytes
+def sample_bytes(channels: int) -> int:
+    """One uint16 image of ``channels`` channels: 345,600 bytes for the 12 S2 bands."""
+    return int(np.prod(image_shape(channels))) * 2
+
 
 CACHE_SHARE = 0.8  # of the node's available memory that the image caches may take
 
@@ -51,14 +54,16 @@ class CacheChoice:
     fell_back: bool = False  # --cache device did not fit: worth a warning
 
 
-def choose_rank_cache(requested: str, *, samples_per_rank: int) -> CacheChoice:
+def choose_rank_cache(requested: str, *, samples_per_rank: int, channels: int) -> CacheChoice:
     """Where this rank's images live for the run (``--cache``), logged with the reason;
     ConfigError when the cache asked for cannot be had."""
     device = accelerator()
     choice = choose_cache(
         requested,
-        part_bytes=samples_per_rank * SAMPLE_BYTES,
-        host_problem=cache_problem(samples_per_rank, distributed.local_size(), memory_available()),
+        part_bytes=samples_per_rank * sample_bytes(channels),
+        host_problem=cache_problem(
+            samples_per_rank, distributed.local_size(), memory_available(), channels
+        ),
         device=device,
         device_free=accelerator_free_bytes() if device else None,
     )
@@ -100,16 +105,19 @@ def memory_available() -> int | None:
         return None
 
 
-def cache_problem(samples_per_rank: int, ranks_on_node: int, available: int | None) -> str | None:
+def cache_problem(
+    samples_per_rank: int, ranks_on_node: int, available: int | None, channels: int
+) -> str | None:
     """Why ``--cache memory`` would not fit on this node, or None when it fits (or the
     available memory is unknown): better a clear error at start-up than the OOM killer."""
-    need = samples_per_rank * SAMPLE_BYTES * ranks_on_node
+    image_bytes = sample_bytes(channels)
+    need = samples_per_rank * image_bytes * ranks_on_node
     if available is None or need <= CACHE_SHARE * available:
         return None
     gb = 1024**3
     return (
         f"--cache memory needs {need / gb:.1f} GB on this node ({ranks_on_node} rank(s) x "
-        f"{samples_per_rank:,} images of {SAMPLE_BYTES / 1e6:.2f} MB) but only "
+        f"{samples_per_rank:,} images of {image_bytes / 1e6:.2f} MB) but only "
         f"{available / gb:.1f} GB are available; use --cache none (streaming from the "
         "shards), more nodes, or fewer ranks per node"
     )

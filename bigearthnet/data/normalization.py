@@ -9,20 +9,35 @@ import numpy as np
 import tensorflow as tf
 
 from bigearthnet.core import constants
-from bigearthnet.formats.shards import Manifest
+from bigearthnet.formats.shards import S1_DB_OFFSET, S1_DB_SCALE, Manifest
 
 
-def band_stats(manifest: Manifest | None) -> tuple[np.ndarray, np.ndarray]:
-    """Per-band mean and std from the manifest (train split), else the v1 fallback."""
+def band_stats(
+    manifest: Manifest | None, bands: tuple[str, ...] = constants.BANDS
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and std from the manifest (train split), else the published
+    statistics of the manifest's (or, without one, ``bands``') channels."""
     mean: Sequence[float] | None = manifest.band_mean if manifest is not None else None
     std: Sequence[float] | None = manifest.band_std if manifest is not None else None
     if mean is None or std is None:
-        mean = [constants.FALLBACK_BAND_MEAN[b] for b in constants.BANDS]
-        std = [constants.FALLBACK_BAND_STD[b] for b in constants.BANDS]
+        mean, std = fallback_stats(manifest.bands if manifest is not None else bands)
     # Constant bands: no division by 0.
     return np.asarray(mean, dtype=np.float32), np.maximum(np.asarray(std, np.float32), 1.0)
 
 
+def fallback_stats(bands: tuple[str, ...]) -> tuple[list[float], list[float]]:
+    """Published per-channel statistics in the shards' units (S1: dB turned into codes)."""
+    mean, std = [], []
+    for band in bands:
+        if band in constants.S1_BANDS:
+            mean.append((constants.FALLBACK_S1_DB_MEAN[band] - S1_DB_OFFSET) / S1_DB_SCALE)
+            std.append(constants.FALLBACK_S1_DB_STD[band] / S1_DB_SCALE)
+        else:
+            mean.append(constants.FALLBACK_BAND_MEAN[band])
+            std.append(constants.FALLBACK_BAND_STD[band])
+    return mean, std
+
+
 def normalize(images: tf.Tensor, mean: tf.Tensor, std: tf.Tensor) -> tf.Tensor:
-    """uint16 reflectances -> float32 standardised per band (training and inference alike)."""
+    """uint16 images -> float32 standardised per channel (training and inference alike)."""
     return (tf.cast(images, tf.float32) - mean) / std

@@ -42,7 +42,6 @@ from bigearthnet.data.loader import Prefetcher, RowGather, aligned_empty, tensor
 from bigearthnet.data.partition import epoch_order, rank_range, split_batches
 from bigearthnet.formats.shards import (
     CHUNK_ROWS,
-    IMAGE_SHAPE,
     Manifest,
     ShardEntry,
     ShardError,
@@ -85,6 +84,7 @@ class RankData:
                 f"{self.data_dir}: --labels 43 but these shards hold 19-class labels only"
             )
         self.files = _shard_files(self.data_dir, manifest, split)
+        self.image_shape = manifest.image_shape
         self.total = sum(f.count for f in self.files)
         self.start, self.stop = rank_range(self.total, rank, size)
         self.rank = rank
@@ -148,13 +148,13 @@ class RankData:
                 with h5py.File(file.path, "r") as f:
                     parts.append(f[key][lo - file.start : hi - file.start])
         if not parts:
-            shape = IMAGE_SHAPE if key == "images" else ()
+            shape = self.image_shape if key == "images" else ()
             return np.zeros((0, *shape), dtype=np.uint16 if key == "images" else np.uint8)
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def _read_images_aligned(self) -> np.ndarray:
         """The part's images in one aligned array, read straight into it (no concatenation)."""
-        out = aligned_empty((len(self), *IMAGE_SHAPE), np.uint16)
+        out = aligned_empty((len(self), *self.image_shape), np.uint16)
         pos = 0
         for file in self.files:
             lo, hi = max(self.start, file.start), min(self.stop, file.start + file.count)

@@ -51,6 +51,7 @@ from bigearthnet.evaluation.plots import (
 from bigearthnet.evaluation.report import Predictions, format_table, write_outputs
 from bigearthnet.formats.history import HistoryRow, read_history
 from bigearthnet.formats.shards import Manifest, read_manifest
+from bigearthnet.inference.predictor import check_bands
 from bigearthnet.inference.trained_run import LoadedModel, check_data_labels, load_model
 
 log = distributed.log
@@ -170,6 +171,7 @@ def prepare(
     manifest = read_manifest(data_dir)
     loaded = load_model(run_dir, checkpoint, manifest)
     check_data_labels(loaded.record, manifest, data_dir)
+    check_bands(loaded, manifest.bands, f"shards {data_dir}")
     rank, size = distributed.rank(), distributed.size()
     parts = {
         split: RankData(

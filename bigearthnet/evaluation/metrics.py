@@ -187,6 +187,22 @@ def _per_class_ap(truth: np.ndarray, y_score: np.ndarray) -> np.ndarray:
     return ap
 
 
+def average_precisions(y_true: Any, y_score: Any) -> tuple[float | None, float | None]:
+    """(micro mAP, macro mAP) of gathered scores, as :func:`full_report` computes them
+    (validation in training uses this, so its mAPs equal the test report's)."""
+    truth, y_score = _as_2d(y_true, y_score)
+    return _mean_precisions(truth, y_score, _per_class_ap(truth, y_score))
+
+
+def _mean_precisions(
+    truth: np.ndarray, y_score: np.ndarray, ap: np.ndarray
+) -> tuple[float | None, float | None]:
+    if not truth.any():
+        return None, None
+    micro = float(average_precision_score(truth, y_score, average="micro"))
+    return micro, float(np.nanmean(ap))
+
+
 def full_report(
     y_true: Any,
     y_score: Any,
@@ -234,10 +250,7 @@ def full_report(
         )
 
     ap = _per_class_ap(truth, y_score)
-    report["micro_map"] = (
-        float(average_precision_score(truth, y_score, average="micro")) if truth.any() else None
-    )
-    report["macro_map"] = float(np.nanmean(ap)) if truth.any() else None
+    report["micro_map"], report["macro_map"] = _mean_precisions(truth, y_score, ap)
     report["count"] = int(truth.shape[0])
     report["threshold"] = _threshold_for_json(thr)
     report["classes"] = names

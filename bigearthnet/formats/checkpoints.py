@@ -109,8 +109,13 @@ class CheckpointRecord:
         constants.PATCH_SIZE,
         len(constants.BANDS),
     )
+    # The channels the model takes, in order (a configuration of constants.BAND_CONFIGS);
+    # checkpoints written before band configurations existed were trained on the 12 S2 bands.
+    bands: tuple[str, ...] = constants.BANDS
     val_micro_f1: float | None = None
     val_macro_f1: float | None = None
+    val_micro_map: float | None = None
+    val_macro_map: float | None = None
     data: str | None = None  # the --data folder trained on, and its shards' identity
     data_id: str | None = None  # (shards.Manifest.data_id): a resume checks it
     folder: str = ""
@@ -127,6 +132,7 @@ class CheckpointRecord:
         body = dataclasses.asdict(self)
         body.update(body.pop("position"))
         body["input_shape"] = list(self.input_shape)
+        body["bands"] = list(self.bands)
         return {k: v for k, v in body.items() if v is not None}
 
     @classmethod
@@ -138,6 +144,8 @@ class CheckpointRecord:
             values["order"] = "global"
         if raw.get("input_shape"):
             values["input_shape"] = tuple(int(v) for v in raw["input_shape"])
+        if raw.get("bands"):
+            values["bands"] = tuple(str(v) for v in raw["bands"])
         return cls(**values)
 
 

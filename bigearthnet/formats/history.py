@@ -41,6 +41,13 @@ class HistoryRow:
     gns_trace: float | None = None  # tr(S) estimate
     steps: int | None = None  # optimizer updates in the epoch (all of it, across resizes)
     samples: int | None = None  # training samples the epoch consumed, all ranks
+    val_micro_map: float | None = None  # from the gathered validation scores
+    val_macro_map: float | None = None  # (None in rows written before validation had them)
+
+    def score(self, metric: str) -> float | None:
+        """A validation metric by its history name (``val_micro_f1``, ``val_macro_map``...)."""
+        value = getattr(self, metric)
+        return None if value is None else float(value)
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(HistoryRow))

@@ -1,7 +1,8 @@
 """``RUN/status.json``: how a training ended, its one writer and its one reader.
 
-Rank 0 writes it when the epoch driver stops for good: ``finished`` (``--epochs`` done) or
-``target`` (``--target-f1`` reached); a later run on the folder removes it as it starts.
+Rank 0 writes it when the epoch driver stops for good: ``finished`` (``--epochs`` done),
+``target`` (``--target-f1`` reached) or ``early_stop`` (``--early-stopping-patience``); a
+later run on the folder removes it as it starts.
 Readers that watch a run from outside (``bigearthnet-elastic follow``) stop following when
 it appears, whatever ``--epochs`` said; a folder without it holds a run still going, or one
 that was stopped or failed and may be resumed.
@@ -17,7 +18,7 @@ from pathlib import Path
 from bigearthnet.core.util import atomic_write_json
 
 STATUS = "status.json"
-ENDINGS = ("finished", "target")
+ENDINGS = ("finished", "target", "early_stop")
 
 
 @dataclass(frozen=True)

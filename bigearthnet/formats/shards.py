@@ -12,8 +12,10 @@ Each shard holds, for its N patches:
 =========== ================== ===========================================================
 dataset     shape, dtype       content
 =========== ================== ===========================================================
-images      (N,120,120,12) u2  reflectance x 1e4, bands in ``constants.BANDS`` order,
-                               chunked ``CHUNK_ROWS`` patches at a time for batch reads
+images      (N,120,120,C) u2   the manifest's ``bands`` in order (a configuration of
+                               ``constants.BAND_CONFIGS``): S2 reflectance x 1e4 as the
+                               archive has it, S1 dB scaled (:func:`encode_db`); chunked
+                               ``CHUNK_ROWS`` patches at a time for batch reads
 labels19    (N,19) u1          multi-hot, ``constants.CLASSES_19`` order
 labels43    (N,43) u1          multi-hot, ``constants.CLASSES_43`` order (v1 sources only)
 names       (N,) UTF-8         patch names
@@ -23,6 +25,14 @@ ulxy        (N,2) f8           upper-left corner of the patch in its CRS (metres
 
 File attributes name the bands, the class lists, the resampling, the source version and
 the split, so a shard is self-describing even without the manifest.
+
+Sentinel-1 backscatter (float32 dB in the archive) is stored as uint16 codes,
+``dB = code * S1_DB_SCALE + S1_DB_OFFSET``: 0.002 dB steps over -80..+51.07 dB, so a value in
+that range comes back within 0.001 dB (1,000x finer than Sentinel-1's ~1 dB radiometric
+accuracy) and values outside it saturate. One image type for every configuration keeps the
+uint16 caches and loaders as they are, and as the codes are affine in dB, standardising
+them with their own statistics equals standardising the dB values: a model never decodes.
+The manifest records each channel's ``channel_scale`` and ``channel_offset``.
 """
 
 from __future__ import annotations
@@ -45,7 +55,24 @@ FORMAT_VERSION = 1
 CHUNK_ROWS = 16  # 16 patches = 5.5 MB: big sequential reads, still fine-grained for shuffling
 MANIFEST = "manifest.json"
 REJECTS = "rejects.csv"
-IMAGE_SHAPE = (constants.PATCH_SIZE, constants.PATCH_SIZE, len(constants.BANDS))
+S1_DB_SCALE = 0.002  # dB per code
+S1_DB_OFFSET = -80.0  # dB of code 0
+
+
+def image_shape(channels: int) -> tuple[int, int, int]:
+    """(120, 120, channels): one patch's image."""
+    return (constants.PATCH_SIZE, constants.PATCH_SIZE, channels)
+
+
+def encode_db(db: np.ndarray) -> np.ndarray:
+    """float dB -> uint16 codes (rounded to 0.002 dB; saturating outside -80..+51.07 dB)."""
+    codes = np.rint((np.asarray(db, dtype=np.float64) - S1_DB_OFFSET) / S1_DB_SCALE)
+    return np.clip(codes, 0, np.iinfo(np.uint16).max).astype(np.uint16)
+
+
+def channel_encoding(band: str) -> tuple[float, float]:
+    """(scale, offset) of a channel's codes: physical value = code * scale + offset."""
+    return (S1_DB_SCALE, S1_DB_OFFSET) if band in constants.S1_BANDS else (1.0, 0.0)
 
 
 class ShardError(InputError):
@@ -65,6 +92,7 @@ class ShardWriter:
 
     def __init__(self, path: Path, split: str, expected_rows: int, attrs: dict, with43: bool):
         self.path = Path(path)
+        self.shape = image_shape(len(attrs["bands"]))
         self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         self._file = h5py.File(self._tmp, "w")
         self.rows = 0
@@ -76,10 +104,10 @@ class ShardWriter:
         f, text = self._file, h5py.string_dtype("utf-8")
         f.create_dataset(
             "images",
-            shape=(rows, *IMAGE_SHAPE),
-            maxshape=(None, *IMAGE_SHAPE),
+            shape=(rows, *self.shape),
+            maxshape=(None, *self.shape),
             dtype=np.uint16,
-            chunks=(min(CHUNK_ROWS, rows), *IMAGE_SHAPE),
+            chunks=(min(CHUNK_ROWS, rows), *self.shape),
         )
         f.create_dataset("labels19", (rows, 19), np.uint8, maxshape=(None, 19))
         if with43:
@@ -148,8 +176,19 @@ class Manifest:
     command: str = ""
     summary: dict[str, int] = field(default_factory=dict)  # found, written, rejected, excluded
     plan_id: str = ""
-    bands: tuple[str, ...] = constants.BANDS
+    bands: tuple[str, ...] = constants.BANDS  # a configuration of constants.BAND_CONFIGS
+    channel_scale: tuple[float, ...] | None = None  # per channel: value = code*scale+offset
+    channel_offset: tuple[float, ...] | None = None  # (None: S2 only, written before S1)
     format_version: int = FORMAT_VERSION
+
+    @property
+    def band_config(self) -> str:
+        """The configuration's name (s2, s2-10, s1, all); read_manifest refuses others."""
+        return constants.band_config_name(self.bands) or "?"
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        return image_shape(len(self.bands))
 
     def split_shards(self, split: str) -> list[ShardEntry]:
         """The shards of one split, in index order."""
@@ -170,7 +209,8 @@ class Manifest:
         """The manifest as written to disk (with the fixed facts readers may want)."""
         body = dataclasses.asdict(self)
         body.update(
-            image_shape=list(IMAGE_SHAPE),
+            band_config=self.band_config,
+            image_shape=list(self.image_shape),
             dtype="uint16",
             classes19=list(constants.CLASSES_19),
             classes43=list(constants.CLASSES_43) if 43 in self.label_sets else None,
@@ -210,8 +250,11 @@ def read_manifest(data_dir: str | Path) -> Manifest:
         raise ShardError(
             f"{path}: format version {raw['format_version']}, this code reads {FORMAT_VERSION}"
         )
-    if list(raw["bands"]) != list(constants.BANDS):
-        raise ShardError(f"{path}: band order {raw['bands']} differs from {list(constants.BANDS)}")
+    if constants.band_config_name(list(raw["bands"])) is None:
+        raise ShardError(
+            f"{path}: bands {raw['bands']} are none of the configurations "
+            f"{', '.join(constants.BAND_CONFIGS)}"
+        )
     try:
         return _manifest_from_json(raw, path)
     except (KeyError, TypeError, ValueError) as err:
@@ -232,6 +275,8 @@ def _manifest_from_json(raw: dict, path: Path) -> Manifest:
         label_sets=tuple(int(v) for v in raw.get("label_sets") or (19,)),
         band_mean=floats("band_mean"),
         band_std=floats("band_std"),
+        channel_scale=floats("channel_scale"),
+        channel_offset=floats("channel_offset"),
         bands=tuple(raw["bands"]),
         summary=dict(raw.get("summary") or {}),
     )

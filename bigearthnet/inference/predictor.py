@@ -10,6 +10,7 @@ from typing import Protocol
 
 import numpy as np
 
+from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
 
 
@@ -45,8 +46,8 @@ def check_bands(predictor: Predictor, offered: Sequence[str], what: str) -> None
     if tuple(offered) != wanted:
         source = predictor.provenance.get("export") or predictor.provenance.get("run_dir")
         raise BandMismatch(
-            f"{what} gives bands {','.join(offered)} but the model of {source} takes "
-            f"{','.join(wanted)} ({len(wanted)} channels): another band configuration"
+            f"{what} gives bands {constants.describe_bands(tuple(offered))} but the model of "
+            f"{source} takes {constants.describe_bands(wanted)}: another band configuration"
         )
 
 

@@ -39,7 +39,7 @@ class LoadedModel:
     mean: np.ndarray
     std: np.ndarray
     resampling: str = "bilinear"  # how the training data's 20/60 m bands were upsampled
-    bands: tuple[str, ...] = constants.BANDS  # the channels the model takes, in order
+    bands: tuple[str, ...] = constants.BANDS  # the channels the model takes (its checkpoint's)
     run_dir: Path | None = None  # the folder it was loaded from (config.run_dir: trained in)
     _predict: Any = field(init=False, repr=False)
 
@@ -76,7 +76,7 @@ class LoadedModel:
         return tf.sigmoid(tf.cast(self.model(x, training=False), tf.float32))
 
     def predict(self, images: np.ndarray) -> np.ndarray:
-        """(N, 120, 120, 12) uint16 -> (N, C) float32 sigmoid scores."""
+        """(N, 120, 120, channels) uint16 -> (N, C) float32 sigmoid scores."""
         if len(images) == 0:
             return np.zeros((0, self.num_classes), dtype=np.float32)
         return self._predict(tf.convert_to_tensor(images)).numpy()
@@ -168,7 +168,8 @@ def load_model(
     # partial: the checkpoint also holds the optimizer and epoch, which inference ignores.
     checkpoints.restore_path(prefix, {"model": model}, partial=True)
     trained_on = training_data(config, manifest)
-    mean, std = band_stats(trained_on)
+    if trained_on is not None and trained_on.bands != record.bands:
+        trained_on = None  # statistics of other channels: the published ones of the model's
+    mean, std = band_stats(trained_on, record.bands)
     resampling = trained_on.resampling if trained_on is not None else "bilinear"
-    bands = trained_on.bands if trained_on is not None else constants.BANDS
-    return LoadedModel(model, record, prefix, config, mean, std, resampling, tuple(bands), run_dir)
+    return LoadedModel(model, record, prefix, config, mean, std, resampling, record.bands, run_dir)

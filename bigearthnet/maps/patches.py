@@ -96,14 +96,24 @@ class MapFile:
 
 
 def archive_batches(
-    root: Path, version: str, resampling: str, batch_size: int, snow_cloud: bool, skipped: list
+    root: Path,
+    version: str,
+    resampling: str,
+    batch_size: int,
+    snow_cloud: bool,
+    skipped: list,
+    *,
+    bands: tuple[str, ...] = constants.BANDS,
+    s1_root: Path | None = None,
 ) -> tuple[int, Iterator[tuple[np.ndarray, list[Place]]]]:
-    """Number of patches listed, and batches of (uint16 images, places) read from the archive.
+    """Number of patches listed, and batches of (uint16 images of ``bands``, places) read
+    from the archive (with Sentinel-1 from ``s1_root``, by default the v2 archive's own).
 
     Unreadable patches are appended to ``skipped`` as (name, reason) and left out.
     """
     from bigearthnet.preprocessing.archive import (
         PatchError,
+        default_s1_root,
         detect_version,
         list_patches,
         read_patch,
@@ -111,7 +121,9 @@ def archive_batches(
     from bigearthnet.preprocessing.assembly import assemble
 
     version = detect_version(root) if version == "auto" else version
-    listing = list_patches(root, version)
+    if s1_root is None and any(band in constants.S1_BANDS for band in bands):
+        s1_root = default_s1_root(root, version)
+    listing = list_patches(root, version, s1_root)
     refs = listing.patches + (listing.snow_cloud if snow_cloud else [])
 
     def batches():
@@ -119,11 +131,11 @@ def archive_batches(
             images, places = [], []
             for ref in refs[start : start + batch_size]:
                 try:
-                    patch = read_patch(ref, version)
+                    patch = read_patch(ref, version, bands)
                 except PatchError as err:
                     skipped.append((ref.name, str(err)))
                     continue
-                images.append(assemble(patch, resampling))
+                images.append(assemble(patch, resampling, bands))
                 places.append(Place(patch.name, patch.crs, patch.ulx, patch.uly))
             if places:
                 yield np.stack(images), places

@@ -38,7 +38,7 @@ def map_scene(
     windows/s, and this rank's seconds reading and in the model)."""
     from rasterio.transform import Affine
 
-    from bigearthnet.inference.predictor import check_bands, open_predictor
+    from bigearthnet.inference.predictor import open_predictor
 
     distributed.init(threads=default_threads())
     loaded = open_predictor(run_dir=run_dir, model_dir=model_dir, checkpoint=checkpoint)
@@ -47,9 +47,15 @@ def map_scene(
             f"{model_dir or run_dir}: its model predicts {loaded.num_classes} classes, "
             f"not the requested {labels}"
         )
-    # The scene reader gives the Sentinel-2 bands in canonical order.
-    check_bands(loaded, constants.BANDS, f"scene {scene_dir}")
-    scene = Scene(Path(scene_dir), bbox=bbox, band_order=band_order, mask_clouds=mask_clouds)
+    bands = tuple(loaded.bands)
+    if any(band in constants.S1_BANDS for band in bands):
+        raise SceneError(
+            f"{model_dir or run_dir}: its model takes {constants.describe_bands(bands)}; "
+            "scene maps read Sentinel-2 scenes only (a Sentinel-1 scene map is out of scope)"
+        )
+    scene = Scene(
+        Path(scene_dir), bbox=bbox, band_order=band_order, mask_clouds=mask_clouds, bands=bands
+    )
     times = StageTimes()
     try:
         method = resampling or loaded.resampling  # as the model's training data was

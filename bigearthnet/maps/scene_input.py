@@ -69,21 +69,27 @@ class Strip:
     invalid: np.ndarray  # (WINDOW, width) bool at 10 m
 
 
-def find_bands(scene: Path, *, band_order: Sequence[str] | None = None) -> dict[str, BandSource]:
-    """Band name -> source of the 12 BigEarthNet bands; SceneError naming what is missing."""
+def find_bands(
+    scene: Path,
+    *,
+    band_order: Sequence[str] | None = None,
+    bands: tuple[str, ...] = constants.BANDS,
+) -> dict[str, BandSource]:
+    """Band name -> source of each of ``bands`` (the model's Sentinel-2 bands); SceneError
+    naming what is missing."""
     if scene.is_file():
-        return _stacked_bands(scene, band_order)
+        return _stacked_bands(scene, band_order, bands)
     if not scene.is_dir():
         raise SceneError(f"{scene}: no such scene (an L2A .SAFE folder, band GeoTIFFs or one file)")
     if band_order:
         raise SceneError(f"{scene}: --band-order applies to a multi-band GeoTIFF, not a folder")
     jp2 = sorted(scene.glob("GRANULE/*/IMG_DATA/R*m/*.jp2"))
     found: dict[str, BandSource] = {}
-    for band in constants.BANDS:
+    for band in bands:
         file = _band_file(scene, jp2, band, constants.BAND_RESOLUTION_M[band])
         if file is not None:
             found[band] = BandSource(file, 1, BAND_FACTOR[band])
-    missing = [b for b in constants.BANDS if b not in found]
+    missing = [b for b in bands if b not in found]
     if missing:
         raise SceneError(f"{scene}: no image of band(s) {', '.join(missing)}")
     return found
@@ -107,7 +113,9 @@ def _band_file(scene: Path, jp2: list[Path], band: str, res: int) -> Path | None
     return matches[0] if matches else None
 
 
-def _stacked_bands(file: Path, band_order: Sequence[str] | None) -> dict[str, BandSource]:
+def _stacked_bands(
+    file: Path, band_order: Sequence[str] | None, bands: tuple[str, ...]
+) -> dict[str, BandSource]:
     """One multi-band GeoTIFF: bands named by ``band_order``, else by their descriptions,
     else the 12 BigEarthNet bands in canonical order."""
     import rasterio
@@ -128,12 +136,12 @@ def _stacked_bands(file: Path, band_order: Sequence[str] | None) -> dict[str, Ba
     unknown = [n for n in names if n not in constants.BANDS and n != "-"]
     if unknown:
         raise SceneError(f"{file}: unknown band name(s) {', '.join(unknown)} in the band order")
-    missing = [b for b in constants.BANDS if b not in names]
+    missing = [b for b in bands if b not in names]
     if missing:
         raise SceneError(f"{file}: no band {', '.join(missing)} (see --band-order)")
     if not np.allclose(res, (10.0, 10.0)):
         raise SceneError(f"{file}: {res[0]:g} x {res[1]:g} pixels; a band stack must be at 10 m")
-    return {name: BandSource(file, i + 1, 1) for i, name in enumerate(names) if name != "-"}
+    return {name: BandSource(file, i + 1, 1) for i, name in enumerate(names) if name in bands}
 
 
 def boa_offsets(scene: Path) -> dict[str, int]:
@@ -165,8 +173,8 @@ def parse_bbox(text: str) -> tuple[float, float, float, float]:
 
 
 class Scene:
-    """The 12 bands of a scene (optionally a bbox of it), open for reading by strips.
-    ``height`` and ``width`` are 10 m px of the area read, ``transform`` its grid."""
+    """The Sentinel-2 ``bands`` of a scene (optionally a bbox of it), open for reading by
+    strips. ``height`` and ``width`` are 10 m px of the area read, ``transform`` its grid."""
 
     def __init__(
         self,
@@ -175,12 +183,14 @@ class Scene:
         bbox: tuple[float, float, float, float] | None = None,
         band_order: Sequence[str] | None = None,
         mask_clouds: bool = False,
+        bands: tuple[str, ...] = constants.BANDS,
     ) -> None:
         import rasterio
         from rasterio.transform import Affine
 
         self.path = path
-        self.sources = find_bands(path, band_order=band_order)
+        self.bands = bands
+        self.sources = find_bands(path, band_order=band_order, bands=bands)
         self.offsets = boa_offsets(path)
         self.scl = find_scl(path) if mask_clouds else None
         if mask_clouds and self.scl is None:
@@ -249,10 +259,11 @@ class Scene:
         self.close()
 
     def strip(self, row: int) -> Strip:
-        """The window rows starting at 10 m row ``row`` of the area, all its columns."""
+        """The window rows starting at 10 m row ``row`` of the area, all its columns; the
+        bands in the model's order (``self.bands``)."""
         bands = {}
-        for band, source in self.sources.items():
-            data = self._read(source, row)
+        for band in self.bands:
+            data = self._read(self.sources[band], row)
             offset = self.offsets.get(band, 0)
             if offset:
                 shifted = data.astype(np.int32) + offset

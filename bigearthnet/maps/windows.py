@@ -85,6 +85,7 @@ def windows_of(strip: Strip, *, stride: int, resampling: str) -> Iterator[tuple[
 def _strip_images(
     strip: Strip, width: int, stride: int, resampling: str
 ) -> Iterator[tuple[int, np.ndarray]]:
+    strip_bands = tuple(strip.bands)  # the model's bands, in its order (Scene.bands)
     for col in window_origins(width, stride):
         if strip.invalid[:, col : col + WINDOW].mean() > 0.5:
             continue
@@ -92,7 +93,7 @@ def _strip_images(
         for band, data in strip.bands.items():
             factor = WINDOW // data.shape[0]  # native pixel / 10 m (1 in a 10 m band stack)
             bands[band] = data[:, col // factor : (col + WINDOW) // factor]
-        yield col, assemble(WindowBands(bands), resampling)
+        yield col, assemble(WindowBands(bands), resampling, strip_bands)
 
 
 @dataclass

@@ -11,10 +11,11 @@ v2.0 / reBEN (549,488 patches)::
     ROOT/metadata.parquet                         # patch_id, labels (19-class), split, ...
     ROOT/metadata_for_patches_with_snow_cloud_or_shadow.parquet
 
-Listing only gathers names (cheap, in the main process); reading a patch - 12 GeoTIFFs
-plus, for v1, its JSON - happens in the workers and raises :class:`PatchError` with a
-one-line reason for anything wrong with that patch, so preprocessing can record it in
-``rejects.csv`` and carry on.
+With Sentinel-1 (the band configurations ``s1`` and ``all``), each S2 patch is paired with
+its S1 patch (:mod:`bigearthnet.preprocessing.sentinel1`). Listing only gathers names (cheap,
+in the main process); reading a patch - its bands' GeoTIFFs plus, for v1, its JSON -
+happens in the workers and raises :class:`PatchError` with a one-line reason for anything
+wrong with that patch, so preprocessing can record it in ``rejects.csv`` and carry on.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ import numpy as np
 from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import first_line
-from bigearthnet.preprocessing.geotiff import GeoTiffError, read_band
+from bigearthnet.preprocessing import sentinel1
+from bigearthnet.preprocessing.geotiff import GeoTiffError, Raster, read_band
 
 # The reBEN (v2) layout: the one home of its names (the reader here, the synthetic writer).
 V2_S2_DIR = "BigEarthNet-S2"
@@ -65,11 +67,12 @@ class PatchRef:
     folder: str
     labels19: tuple[str, ...] | None = None  # v2: from metadata.parquet
     split: str | None = None  # v2: train/val/test from metadata.parquet
+    s1_folder: str | None = None  # the paired S1 patch (only when S1 is asked for)
 
 
 @dataclass
 class Patch:
-    """A patch read from disk, bands at native resolution."""
+    """A patch read from disk, bands at native resolution (S1: float32 dB)."""
 
     name: str
     bands: dict[str, np.ndarray]
@@ -105,13 +108,42 @@ def detect_version(root: Path) -> str:
     )
 
 
-def list_patches(root: Path, version: str) -> Listing:
-    """All patches of the archive, sorted by name."""
+def list_patches(root: Path, version: str, s1_root: Path | None = None) -> Listing:
+    """All patches of the archive, sorted by name; with ``s1_root``, each paired with its
+    Sentinel-1 patch there (v2: by ``s1_name``; v1: through the S1 labels JSON)."""
     if version == "v1":
-        return _list_v1(root)
+        listing = _list_v1(root)
+        if s1_root is not None:
+            pairs = sentinel1.v1_pairs(_existing(s1_root))
+            listing.patches = [_with_s1(r, pairs.get(r.name)) for r in listing.patches]
+        return listing
     if version == "v2":
-        return _list_v2(root)
+        return _list_v2(root, None if s1_root is None else _existing(s1_root))
     raise ArchiveError(f"unknown archive version {version!r}; use v1 or v2")
+
+
+def default_s1_root(root: Path, version: str) -> Path:
+    """Where a configuration with S1 reads it when not told: reBEN's BigEarthNet-S1 folder;
+    v1 has no default (BigEarthNet-S1 v1.0 is a separate archive)."""
+    if version == "v1":
+        raise ArchiveError(
+            f"{root}: a v1 archive holds no Sentinel-1; pass --s1-archive "
+            f"(the {sentinel1.V1_S1_ARCHIVE} folder)"
+        )
+    found = sentinel1.v2_root(root)
+    if found is None:
+        raise ArchiveError(f"{root}: no {sentinel1.V2_S1_DIR} folder; pass --s1-archive")
+    return found
+
+
+def _existing(s1_root: Path) -> Path:
+    if not s1_root.is_dir():
+        raise ArchiveError(f"{s1_root}: Sentinel-1 archive folder does not exist")
+    return s1_root
+
+
+def _with_s1(ref: PatchRef, folder: str | None) -> PatchRef:
+    return PatchRef(ref.name, ref.folder, ref.labels19, ref.split, folder)
 
 
 def _list_v1(root: Path) -> Listing:
@@ -126,13 +158,14 @@ def _list_v1(root: Path) -> Listing:
     return Listing("v1", refs, [], [])
 
 
-def _list_v2(root: Path) -> Listing:
+def _list_v2(root: Path, s1_root: Path | None) -> Listing:
     s2_dir = _v2_image_dir(root)
-    table = _read_v2_table(root / V2_METADATA)
-    patches, missing = _v2_refs(table, s2_dir, V2_METADATA)
+    table = _read_v2_table(root / V2_METADATA, with_s1=s1_root is not None)
+    patches, missing = _v2_refs(table, s2_dir, V2_METADATA, s1_root)
     snow_cloud: list[PatchRef] = []
     if (root / V2_SNOW_CLOUD).is_file():
-        extra, extra_missing = _v2_refs(_read_v2_table(root / V2_SNOW_CLOUD), s2_dir, V2_SNOW_CLOUD)
+        extra_table = _read_v2_table(root / V2_SNOW_CLOUD, with_s1=s1_root is not None)
+        extra, extra_missing = _v2_refs(extra_table, s2_dir, V2_SNOW_CLOUD, s1_root)
         snow_cloud, missing = extra, missing + extra_missing
     if not patches:
         raise ArchiveError(f"{root / V2_METADATA}: no patches listed")
@@ -146,19 +179,25 @@ def _v2_image_dir(root: Path) -> Path:
     return candidates[0]
 
 
-def _read_v2_table(path: Path):
+def _read_v2_table(path: Path, with_s1: bool):
     import pandas as pd  # heavy import, only v2 needs it
 
+    columns = ["patch_id", "labels", "split", *(["s1_name"] if with_s1 else [])]
     try:
-        table = pd.read_parquet(path, columns=["patch_id", "labels", "split"])
+        table = pd.read_parquet(path, columns=columns)
     except Exception as err:  # pyarrow raises many types for broken files
         raise ArchiveError(f"{path}: cannot read parquet ({first_line(err)})") from None
     return table
 
 
-def _v2_refs(table, s2_dir: Path, source: str) -> tuple[list[PatchRef], list[tuple[str, str]]]:
+def _v2_refs(
+    table, s2_dir: Path, source: str, s1_root: Path | None
+) -> tuple[list[PatchRef], list[tuple[str, str]]]:
     refs, missing = [], []
-    for patch_id, labels, split in zip(table["patch_id"], table["labels"], table["split"]):
+    s1_names = table["s1_name"] if s1_root is not None else [None] * len(table)
+    for patch_id, labels, split, s1_name in zip(
+        table["patch_id"], table["labels"], table["split"], s1_names
+    ):
         # Metadata is data, not a path to follow: a name that would leave the folder is refused.
         if not _plain_name(str(patch_id)):
             missing.append((str(patch_id), f"patch_id in {source} is not a plain name: refused"))
@@ -169,7 +208,10 @@ def _v2_refs(table, s2_dir: Path, source: str) -> tuple[list[PatchRef], list[tup
             missing.append((patch_id, f"listed in {source} but missing on disk"))
             continue
         split_name = V2_SPLIT_NAMES.get(str(split))
-        refs.append(PatchRef(patch_id, folder, tuple(labels), split_name))
+        s1_folder = None
+        if s1_root is not None and s1_name and _plain_name(str(s1_name)):
+            s1_folder = sentinel1.v2_folder(s1_root, str(s1_name))
+        refs.append(PatchRef(patch_id, folder, tuple(labels), split_name, s1_folder))
     refs.sort(key=lambda r: r.name)
     return refs, missing
 
@@ -178,26 +220,38 @@ def _plain_name(name: str) -> bool:
     return name not in ("", ".", "..") and Path(name).name == name and "\\" not in name
 
 
-def read_patch(ref: PatchRef, version: str) -> Patch:
-    """Read the 12 bands and the labels of one patch; PatchError with the reason if unusable."""
-    bands: dict[str, np.ndarray] = {}
-    geo = None
-    for band in constants.BANDS:
-        raster = _read_checked_band(ref, band)
-        bands[band] = raster.data
-        if band == "B02":
-            geo = raster
+def read_patch(ref: PatchRef, version: str, bands: tuple[str, ...] = constants.BANDS) -> Patch:
+    """Read ``bands`` (S2 and S1 names) and the labels of one patch; PatchError with the
+    reason if unusable. The corner comes from the first band read (all share it)."""
+    arrays: dict[str, np.ndarray] = {}
+    geo: Raster | None = None
+    for band in bands:
+        raster = (
+            _read_s1_band(ref, band)
+            if band in constants.S1_BANDS
+            else _read_checked_band(ref, band)
+        )
+        arrays[band] = raster.data
+        geo = geo or raster
     if version == "v1":
         labels43 = _v1_labels(ref)
         labels19 = constants.labels43_to_19(labels43)
     else:
         labels43 = None
         labels19 = _labels_vector(ref.labels19 or (), constants.CLASSES_19)
-    assert geo is not None  # B02 is one of constants.BANDS: the loop above set it
-    return Patch(ref.name, bands, labels19, labels43, geo.crs, geo.ulx, geo.uly)
+    if geo is None:
+        raise PatchError("no band asked for")
+    return Patch(ref.name, arrays, labels19, labels43, geo.crs, geo.ulx, geo.uly)
 
 
-def _read_checked_band(ref: PatchRef, band: str):
+def _read_s1_band(ref: PatchRef, band: str) -> Raster:
+    try:
+        return sentinel1.read_s1_band(ref.s1_folder, band)
+    except sentinel1.S1Error as err:
+        raise PatchError(str(err)) from None
+
+
+def _read_checked_band(ref: PatchRef, band: str) -> Raster:
     path = os.path.join(ref.folder, f"{ref.name}_{band}.tif")
     try:
         raster = read_band(path)

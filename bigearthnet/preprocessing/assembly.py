@@ -1,25 +1,23 @@
 """Preprocessing, step 2: one shard from its patches (see
 :mod:`bigearthnet.preprocessing.preprocess`).
 
-Each patch's 20 m and 60 m bands are upsampled to the 10 m grid (:func:`assemble`, also
-what ``bigearthnet-map`` uses, so a map window equals a shard image), blocks of patches are
-written to the shard under a temporary name, and the band sums for the train statistics
-are accumulated in float64.
+Each patch's 20 m and 60 m bands are upsampled to the 10 m grid and its Sentinel-1 dB values
+encoded (:func:`assemble`, also what ``bigearthnet-map`` uses, so a map window equals a shard
+image), blocks of patches are written to the shard under a temporary name, and the band
+sums for the train statistics are accumulated in float64.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from pathlib import Path
 
 import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.core.util import atomic_write_json, sha256_file
-from bigearthnet.formats.shards import (
-    IMAGE_SHAPE,
-    ShardWriter,
-)
+from bigearthnet.formats.shards import ShardWriter, encode_db, image_shape
 from bigearthnet.preprocessing.archive import (
     PatchError,
     read_patch,
@@ -28,45 +26,63 @@ from bigearthnet.preprocessing.plan import PARTS, ShardPlan
 from bigearthnet.preprocessing.resample import upsample
 
 BLOCK = 32  # patches assembled in memory before a write: ~11 MB, bounds RSS per worker
-BAND_INDEX = {band: i for i, band in enumerate(constants.BANDS)}
-RES_GROUPS = tuple(
-    (res, [BAND_INDEX[b] for b in constants.BANDS if constants.BAND_RESOLUTION_M[b] == res])
-    for res in (10, 20, 60)
-)
 
 
-def assemble(patch, resampling: str, out: np.ndarray | None = None) -> np.ndarray:
-    """(120, 120, 12) uint16 in canonical band order; 10 m bands copied bit-exact.
+@functools.cache
+def _resolution_groups(bands: tuple[str, ...]) -> tuple[tuple[int, list[int]], ...]:
+    """(resolution, channel indices) of the S2 bands in ``bands``: upsampled together."""
+    groups = []
+    for res in (10, 20, 60):
+        indices = [i for i, b in enumerate(bands) if constants.BAND_RESOLUTION_M.get(b) == res]
+        if indices:
+            groups.append((res, indices))
+    return tuple(groups)
+
+
+def assemble(
+    patch, resampling: str, bands: tuple[str, ...] = constants.BANDS, out: np.ndarray | None = None
+) -> np.ndarray:
+    """(120, 120, len(bands)) uint16, channels in ``bands`` order: S2 10 m bands copied
+    bit-exact, 20/60 m upsampled, S1 dB encoded (formats/shards.encode_db).
 
     ``out`` (a row of a block being assembled) is filled in place instead of a new array.
     """
-    image = np.empty(IMAGE_SHAPE, dtype=np.uint16) if out is None else out
-    for _res, indices in RES_GROUPS:
-        stack = np.stack([patch.bands[constants.BANDS[i]] for i in indices])
+    image = np.empty(image_shape(len(bands)), dtype=np.uint16) if out is None else out
+    for _res, indices in _resolution_groups(bands):
+        stack = np.stack([patch.bands[bands[i]] for i in indices])
         image[:, :, indices] = upsample(stack, constants.PATCH_SIZE, resampling).transpose(1, 2, 0)
+    for i, band in enumerate(bands):
+        if band in constants.S1_BANDS:
+            image[:, :, i] = encode_db(patch.bands[band])
     return image
 
 
 def write_shard(
-    shard: ShardPlan, out: Path, version: str, resampling: str, plan_id: str, progress=None
+    shard: ShardPlan,
+    out: Path,
+    version: str,
+    resampling: str,
+    plan_id: str,
+    bands: tuple[str, ...] = constants.BANDS,
+    progress=None,
 ) -> dict:
     """Read, upsample and write one shard; returns (and saves) its sidecar record."""
     with43 = version == "v1"
     attrs = {
-        "bands": list(constants.BANDS),
+        "bands": list(bands),
         "classes19": list(constants.CLASSES_19),
         "classes43": list(constants.CLASSES_43) if with43 else [],
         "resampling": resampling,
         "source_version": version,
     }
     writer = ShardWriter(out / shard.file, shard.split, len(shard.refs), attrs, with43)
-    sums = np.zeros((2, len(constants.BANDS)), dtype=np.float64)
+    sums = np.zeros((2, len(bands)), dtype=np.float64)
     rejects: list[tuple[str, str]] = []
     try:
         with one_blas_thread():
             for start in range(0, len(shard.refs), BLOCK):
                 refs = shard.refs[start : start + BLOCK]
-                block = _read_block(refs, version, resampling, rejects, sums, with43)
+                block = _read_block(refs, version, resampling, bands, rejects, sums)
                 if block is not None:
                     writer.append(block)
                 if progress is not None:
@@ -90,9 +106,9 @@ def write_shard(
     return record
 
 
-def _read_block(refs, version, resampling, rejects, sums, with43) -> dict | None:
+def _read_block(refs, version, resampling, bands, rejects, sums) -> dict | None:
     # Patches are assembled straight into the block that is written (no per-patch copies).
-    images = np.empty((len(refs), *IMAGE_SHAPE), dtype=np.uint16)
+    images = np.empty((len(refs), *image_shape(len(bands))), dtype=np.uint16)
     names: list[str] = []
     labels19: list[np.ndarray] = []
     labels43: list[np.ndarray] = []
@@ -100,11 +116,11 @@ def _read_block(refs, version, resampling, rejects, sums, with43) -> dict | None
     ulxy: list[tuple[float, float]] = []
     for ref in refs:
         try:
-            patch = read_patch(ref, version)
+            patch = read_patch(ref, version, bands)
         except PatchError as err:
             rejects.append((ref.name, str(err)))
             continue
-        assemble(patch, resampling, out=images[len(names)])
+        assemble(patch, resampling, bands, out=images[len(names)])
         names.append(patch.name)
         labels19.append(patch.labels19)
         if patch.labels43 is not None:  # v1 archives (with43); v2 patches have none
@@ -122,7 +138,7 @@ def _read_block(refs, version, resampling, rejects, sums, with43) -> dict | None
         "crs": crs,
         "ulxy": np.asarray(ulxy, dtype=np.float64),
     }
-    if with43:
+    if labels43:
         block["labels43"] = np.stack(labels43)
     return block
 

@@ -24,6 +24,7 @@ from bigearthnet.formats.shards import (
 from bigearthnet.preprocessing import splits
 from bigearthnet.preprocessing.archive import (
     PatchRef,
+    default_s1_root,
     detect_version,
     list_patches,
 )
@@ -42,6 +43,8 @@ class Options:
     exclude: list[Path] = field(default_factory=list)
     include_snow_cloud: bool = False
     resampling: str = "bilinear"
+    band_config: str = constants.DEFAULT_BAND_CONFIG  # a key of constants.BAND_CONFIGS
+    s1_archive: Path | None = None  # where S1 is (v2 default: ARCHIVE/BigEarthNet-S1)
     shard_size: int = 1000
     workers: int = 1
     num_tasks: int = 1
@@ -50,6 +53,14 @@ class Options:
     overwrite: bool = False
     join: bool = False
     progress: bool = True
+
+    @property
+    def bands(self) -> tuple[str, ...]:
+        return constants.BAND_CONFIGS[self.band_config]
+
+    @property
+    def needs_s1(self) -> bool:
+        return any(band in constants.S1_BANDS for band in self.bands)
 
 
 @dataclass
@@ -78,7 +89,10 @@ class Plan:
 def make_plan(opts: Options) -> Plan:
     """The deterministic assignment of patches to shards (see the module docstring)."""
     version = detect_version(opts.archive) if opts.version == "auto" else opts.version
-    listing = list_patches(opts.archive, version)
+    s1_root = None
+    if opts.needs_s1:
+        s1_root = opts.s1_archive or default_s1_root(opts.archive, version)
+    listing = list_patches(opts.archive, version, s1_root)
     refs = list(listing.patches)
     not_written = [(name, reason) for name, reason in listing.missing]
     excluded_reasons: list[tuple[str, str]] = []
@@ -158,6 +172,8 @@ def _cut_shards(refs, assignment, shard_size: int, seed: int) -> list[ShardPlan]
 def _plan_id(shards: list[ShardPlan], opts: Options, version: str) -> str:
     digest = hashlib.sha256()
     digest.update(f"{version}|{opts.resampling}|{FORMAT_VERSION}".encode())
+    if opts.band_config != constants.DEFAULT_BAND_CONFIG:  # s2 plans keep their old ids
+        digest.update(f"|{opts.band_config}".encode())
     for shard in shards:
         digest.update(shard.file.encode())
         for ref in shard.refs:

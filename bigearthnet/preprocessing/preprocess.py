@@ -41,10 +41,12 @@ from bigearthnet.core import constants
 from bigearthnet.core.errors import RunFailed, UsageError
 from bigearthnet.core.util import atomic_write_json, write_csv
 from bigearthnet.formats.shards import (
-    FORMAT_VERSION,
-    IMAGE_SHAPE,
     MANIFEST,
     REJECTS,
+    Manifest,
+    ShardEntry,
+    channel_encoding,
+    write_manifest,
 )
 from bigearthnet.preprocessing.assembly import write_shard
 from bigearthnet.preprocessing.plan import PARTS, Options, Plan, ShardPlan, make_plan
@@ -62,7 +64,8 @@ def run(opts: Options, argv: list[str] | None = None) -> int:
     if not opts.join:
         _log(
             opts,
-            f"{plan.version} archive {opts.archive}: {plan.found} patches found, "
+            f"{plan.version} archive {opts.archive}: {plan.found} patches found, bands "
+            f"{constants.describe_bands(opts.bands)}, "
             f"{len(plan.shards)} shards ({plan.split_source}); task {opts.task_index + 1}/"
             f"{opts.num_tasks}: {len(mine)} shards, {len(mine) - len(todo)} already done",
         )
@@ -80,7 +83,7 @@ def run(opts: Options, argv: list[str] | None = None) -> int:
         return 0
     manifest = join(opts, plan, argv)
     _print_summary(opts, manifest, time.time() - started)
-    rejected = manifest["summary"]["rejected"]
+    rejected = manifest.summary["rejected"]
     if opts.strict and rejected:
         raise RunFailed(f"{rejected} patches rejected (--strict); see {opts.out / REJECTS}")
     return 0
@@ -134,7 +137,7 @@ def _part_path(out: Path, shard: ShardPlan) -> Path:
 def _process(todo: list[ShardPlan], opts: Options, plan: Plan) -> None:
     total = sum(len(s.refs) for s in todo)
     bar = _progress_bar(opts, total)
-    args = (opts.out, plan.version, opts.resampling, plan.plan_id)
+    args = (opts.out, plan.version, opts.resampling, plan.plan_id, opts.bands)
     try:
         if opts.workers <= 1 or len(todo) <= 1:
             for shard in todo:
@@ -170,9 +173,9 @@ def _init_worker(queue) -> None:
     _QUEUE = queue
 
 
-def _pool_task(shard, out, version, resampling, plan_id) -> dict:
+def _pool_task(shard, out, version, resampling, plan_id, bands) -> dict:
     assert _QUEUE is not None  # set by _init_worker in every pool process
-    return write_shard(shard, out, version, resampling, plan_id, progress=_QUEUE.put)
+    return write_shard(shard, out, version, resampling, plan_id, bands, progress=_QUEUE.put)
 
 
 def _drain(queue, bar) -> None:
@@ -193,7 +196,7 @@ def _progress_bar(opts: Options, total: int):
     )
 
 
-def join(opts: Options, plan: Plan, argv: list[str] | None = None) -> dict:
+def join(opts: Options, plan: Plan, argv: list[str] | None = None) -> Manifest:
     """Merge the shard sidecars into manifest.json (written last) and rejects.csv."""
     records = [json.loads(_part_path(opts.out, s).read_text()) for s in plan.shards]
     stale = [r["file"] for r in records if r.get("plan_id") != plan.plan_id]
@@ -207,36 +210,32 @@ def join(opts: Options, plan: Plan, argv: list[str] | None = None) -> dict:
     mean, std = _band_stats([r for r in records if r["split"] == "train"])
     read_rejects = sum(len(r["rejects"]) for r in records)
     missing = sum(1 for _, reason in plan.not_written if not reason.startswith("excluded"))
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join(
-            ["bigearthnet-preprocess", *(argv if argv is not None else sys.argv[1:])]
-        ),
-        "archive": str(opts.archive.resolve()),
-        "archive_version": plan.version,
-        "bands": list(constants.BANDS),
-        "image_shape": list(IMAGE_SHAPE),
-        "dtype": "uint16",
-        "classes19": list(constants.CLASSES_19),
-        "classes43": list(constants.CLASSES_43) if plan.version == "v1" else None,
-        "label_sets": [19, 43] if plan.version == "v1" else [19],
-        "resampling": opts.resampling,
-        "split_source": plan.split_source,
-        "seed": opts.seed,
-        "counts": counts,
-        "band_mean": mean,
-        "band_std": std,
-        "shards": [{k: r[k] for k in ("file", "split", "count", "sha256")} for r in records],
-        "summary": {
+    encodings = [channel_encoding(band) for band in opts.bands]
+    manifest = Manifest(
+        shards=tuple(ShardEntry(r["file"], r["split"], r["count"], r["sha256"]) for r in records),
+        counts=counts,
+        label_sets=(19, 43) if plan.version == "v1" else (19,),
+        band_mean=None if mean is None else tuple(mean),
+        band_std=None if std is None else tuple(std),
+        resampling=opts.resampling,
+        archive=str(opts.archive.resolve()),
+        archive_version=plan.version,
+        split_source=plan.split_source,
+        seed=opts.seed,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        command=" ".join(["bigearthnet-preprocess", *(argv if argv is not None else sys.argv[1:])]),
+        summary={
             "found": plan.found,
             "written": sum(counts.values()),
             "rejected": read_rejects + missing,
             "excluded": plan.excluded,
         },
-        "plan_id": plan.plan_id,
-    }
-    atomic_write_json(opts.out / MANIFEST, manifest)
+        plan_id=plan.plan_id,
+        bands=opts.bands,
+        channel_scale=tuple(scale for scale, _ in encodings),
+        channel_offset=tuple(offset for _, offset in encodings),
+    )
+    write_manifest(opts.out, manifest)
     return manifest
 
 
@@ -255,8 +254,8 @@ def _write_rejects(path: Path, rejects) -> None:
     write_csv(path, ("patch", "reason"), sorted(rejects))
 
 
-def _print_summary(opts: Options, manifest: dict, seconds: float) -> None:
-    s, counts = manifest["summary"], manifest["counts"]
+def _print_summary(opts: Options, manifest: Manifest, seconds: float) -> None:
+    s, counts = manifest.summary, manifest.counts
     rate = s["written"] / seconds if seconds > 0 else 0.0
     _log(
         opts,

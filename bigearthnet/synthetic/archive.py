@@ -13,6 +13,9 @@ writing: :mod:`bigearthnet.synthetic.tiff`):
   ``OUT/metadata.parquet`` (19-class labels, 60/20/20 train/validation/test split, country,
   S1 and v1 names, snow/cloud flags) and ``OUT/metadata_for_patches_with_snow_cloud_or_shadow
   .parquet`` for the ~7 % of patches that are snowy or cloudy (on disk, not in the first file).
+* with ``s1`` (``--s1``), each patch's Sentinel-1 VV/VH as float32 dB GeoTIFFs: v2 in
+  ``OUT/BigEarthNet-S1/<product>/<s1_name>/`` (named by ``s1_name``), v1 as the separate S1
+  v1.0 archive ``OUT/BigEarthNet-S1-v1.0/<s1_name>/`` with labels JSONs naming the S2 patch.
 
 GeoTIFFs are uint16, one band each, uncompressed and striped, 120/60/20 px for the 10/20/60 m
 bands, in a WGS 84 / UTM north CRS (EPSG:326zz, several zones per archive) with a shared
@@ -30,6 +33,7 @@ the end, so an interrupted run never leaves a complete-looking OUT.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import json
@@ -54,6 +58,8 @@ from bigearthnet.core.constants import (
     PATCH_METRES,
 )
 from bigearthnet.preprocessing.archive import V2_METADATA, V2_S2_DIR, V2_SNOW_CLOUD
+from bigearthnet.preprocessing.sentinel1 import PAIR_KEY, V1_S1_ARCHIVE, V2_S1_DIR
+from bigearthnet.synthetic.places import Tile, plan_tiles, stamp, utm_wkt
 from bigearthnet.synthetic.render import (
     PatchJob,
     class_signatures,
@@ -78,28 +84,6 @@ _DROPPED_EXTRA_PROB = 0.12
 _PATCHES_PER_TILE = 100
 _TILE_GRID = 90  # a 109.8 km Sentinel-2 tile holds ~90 x 90 patches of 1.2 km
 
-# (UTM zone, country, range of tile_y0 in 100 km) - plausible places of the BigEarthNet countries.
-_SITES: tuple[tuple[int, str, int, int], ...] = (
-    (29, "Portugal", 41, 46),
-    (29, "Ireland", 57, 61),
-    (31, "Belgium", 56, 57),
-    (32, "Luxembourg", 55, 55),
-    (32, "Switzerland", 51, 53),
-    (33, "Austria", 52, 54),
-    (34, "Serbia", 48, 50),
-    (34, "Kosovo", 47, 47),
-    (34, "Lithuania", 61, 62),
-    (35, "Finland", 67, 77),
-    (35, "Lithuania", 61, 62),
-)
-_ZONES: tuple[int, ...] = tuple(sorted({site[0] for site in _SITES}))
-_TILE_X0: tuple[int, ...] = (300000, 399960, 499980, 600000, 699960)  # Sentinel-2 tile corners
-_LAT_BANDS = "CDEFGHJKLMNPQRSTUVWX"
-_MGRS_COLS = "ABCDEFGHJKLMNPQRSTUVWXYZ"
-_MGRS_ROWS = "ABCDEFGHJKLMNPQRSTUV"
-_FIRST_DAY = dt.datetime(2017, 6, 1)  # BigEarthNet acquisitions span June 2017 - May 2018
-_DAYS = 365
-
 
 @dataclass(frozen=True)
 class SyntheticPatch:
@@ -112,100 +96,6 @@ class SyntheticPatch:
     ulx: int
     uly: int
     snow_or_cloud: bool = False  # v2 only: listed in the snow/cloud parquet, not metadata.parquet
-
-
-@dataclass(frozen=True)
-class _Tile:
-    mission: str
-    when: dt.datetime
-    strip_hour: bool
-    zone: int
-    mgrs: str
-    orbit: int
-    x0: int
-    y0: int
-    country: str
-    processed: dt.datetime
-    s1_mission: str
-    s1_when: dt.datetime
-
-
-# --------------------------------------------------------------------------- planning
-
-
-def utm_wkt(zone: int) -> str:
-    """WKT of WGS 84 / UTM zone <zone>N exactly as the v1 JSON files spell it."""
-    meridian = 6 * zone - 183
-    return (
-        f'PROJCS["WGS 84 / UTM zone {zone}N",GEOGCS["WGS 84",DATUM["WGS_1984",'
-        'SPHEROID["WGS 84",6378137,298.257223563,AUTHORITY["EPSG","7030"]],'
-        'AUTHORITY["EPSG","6326"]],PRIMEM["Greenwich",0,AUTHORITY["EPSG","8901"]],'
-        'UNIT["degree",0.0174532925199433,AUTHORITY["EPSG","9122"]],'
-        'AXIS["Latitude",NORTH],AXIS["Longitude",EAST],AUTHORITY["EPSG","4326"]],'
-        'PROJECTION["Transverse_Mercator"],PARAMETER["latitude_of_origin",0],'
-        f'PARAMETER["central_meridian",{meridian}],PARAMETER["scale_factor",0.9996],'
-        'PARAMETER["false_easting",500000],PARAMETER["false_northing",0],'
-        'UNIT["metre",1,AUTHORITY["EPSG","9001"]],AXIS["Easting",EAST],AXIS["Northing",NORTH],'
-        f'AUTHORITY["EPSG","326{zone:02d}"]]'
-    )
-
-
-def _stamp(when: dt.datetime, strip_hour: bool = False) -> str:
-    """YYYYMMDDThhmmss; v1 names lost the hour's leading zero in some products (T94033)."""
-    text = when.strftime("%Y%m%dT%H%M%S")
-    return text[:9] + text[10:] if strip_hour and when.hour < 10 else text
-
-
-def _plan_tiles(rng: np.random.Generator, num_tiles: int) -> list[_Tile]:
-    zones = [int(z) for z in rng.permutation(_ZONES)]
-    tiles: list[_Tile] = []
-    names: set[tuple[str, str]] = set()
-    while len(tiles) < num_tiles:
-        i = len(tiles)
-        zone = zones[i % len(zones)]  # consecutive tiles never share a zone
-        sites = [s for s in _SITES if s[0] == zone]
-        _, country, y_lo, y_hi = sites[int(rng.integers(len(sites)))]
-        y0 = int(rng.integers(y_lo, y_hi + 1)) * 100_000 + 40
-        strip_hour = i % 3 == 1  # some names lose the hour's leading zero, like the real ones
-        hour = 9 if strip_hour else int(rng.integers(9, 12))
-        when = _FIRST_DAY + dt.timedelta(
-            days=int(rng.integers(_DAYS)),
-            hours=hour,
-            minutes=int(rng.integers(60)),
-            seconds=int(rng.integers(60)),
-        )
-        mission = "S2A" if rng.random() < 0.5 else "S2B"
-        if (mission, _stamp(when, strip_hour)) in names:
-            continue  # patch names must be unique: draw this tile again
-        names.add((mission, _stamp(when, strip_hour)))
-        lat = (y0 - 60_000) / 110_900  # rough, only to pick the MGRS latitude band
-        mgrs = (
-            f"{zone:02d}{_LAT_BANDS[int((lat + 80) // 8)]}"
-            f"{_MGRS_COLS[int(rng.integers(len(_MGRS_COLS)))]}"
-            f"{_MGRS_ROWS[int(rng.integers(len(_MGRS_ROWS)))]}"
-        )
-        s1_when = when + dt.timedelta(
-            days=int(rng.integers(-2, 3)),
-            hours=int(rng.choice([-5, 7])),
-            seconds=int(rng.integers(3600)),
-        )
-        tiles.append(
-            _Tile(
-                mission=mission,
-                when=when,
-                strip_hour=strip_hour,
-                zone=zone,
-                mgrs=mgrs,
-                orbit=int(rng.integers(1, 144)),
-                x0=int(rng.choice(_TILE_X0)),
-                y0=y0,
-                country=country,
-                processed=when + dt.timedelta(seconds=int(rng.integers(60, 3 * 3600))),
-                s1_mission="S1A" if rng.random() < 0.5 else "S1B",
-                s1_when=s1_when,
-            )
-        )
-    return tiles
 
 
 @functools.cache
@@ -249,7 +139,7 @@ def _v2_splits(rng: np.random.Generator, num_patches: int) -> list[str]:
     return [ordered[i] for i in rng.permutation(num_patches)]
 
 
-def _v1_metadata(tile: _Tile, labels: Sequence[str], ulx: int, uly: int) -> str:
+def _v1_metadata(tile: Tile, labels: Sequence[str], ulx: int, uly: int) -> str:
     baseline = "N0205" if tile.when < dt.datetime(2017, 11, 1) else "N0206"
     meta = {
         "labels": list(labels),
@@ -261,8 +151,8 @@ def _v1_metadata(tile: _Tile, labels: Sequence[str], ulx: int, uly: int) -> str:
         },
         "projection": utm_wkt(tile.zone),
         "tile_source": (
-            f"{tile.mission}_MSIL1C_{_stamp(tile.when, tile.strip_hour)}_{baseline}"
-            f"_R{tile.orbit:03d}_T{tile.mgrs}_{_stamp(tile.processed)}.SAFE"
+            f"{tile.mission}_MSIL1C_{stamp(tile.when, tile.strip_hour)}_{baseline}"
+            f"_R{tile.orbit:03d}_T{tile.mgrs}_{stamp(tile.processed)}.SAFE"
         ),
         "acquisition_date": tile.when.strftime("%Y-%m-%d %H:%M:%S"),
     }
@@ -270,11 +160,12 @@ def _v1_metadata(tile: _Tile, labels: Sequence[str], ulx: int, uly: int) -> str:
 
 
 def plan_archive(
-    num_patches: int, layout: str, seed: int
+    num_patches: int, layout: str, seed: int, s1: bool = False
 ) -> tuple[list[SyntheticPatch], list[PatchJob], list[dict]]:
-    """Decide every name, place, date, label and split from the seed (no pixels yet)."""
+    """Decide every name, place, date, label and split from the seed (no pixels yet);
+    ``s1`` adds each patch's Sentinel-1 folder (the same plan otherwise)."""
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0]))
-    tiles = _plan_tiles(rng, min(num_patches, max(2, math.ceil(num_patches / _PATCHES_PER_TILE))))
+    tiles = plan_tiles(rng, min(num_patches, max(2, math.ceil(num_patches / _PATCHES_PER_TILE))))
     tile_of = [i % len(tiles) for i in range(num_patches)]
     cells: list[list[int]] = [
         [int(c) for c in rng.choice(_TILE_GRID**2, size=tile_of.count(t), replace=False)]
@@ -293,13 +184,18 @@ def plan_archive(
         cell = cells[tile_of[i]].pop()
         col, row = cell % _TILE_GRID, cell // _TILE_GRID
         ulx, uly = tile.x0 + col * PATCH_METRES, tile.y0 - row * PATCH_METRES
-        v1_name = f"{tile.mission}_MSIL2A_{_stamp(tile.when, tile.strip_hour)}_{col}_{row}"
+        v1_name = f"{tile.mission}_MSIL2A_{stamp(tile.when, tile.strip_hour)}_{col}_{row}"
+        s1_product = f"{tile.s1_mission}_IW_GRDH_1SDV_{tile.s1_when:%Y%m%dT%H%M%S}"
+        s1_name = f"{s1_product}_{tile.mgrs}_{col}_{row}"
+        s1_json = None
         epsg = 32600 + tile.zone
         if layout == "v1":
             classes = _draw_classes_v1(rng)
             labels = tuple(CLASSES_43[c] for c in sorted(set(classes)))
             name, rel_dir, rows_sig = v1_name, v1_name, classes
             metadata, nodata = _v1_metadata(tile, labels, ulx, uly), None
+            s1_dir = f"{V1_S1_ARCHIVE}/{s1_name}"
+            s1_json = json.dumps({"labels": list(labels), PAIR_KEY: v1_name}) + "\n"
         else:
             classes = _draw_classes_v2(rng)
             labels = tuple(CLASSES_19[c] for c in sorted(classes))
@@ -308,6 +204,7 @@ def plan_archive(
                 f"_T{tile.mgrs}_{col}_{row}"
             )
             rel_dir = f"{V2_S2_DIR}/{name.rsplit('_', 2)[0]}/{name}"
+            s1_dir = f"{V2_S1_DIR}/{s1_product}/{s1_name}"
             rows_sig = tuple(representative[c] for c in classes)
             metadata, nodata = None, 0
             rows.append(
@@ -316,10 +213,7 @@ def plan_archive(
                     "labels": list(labels),
                     "split": splits[i],
                     "country": tile.country,
-                    "s1_name": (
-                        f"{tile.s1_mission}_IW_GRDH_1SDV_{tile.s1_when:%Y%m%dT%H%M%S}"
-                        f"_{tile.mgrs}_{col}_{row}"
-                    ),
+                    "s1_name": s1_name,
                     "s2v1_name": v1_name,
                     "contains_seasonal_snow": overlays[i] == "snow",
                     "contains_cloud_or_shadow": overlays[i] == "cloud",
@@ -336,11 +230,14 @@ def plan_archive(
                 snow_or_cloud=overlays[i] is not None,
             )
         )
-        jobs.append(
-            PatchJob(
-                i, rel_dir, name, epsg, ulx, uly, tuple(rows_sig), overlays[i], nodata, metadata
-            )
+        job = PatchJob(
+            i, rel_dir, name, epsg, ulx, uly, tuple(rows_sig), overlays[i], nodata, metadata
         )
+        if s1:
+            job = dataclasses.replace(
+                job, s1_dir=s1_dir, s1_prefix=s1_name, s1_metadata_json=s1_json
+            )
+        jobs.append(job)
     return patches, jobs, rows
 
 
@@ -433,15 +330,18 @@ def generate_archive(
     workers: int = 1,
     *,
     overwrite: bool = False,
+    s1: bool = False,
 ) -> list[SyntheticPatch]:
-    """Write a synthetic ``layout`` archive of ``num_patches`` patches to ``out_dir``.
+    """Write a synthetic ``layout`` archive of ``num_patches`` patches to ``out_dir``; with
+    ``s1`` also their Sentinel-1 patches (v2: ``OUT/BigEarthNet-S1/``; v1: the S1 v1.0
+    archive as ``OUT/BigEarthNet-S1-v1.0/``, paired through its labels JSON).
 
     Returns the patches in generation order. Raises ValueError on bad arguments and
     FileExistsError if ``out_dir`` is a file, or a non-empty directory without ``overwrite``.
     """
     out = Path(out_dir)
     _check_args(out, num_patches, layout, seed, workers, overwrite)
-    patches, jobs, rows = plan_archive(num_patches, layout, seed)
+    patches, jobs, rows = plan_archive(num_patches, layout, seed, s1)
     out.parent.mkdir(parents=True, exist_ok=True)
     # Build beside OUT (same file system, so the final rename is atomic).
     tmp = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:12]}"

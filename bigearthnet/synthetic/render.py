@@ -12,7 +12,11 @@ The labelling rule (identical for every archive, whatever the seed):
   area (>= 10 %). v1 draws from the 43 classes that survive in the 19-class map, sometimes
   adding a class dropped from it (e.g. roads) as an extra region; v2 draws from the 19 classes;
 * the 20 m and 60 m bands are the 2x2 and 6x6 block means of the 10 m field (then noise at
-  native resolution), as a real sensor would see them.
+  native resolution), as a real sensor would see them;
+* Sentinel-1 (``render_s1``): every class also has a fixed VV/VH backscatter in dB
+  (``class_s1_signatures()``, VV in -22..-4 dB, VH 4-10 dB below it); the same regions are
+  filled with it plus a smooth +-1 dB texture and the speckle of a 16-look image
+  (10 log10 of a unit-mean gamma variate, std ~1.1 dB), float32 dB on the 10 m grid.
 """
 
 from __future__ import annotations
@@ -44,6 +48,12 @@ _TEXTURE_CLIP = 0.12
 _NOISE_REL = 0.015  # sensor noise: relative part ...
 _NOISE_ABS = 12.0  # ... plus a floor in DN
 
+_S1_SEED = 20_170_613
+_S1_VV_RANGE = (-22.0, -4.0)  # dB
+_S1_VH_BELOW = (4.0, 10.0)  # VH is this much below VV (dB)
+_S1_LOOKS = 16.0
+_S1_TEXTURE_DB = 1.0
+
 # Bright, flat overlays for the v2 snow / cloud patches (B01..B12 order); snow is dark in SWIR.
 _SNOW = np.array([8200, 8600, 8500, 8300, 8200, 8000, 7800, 7600, 7400, 4200, 1100, 800], "f4")
 _CLOUD = np.array([6200, 6400, 6300, 6500, 6600, 6600, 6600, 6700, 6600, 3800, 5200, 4300], "f4")
@@ -63,6 +73,9 @@ class PatchJob:
     overlay: str | None  # "snow", "cloud" or None
     nodata: int | None
     metadata_json: str | None
+    s1_dir: str | None = None  # the paired Sentinel-1 patch, when the archive has S1
+    s1_prefix: str | None = None
+    s1_metadata_json: str | None = None  # v1: the S1 labels JSON (pairs it with the S2 patch)
 
 
 # --------------------------------------------------------------------------- the rule
@@ -99,6 +112,26 @@ def class_signatures(num_classes: int = 43) -> np.ndarray:
         return signatures43().copy()
     if num_classes == 19:
         return signatures43()[list(representative43())].copy()
+    raise ValueError(f"num_classes must be 43 or 19, got {num_classes}")
+
+
+@functools.cache
+def s1_signatures43() -> np.ndarray:
+    """The fixed (43, 2) float32 VV/VH backscatter of the 43 classes, in dB."""
+    rng = np.random.default_rng(_S1_SEED)
+    vv = rng.uniform(*_S1_VV_RANGE, size=len(CLASSES_43))
+    vh = vv - rng.uniform(*_S1_VH_BELOW, size=len(CLASSES_43))
+    sig = np.stack([vv, vh], axis=1).astype(np.float32)
+    sig.setflags(write=False)
+    return sig
+
+
+def class_s1_signatures(num_classes: int = 43) -> np.ndarray:
+    """(num_classes, 2) VV/VH dB, rows as :func:`class_signatures`."""
+    if num_classes == 43:
+        return s1_signatures43().copy()
+    if num_classes == 19:
+        return s1_signatures43()[list(representative43())].copy()
     raise ValueError(f"num_classes must be 43 or 19, got {num_classes}")
 
 
@@ -159,14 +192,17 @@ def render_patch(
     rng: np.random.Generator,
     signatures: np.ndarray,
     overlay: str | None = None,
+    cells: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Render one patch from ``signatures`` (k, 12), one per region; returns band -> uint16 array.
 
-    Region layout, texture and noise come from ``rng``. The 20/60 m bands equal the 2x2/6x6
+    Region layout (unless given: ``cells``, drawn first from the same ``rng``), texture and
+    noise come from ``rng``. The 20/60 m bands equal the 2x2/6x6
     block means of the 10 m field: the class map is constant inside a 60 m cell, so the block
     mean of (signature * texture) is signature * block-mean(texture), computed directly.
     """
-    cells = region_cells(rng, len(signatures))
+    if cells is None:
+        cells = region_cells(rng, len(signatures))
     base = np.asarray(signatures, dtype=np.float32)[cells]  # (20, 20, 12) per 60 m cell
     if overlay is not None:
         base = _apply_overlay(rng, base, _SNOW if overlay == "snow" else _CLOUD)
@@ -196,3 +232,15 @@ def _apply_overlay(rng: np.random.Generator, base: np.ndarray, bright: np.ndarra
     base = base.copy()
     base[y : y + h, x : x + w] = 0.3 * base[y : y + h, x : x + w] + 0.7 * bright
     return base
+
+
+def render_s1(rng: np.random.Generator, cells: np.ndarray, db: np.ndarray) -> dict[str, np.ndarray]:
+    """VV and VH (float32 dB, 120 x 120) of the regions ``cells`` with the backscatter ``db``
+    (k, 2), one row per region: class value + smooth texture + 16-look speckle."""
+    base = np.asarray(db, dtype=np.float32)[cells]  # (20, 20, 2)
+    rep = PATCH_SIZE // _GRID
+    signal = base.repeat(rep, axis=0).repeat(rep, axis=1).transpose(2, 0, 1)
+    texture_db = (_texture(rng) - 1.0) / _TEXTURE_CLIP * _S1_TEXTURE_DB
+    speckle = rng.gamma(_S1_LOOKS, 1.0 / _S1_LOOKS, size=signal.shape).astype(np.float32)
+    values = signal + texture_db[None] + np.float32(10.0) * np.log10(speckle)
+    return {"VV": values[0].astype("<f4"), "VH": values[1].astype("<f4")}

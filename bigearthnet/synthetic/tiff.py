@@ -1,4 +1,5 @@
-"""Synthetic patches on disk: uint16 GeoTIFF bands written as GDAL writes them, fast.
+"""Synthetic patches on disk: GeoTIFF bands (uint16 S2, float32 S1) written as GDAL writes
+them, fast.
 
 GDAL writes one template per (size, CRS, nodata); every further band reuses its header,
 with the corner coordinates patched and the pixels appended (its tags read by
@@ -21,7 +22,14 @@ from bigearthnet.core.constants import (
     PATCH_METRES,
 )
 from bigearthnet.preprocessing.geotiff import read_tags
-from bigearthnet.synthetic.render import PatchJob, render_patch, signatures43
+from bigearthnet.synthetic.render import (
+    PatchJob,
+    region_cells,
+    render_patch,
+    render_s1,
+    s1_signatures43,
+    signatures43,
+)
 
 
 @dataclass(frozen=True)
@@ -34,8 +42,10 @@ _PROBE_X, _PROBE_Y = 500000.0, 5000040.0
 
 
 @functools.cache
-def _tiff_template(size: int, epsg: int, nodata: int | None) -> _TiffTemplate | None:
-    """GDAL's own header for a size x size uint16 GeoTIFF, or None if its layout is unexpected.
+def _tiff_template(
+    size: int, epsg: int, nodata: int | None, dtype: str = "uint16"
+) -> _TiffTemplate | None:
+    """GDAL's own header for a size x size GeoTIFF, or None if its layout is unexpected.
 
     Opening 12 files a patch through GDAL costs ~15 ms; GDAL writes uncompressed strips right
     after a fixed-size header, so we let it write one file per (size, CRS, nodata), keep the
@@ -48,9 +58,9 @@ def _tiff_template(size: int, epsg: int, nodata: int | None) -> _TiffTemplate | 
     with tempfile.TemporaryDirectory(prefix="bigearthnet-synth-") as tmp:
         path = os.path.join(tmp, "template.tif")
         with rasterio.open(
-            path, "w", **geotiff_profile(size, epsg, _PROBE_X, _PROBE_Y, nodata)
+            path, "w", **geotiff_profile(size, epsg, _PROBE_X, _PROBE_Y, nodata, dtype)
         ) as dst:
-            dst.write(np.ones((size, size), dtype=np.uint16), 1)  # all-zero strips get padded
+            dst.write(np.ones((size, size), dtype=dtype), 1)  # all-zero strips get padded
         with open(path, "rb") as fh:
             blob = fh.read()
     tags = read_tags(blob, name="GDAL template")
@@ -60,7 +70,8 @@ def _tiff_template(size: int, epsg: int, nodata: int | None) -> _TiffTemplate | 
         return None
     data_at = offsets[0]
     contiguous = all(o == data_at + sum(counts[:i]) for i, o in enumerate(offsets))
-    if not contiguous or data_at + size * size * 2 != len(blob) or sum(counts) != size * size * 2:
+    nbytes = size * size * np.dtype(dtype).itemsize
+    if not contiguous or data_at + nbytes != len(blob) or sum(counts) != nbytes:
         return None
     # The tiepoint is 6 doubles (I, J, K, X, Y, Z): find them to patch X and Y per file.
     if tuple(tiepoint[3:5]) != (_PROBE_X, _PROBE_Y):
@@ -71,7 +82,9 @@ def _tiff_template(size: int, epsg: int, nodata: int | None) -> _TiffTemplate | 
     return _TiffTemplate(header=blob[:data_at], tiepoint_at=at + 24)
 
 
-def geotiff_profile(size: int, epsg: int, ulx: float, uly: float, nodata: int | None) -> dict:
+def geotiff_profile(
+    size: int, epsg: int, ulx: float, uly: float, nodata: int | None, dtype: str = "uint16"
+) -> dict:
     from rasterio.crs import CRS
     from rasterio.transform import Affine
 
@@ -81,7 +94,7 @@ def geotiff_profile(size: int, epsg: int, ulx: float, uly: float, nodata: int | 
         "width": size,
         "height": size,
         "count": 1,
-        "dtype": "uint16",
+        "dtype": dtype,
         "crs": CRS.from_epsg(epsg),
         "transform": Affine(res, 0.0, ulx, 0.0, -res, uly),
         "nodata": nodata,
@@ -96,14 +109,16 @@ def write_band(
     uly: float,
     nodata: int | None = None,
 ) -> None:
-    """Write one uint16 band as GDAL would (uncompressed, striped), with its corner at ulx/uly."""
-    data = np.ascontiguousarray(data, dtype="<u2")
-    template = _tiff_template(data.shape[0], epsg, nodata)
+    """Write one band (uint16, or float32 for S1) as GDAL would (uncompressed, striped), with
+    its corner at ulx/uly."""
+    dtype = "float32" if data.dtype.kind == "f" else "uint16"
+    data = np.ascontiguousarray(data, dtype="<f4" if dtype == "float32" else "<u2")
+    template = _tiff_template(data.shape[0], epsg, nodata, dtype)
     if template is None:  # unexpected GDAL layout: slower but always right
         import rasterio
 
         with rasterio.open(
-            path, "w", **geotiff_profile(data.shape[0], epsg, ulx, uly, nodata)
+            path, "w", **geotiff_profile(data.shape[0], epsg, ulx, uly, nodata, dtype)
         ) as dst:
             dst.write(data, 1)
         return
@@ -119,7 +134,8 @@ def write_jobs(root: str, seed: int, jobs: Sequence[PatchJob]) -> None:
     sig43 = signatures43()
     for job in jobs:
         rng = np.random.default_rng(np.random.SeedSequence([seed, 1, job.index]))
-        bands = render_patch(rng, sig43[list(job.signature_rows)], job.overlay)
+        cells = region_cells(rng, len(job.signature_rows))
+        bands = render_patch(rng, sig43[list(job.signature_rows)], job.overlay, cells)
         folder = os.path.join(root, job.rel_dir)
         os.makedirs(folder)
         for band in BANDS:
@@ -129,3 +145,21 @@ def write_jobs(root: str, seed: int, jobs: Sequence[PatchJob]) -> None:
             meta_path = os.path.join(folder, f"{job.prefix}_labels_metadata.json")
             with open(meta_path, "w", encoding="utf-8") as fh:
                 fh.write(job.metadata_json)
+        if job.s1_dir is not None:
+            _write_s1(root, seed, job, cells)
+
+
+def _write_s1(root: str, seed: int, job: PatchJob, cells: np.ndarray) -> None:
+    """The patch's Sentinel-1 folder: VV and VH of the same regions (own random stream, so
+    the S2 files are the same with or without S1), and for v1 its labels JSON."""
+    assert job.s1_dir is not None and job.s1_prefix is not None
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 2, job.index]))
+    s1 = render_s1(rng, cells, s1_signatures43()[list(job.signature_rows)])
+    folder = os.path.join(root, job.s1_dir)
+    os.makedirs(folder)
+    for band, values in s1.items():
+        path = os.path.join(folder, f"{job.s1_prefix}_{band}.tif")
+        write_band(path, values, job.epsg, job.ulx, job.uly)
+    if job.s1_metadata_json is not None:
+        with open(os.path.join(folder, f"{job.s1_prefix}_labels_metadata.json"), "w") as fh:
+            fh.write(job.s1_metadata_json)

@@ -4,14 +4,15 @@ Given a replica, an epoch source (:mod:`bigearthnet.training.sources`: the rank 
 or the elastic global order) and a :class:`~bigearthnet.formats.checkpoints.Position`, it
 runs epochs of :func:`~bigearthnet.training.loop.train_epoch` and
 :class:`~bigearthnet.training.epoch_end.EpochEnd` until ``--epochs``, ``--target-f1`` or
-``--early-stopping``-style stop votes end it. Per epoch:
+``--early-stopping-patience`` or stop votes end it. Per epoch:
 
 * the steps, from the position (a resumed epoch continues where it stopped);
 * a stop every rank agreed on inside the epoch: rank 0 checkpoints the position, every rank
   raises :class:`~bigearthnet.core.errors.RequeueRequested` (exit 3);
 * the epoch end (BatchNorm, validation, history row, checkpoints, efficiency);
 * a stop voted on the last step or during validation: the epoch is saved, exit 3 before the
-  next one; ``--target-f1`` reached: done.
+  next one; ``--target-f1`` reached, or ``--select-metric`` not improved for
+  ``--early-stopping-patience`` validations: done.
 
 What a kind of run adds goes through :class:`RunHooks`: elastic training commits its state
 after steps and epochs (:mod:`bigearthnet.training.elastic`); fixed-size training adds
@@ -77,20 +78,19 @@ class EpochDriver:
                 self.stop_inside_epoch(outcome.position)
             summary = self.epoch_end.finish(outcome, started=started)
             row, position = summary.row, outcome.position.next_epoch()
-            reached = reached_target(self.cfg, row)
-            if reached:  # recorded before the hook, whose commit may reset an elastic world
-                reason = f"validation micro-F1 reached --target-f1 {self.cfg.target_f1:g}"
-                self.write_status("target", position.epoch, reason)
-            self.hooks.after_epoch(position, ended=reached)
-            if reached:
+            ending = run_ending(self.cfg, row, summary.since_best)
+            if ending is not None:  # recorded before the hook, whose commit may reset a world
+                self.write_status(*ending, epoch=position.epoch)
+            self.hooks.after_epoch(position, ended=ending is not None)
+            if ending is not None:
                 return row
             if (outcome.stop_after or summary.stop_voted) and position.epoch < self.cfg.epochs:
                 distributed.barrier()  # rank 0's epoch checkpoint is on disk
                 raise RequeueRequested(f"stopped after epoch {position.epoch}; rerun resumes")
-        self.write_status("finished", position.epoch, f"{self.cfg.epochs} epochs done")
+        self.write_status("finished", f"{self.cfg.epochs} epochs done", epoch=position.epoch)
         return row
 
-    def write_status(self, state: str, epoch: int, reason: str) -> None:
+    def write_status(self, state: str, reason: str, *, epoch: int) -> None:
         """Rank 0 records how the run ended (``RUN/status.json``)."""
         outputs = self.outputs()
         if outputs is not None:
@@ -138,6 +138,22 @@ class EpochDriver:
             position.step,
             position.consumed,
         )
+
+
+def run_ending(cfg: TrainConfig, row: HistoryRow, since_best: int) -> tuple[str, str] | None:
+    """(state, reason) when the run ends before ``--epochs`` after this row: the target
+    reached, or no improvement for ``--early-stopping-patience`` validations; else None."""
+    if reached_target(cfg, row):
+        return "target", f"validation micro-F1 reached --target-f1 {cfg.target_f1:g}"
+    patience = cfg.early_stopping_patience
+    if patience and since_best >= patience:
+        reason = (
+            f"{cfg.select_metric} did not improve for {since_best} validations "
+            f"(--early-stopping-patience {patience}); best: epoch {row.epoch - since_best}"
+        )
+        log.info("early stop after epoch %d: %s", row.epoch, reason)
+        return "early_stop", reason
+    return None
 
 
 def reached_target(cfg: TrainConfig, row: HistoryRow) -> bool:

@@ -18,7 +18,6 @@ from bigearthnet.core.config import TrainConfig
 from bigearthnet.core.errors import RunFailed
 from bigearthnet.formats.checkpoints import CheckpointRecord, CheckpointWriteError, Position
 from bigearthnet.formats.history import HistoryRow
-from bigearthnet.formats.shards import IMAGE_SHAPE
 from bigearthnet.training.efficiency import efficiency_line, efficiency_report
 from bigearthnet.training.gns import noise_report, verdict
 from bigearthnet.training.loop import EpochOutcome, Validation, validate
@@ -35,6 +34,7 @@ class EpochSummary:
 
     row: HistoryRow
     stop_voted: bool  # a stop request reached some rank by the end of validation
+    since_best: int = 0  # validations since --select-metric last improved (rank 0's count)
 
 
 class EpochEnd:
@@ -58,16 +58,15 @@ class EpochEnd:
         val = validate(self.replica, self.source.val_batches(), threshold=self.cfg.threshold)
         seconds = time.perf_counter() - started
         row = self._history_row(epoch, outcome, val, seconds)
-        self._save(outcome.position.next_epoch(), row)
+        since_best = self._save(outcome.position.next_epoch(), row)
         self._efficiency(epoch, outcome, seconds, batchnorm)
-        return EpochSummary(row=row, stop_voted=val.stop)
+        return EpochSummary(row=row, stop_voted=val.stop, since_best=since_best)
 
     def record(
         self,
         position: Position,
         *,
-        val_micro_f1: float | None = None,
-        val_macro_f1: float | None = None,
+        row: HistoryRow | None = None,
     ) -> CheckpointRecord:
         """The checkpoint pointer of the replica's state at ``position`` (with the epoch's
         validation scores at an epoch's end)."""
@@ -78,9 +77,12 @@ class EpochEnd:
             order=self.source.order,
             steps_per_epoch=self.source.steps_per_epoch(),
             world_size=distributed.size(),
-            input_shape=IMAGE_SHAPE,
-            val_micro_f1=val_micro_f1,
-            val_macro_f1=val_macro_f1,
+            input_shape=self.replica.input_shape,
+            bands=self.replica.bands,
+            val_micro_f1=None if row is None else row.val_micro_f1,
+            val_macro_f1=None if row is None else row.val_macro_f1,
+            val_micro_map=None if row is None else row.val_micro_map,
+            val_macro_map=None if row is None else row.val_macro_map,
         )
 
     def _batchnorm_statistics(self, epoch: int) -> dict[str, float]:
@@ -107,6 +109,8 @@ class EpochEnd:
             val_loss=val.loss,
             val_micro_f1=val.micro_f1,
             val_macro_f1=val.macro_f1,
+            val_micro_map=val.micro_map,
+            val_macro_map=val.macro_map,
             samples_per_s=total_samples / busy,
             data_wait_fraction=times.wait / busy,
             seconds=seconds,
@@ -133,20 +137,25 @@ class EpochEnd:
         log.info("%s", verdict(row.gns_b_simple, row.global_batch or 0))
         return row
 
-    def _save(self, done: Position, row: HistoryRow) -> None:
+    def _save(self, done: Position, row: HistoryRow) -> int:
         """Rank 0 writes the history (the row first) and the epoch's checkpoints; a failed
-        write (disk full) stops every rank here."""
-        error = None
+        write (disk full) stops every rank here. Returns, on every rank, the validations
+        since --select-metric last improved (from rank 0's whole history: a resumed or
+        resized run counts as if it had never stopped)."""
+        error, since_best = None, 0
         outputs = self.outputs()
         if outputs is not None:
             history = outputs.history(through_epoch=row.epoch - 1) + [row]
-            record = self.record(done, val_micro_f1=row.val_micro_f1, val_macro_f1=row.val_macro_f1)
+            since_best = outputs.validations_since_best(history)
             try:
-                outputs.save_epoch(self.replica.trackables, record, history)
+                outputs.save_epoch(self.replica.trackables, self.record(done, row=row), history)
                 outputs.write_noise_points(self.replica.noise.take_points())
             except CheckpointWriteError as err:
                 error = err
         distributed.raise_if_any_failed(error, "saving the epoch", others=RunFailed)
+        if not self.cfg.early_stopping_patience:
+            return 0
+        return int(distributed.broadcast_object(since_best, name="since_best"))
 
     def _efficiency(
         self, epoch: int, outcome: EpochOutcome, seconds: float, batchnorm: dict[str, float]

@@ -117,11 +117,14 @@ def train_epoch(
 
 @dataclass(frozen=True)
 class Validation:
-    """Validation of one epoch over all ranks, from summed counts."""
+    """Validation of one epoch over all ranks: F1 from summed counts, mAP from gathered
+    scores."""
 
     loss: float
     micro_f1: float
     macro_f1: float
+    micro_map: float | None = None  # None: no positive label in the split
+    macro_map: float | None = None
     stop: bool = False  # some rank got a stop request (SIGUSR1/SIGTERM) by the end of it
 
 
@@ -131,17 +134,29 @@ def validate(replica: Replica, batches: Iterable[tuple], *, threshold: float) ->
     that came during validation stops the run at this epoch's end, not a step into the next)."""
     classes = replica.num_classes
     loss_sum, counts, seen = 0.0, np.zeros((3, classes)), 0
+    scores = [np.zeros((0, classes), np.float32)]
+    truth = [np.zeros((0, classes), np.uint8)]
     for images, labels in batches:
         seen += len(images)
-        batch_loss, batch_counts = replica.eval_step(images, labels, threshold)
+        batch_loss, batch_counts, batch_scores = replica.eval_step(images, labels, threshold)
         loss_sum += batch_loss
         counts += batch_counts
+        scores.append(batch_scores)
+        truth.append(np.asarray(labels, np.uint8))
     packed = np.concatenate([[loss_sum, seen, float(STOP.requested)], counts.ravel()])
     total = distributed.allreduce_sum(packed, name="val_counts")
-    scores = metrics.f1_from_counts(total[3:].reshape(3, classes))
+    f1 = metrics.f1_from_counts(total[3:].reshape(3, classes))
+    # Threshold-free metrics need every score: gathered (rows ~80 B each), then every rank
+    # computes the same mAPs (so an early stop is decided alike everywhere).
+    micro_map, macro_map = metrics.average_precisions(
+        distributed.allgather(np.concatenate(truth), name="val_labels"),
+        distributed.allgather(np.concatenate(scores), name="val_scores"),
+    )
     return Validation(
         loss=total[0] / max(total[1], 1),
-        micro_f1=scores["micro_f1"],
-        macro_f1=scores["macro_f1"],
+        micro_f1=f1["micro_f1"],
+        macro_f1=f1["macro_f1"],
+        micro_map=micro_map,
+        macro_map=macro_map,
         stop=bool(total[2]),
     )

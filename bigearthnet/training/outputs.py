@@ -22,12 +22,14 @@ from bigearthnet.core import runlock
 from bigearthnet.core.config import TrainConfig, save_yaml
 from bigearthnet.core.errors import ConfigError
 from bigearthnet.core.util import atomic_write_json
+from bigearthnet.evaluation.report import format_score
 from bigearthnet.formats import checkpoints, elastic_log
 from bigearthnet.formats.checkpoints import CheckpointRecord
 from bigearthnet.formats.elastic_log import ElasticEvent
 from bigearthnet.formats.history import HistoryRow, read_history, write_history
 from bigearthnet.formats.run_status import RunStatus, clear_status, write_status
 from bigearthnet.training.gns import NoiseEstimate
+from bigearthnet.training.selection import is_new_best, validations_since_best
 
 log = logging.getLogger("bigearthnet")  # the ranks' logger (rank 0 alone writes)
 EFFICIENCY = "efficiency.json"
@@ -120,26 +122,31 @@ class RunOutputs:
     ) -> None:
         """The outputs of a finished epoch: history, best and latest checkpoints, scalars."""
         row = history[-1]
-        best = max((r.val_micro_f1 for r in history[:-1]), default=-1.0)
         write_history(self.run_dir, history)
         record = self._stamped(record)
-        if row.val_micro_f1 > best:
+        if is_new_best(history, self.cfg.select_metric):
             checkpoints.save(self.run_dir, "best", trackables, record)
         checkpoints.save(self.run_dir, "latest", trackables, record)
         self._tensorboard(row)
         log.info(
-            "epoch %d/%d: loss %.4f val_loss %.4f val micro-F1 %.4f macro-F1 %.4f, "
-            "%.0f samples/s, data wait %.1f%%, %.1f s",
+            "epoch %d/%d: loss %.4f val_loss %.4f val micro-F1 %.4f macro-F1 %.4f "
+            "micro-mAP %s macro-mAP %s, %.0f samples/s, data wait %.1f%%, %.1f s",
             row.epoch,
             self.cfg.epochs,
             row.loss,
             row.val_loss,
             row.val_micro_f1,
             row.val_macro_f1,
+            format_score(row.val_micro_map),
+            format_score(row.val_macro_map),
             row.samples_per_s,
             100 * row.data_wait_fraction,
             row.seconds,
         )
+
+    def validations_since_best(self, history: list[HistoryRow]) -> int:
+        """Validations since ``--select-metric`` last improved (early stopping's count)."""
+        return validations_since_best(history, self.cfg.select_metric)
 
     def save_mid_epoch(self, trackables: dict, record: CheckpointRecord) -> None:
         """A checkpoint inside an epoch (all ranks agreed to stop there)."""

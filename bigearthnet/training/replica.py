@@ -31,7 +31,7 @@ from bigearthnet.core.config import TrainConfig
 from bigearthnet.data.augment import mixup, random_dihedral
 from bigearthnet.data.normalization import normalize
 from bigearthnet.evaluation import metrics
-from bigearthnet.formats.shards import IMAGE_SHAPE
+from bigearthnet.formats.shards import image_shape
 from bigearthnet.training import optimizers
 from bigearthnet.training.gns import NoiseSample, NoiseScaleMonitor, adascale_gain
 from bigearthnet.training.precise_bn import PreciseBatchNorm
@@ -65,19 +65,29 @@ class Replica:
     """This rank's copy of the model with its optimizer and compiled steps."""
 
     def __init__(
-        self, cfg: TrainConfig, *, num_classes: int, band_mean, band_std, schedule: LRSchedule
+        self,
+        cfg: TrainConfig,
+        *,
+        num_classes: int,
+        bands: tuple[str, ...],
+        band_mean,
+        band_std,
+        schedule: LRSchedule,
     ) -> None:
         self.cfg = cfg
         self.num_classes = num_classes
+        self.bands = tuple(bands)  # the data's channels, in order: the model's input
+        self.input_shape = image_shape(len(self.bands))
         self.mean, self.std = tf.constant(band_mean), tf.constant(band_std)
         tf.keras.mixed_precision.set_global_policy(PRECISION_POLICY[cfg.amp])
         self.loss_scaling = cfg.amp == "fp16"  # bfloat16 has float32's range: no scaling
         tf.keras.utils.set_random_seed(cfg.seed)
         self.model = models.get_model(
             cfg.model,
-            IMAGE_SHAPE,
+            self.input_shape,
             num_classes,
             weight_decay=cfg.weight_decay if optimizers.decay_in_loss(cfg.optimizer) else 0.0,
+            dropout=cfg.dropout,
         )
         self.schedule = schedule
         # AdaScale's gain (--lr-scaling adascale), set after every update; 1 otherwise.
@@ -221,10 +231,11 @@ class Replica:
 
     def eval_step(
         self, images: tf.Tensor, labels: tf.Tensor, threshold: float
-    ) -> tuple[float, np.ndarray]:
-        """One batch without augmentation: (sum of per-sample losses, TP/FP/FN counts)."""
-        loss_sum, counts = self._eval_fn(images, labels, tf.constant(threshold, tf.float32))
-        return float(loss_sum), counts.numpy()
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """One batch without augmentation: (sum of per-sample losses, TP/FP/FN counts,
+        sigmoid scores)."""
+        loss_sum, counts, scores = self._eval_fn(images, labels, tf.constant(threshold, tf.float32))
+        return float(loss_sum), counts.numpy(), scores.numpy()
 
     def _compile(self) -> None:
         jit = self.cfg.xla or None
@@ -299,7 +310,8 @@ class Replica:
         x, y = self._prepare(images, labels, None, training=False)
         logits = self.model(x, training=False)
         loss_sum = tf.reduce_sum(bce_loss(y, logits))
-        return loss_sum, metrics.tf_class_counts(y, logits, threshold)
+        scores = tf.sigmoid(tf.cast(logits, tf.float32))
+        return loss_sum, metrics.tf_class_counts(y, logits, threshold), scores
 
 
 def _make_optimizer(cfg: TrainConfig, lr: WarmupSchedule) -> tf.keras.optimizers.Optimizer:

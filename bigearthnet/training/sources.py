@@ -41,7 +41,7 @@ def open_splits(
 ) -> tuple[RankData, RankData]:
     """This rank's part of the train and val splits (``size`` 1: the whole splits), cached
     where ``--cache`` says for ``samples`` images."""
-    cache = choose_rank_cache(cfg.cache, samples_per_rank=samples)
+    cache = choose_rank_cache(cfg.cache, samples_per_rank=samples, channels=len(manifest.bands))
     threads = loader_threads(cfg.loader_threads, ranks_on_node=distributed.local_size())
     train, val = (
         RankData(

@@ -36,13 +36,16 @@ log = distributed.log
 def make_schedule(cfg: TrainConfig, *, world_size: int, updates_per_epoch: int) -> LRSchedule:
     """The LR schedule of ``cfg`` for a world of ``world_size`` ranks: linear scaling, or
     with --lr-scaling adascale the base LR's schedule (the replica multiplies it by the
-    gain it measures)."""
+    gain it measures). ``--warmup-steps`` is turned into epochs of this world's updates."""
+    warmup = cfg.effective_warmup_epochs
+    if cfg.warmup_steps is not None:
+        warmup = min(cfg.warmup_steps / max(updates_per_epoch, 1), float(cfg.epochs))
     return LRSchedule(
         base_lr=cfg.lr,
         world_size=1 if cfg.lr_scaling == "adascale" else world_size,
         steps_per_epoch=updates_per_epoch,
         total_epochs=cfg.epochs,
-        warmup_epochs=cfg.effective_warmup_epochs,
+        warmup_epochs=warmup,
         kind=cfg.schedule,
         min_lr=cfg.min_lr,
         step_epochs=tuple(cfg.step_epochs) if cfg.step_epochs else None,
@@ -56,7 +59,14 @@ def build_replica(cfg: TrainConfig, manifest: Manifest, source: EpochSource) -> 
         cfg, world_size=distributed.size(), updates_per_epoch=source.updates_per_epoch()
     )
     mean, std = band_stats(manifest)
-    return Replica(cfg, num_classes=cfg.labels, band_mean=mean, band_std=std, schedule=schedule)
+    return Replica(
+        cfg,
+        num_classes=cfg.labels,
+        bands=manifest.bands,
+        band_mean=mean,
+        band_std=std,
+        schedule=schedule,
+    )
 
 
 class Trainer:

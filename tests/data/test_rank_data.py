@@ -98,13 +98,13 @@ def test_a_capped_epoch_keeps_the_batch_size_and_varies_its_samples(
 
 
 def test_cache_problem_only_when_the_node_lacks_memory(tmp_path: Path) -> None:
-    from bigearthnet.data.cache import SAMPLE_BYTES, cache_problem, memory_available
+    from bigearthnet.data.cache import cache_problem, memory_available, sample_bytes
 
-    assert SAMPLE_BYTES == 120 * 120 * 12 * 2
+    assert sample_bytes(12) == 120 * 120 * 12 * 2 and sample_bytes(2) == 120 * 120 * 2 * 2
     gb = 1024**3
-    assert cache_problem(1000, 4, 100 * gb) is None
-    assert cache_problem(10**6, 4, None) is None  # unknown: do not guess
-    problem = cache_problem(275_000, 4, 64 * gb)  # v1 train split on one 4-GPU node
+    assert cache_problem(1000, 4, 100 * gb, 12) is None
+    assert cache_problem(10**6, 4, None, 12) is None  # unknown: do not guess
+    problem = cache_problem(275_000, 4, 64 * gb, 12)  # v1 train split on one 4-GPU node
     assert problem.startswith("--cache memory needs 354.1 GB on this node (4 rank(s) x ")
     assert "64.0 GB are available; use --cache none" in problem
     assert memory_available() > 0  # psutil: the node's MemAvailable
