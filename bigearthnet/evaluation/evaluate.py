@@ -273,6 +273,7 @@ def build_report(
         epoch=loaded.epoch,
         world_size=distributed.size(),
         model=loaded.record.model,
+        bands=list(loaded.bands),
         data=str(setup.data_dir),
         thresholds_tuned_on="val" if thresholds is not None else None,
     )

@@ -11,6 +11,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import atomic_path, atomic_write_json, write_csv
 from bigearthnet.evaluation import metrics
@@ -161,6 +162,34 @@ def format_score(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.4f}"
 
 
+# The test scores of reBEN's published ResNet-50 on Sentinel-1 + Sentinel-2 (BigEarthNet
+# v2.0, 19 classes, the 119,825-patch test split, threshold 0.5; the BIFOLD/RSiM model card
+# of resnet50-all-v0.2.0): what a user compares a run with first.
+REBEN_CARD: dict[str, float] = {
+    "macro_map": 0.70,
+    "micro_map": 0.86,
+    "macro_f1": 0.64,
+    "micro_f1": 0.77,
+}
+
+
+def card_comparison(report: dict) -> list[str]:
+    """The four card metrics of a 19-class evaluation beside reBEN's card, with the gap;
+    [] for a 43-class one (the card has none)."""
+    if len(report["classes"]) != 19:
+        return []
+    lines = [
+        "  beside reBEN's ResNet-50 S1+S2 card (its 119,825 test patches, threshold 0.5; "
+        f"this run: bands {constants.band_config_name(report.get('bands') or constants.BANDS)}"
+        f", {report['count']} {report['split']} patches):"
+    ]
+    for key, card in REBEN_CARD.items():
+        mine = report[key]
+        gap = "" if mine is None else f"{mine - card:+.4f}"
+        lines.append(f"    {key:<10} {format_score(mine):>8}  card {card:.2f}  gap {gap}")
+    return lines
+
+
 def format_table(report: dict, run_dir: Path) -> str:
     """Headline metrics, then one line per class."""
     threshold = report["threshold"]
@@ -185,4 +214,4 @@ def format_table(report: dict, run_dir: Path) -> str:
             f"  {name:<48} {row['support']:>7d} {row['precision']:>9.4f} {row['recall']:>7.4f} "
             f"{row['f1']:>7.4f} {format_score(row['ap']):>7}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + card_comparison(report))

@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from helpers import REPO
 
@@ -103,3 +104,22 @@ def test_every_recipe_in_configs_resolves() -> None:
         peaks[recipe.stem] = cfg.lr
     assert peaks["seed-study-sgd-32k"] * 512 == 12.8
     assert round(peaks["lamb-32k"] * 512, 4) == 0.008
+
+
+def test_the_reben_recipes_say_what_reben_trained_with() -> None:
+    """configs/reben-resnet50-{all,s2}.yaml at 8 ranks: batch 512, AdamW at 1e-3, weight decay
+    0.01, dropout 0.15, 1,000 warm-up steps, cosine to lr/10, 100 epochs, best by validation
+    macro-AP, early stopping after 5."""
+    from bigearthnet.core.config import resolve
+
+    for name in ("all", "s2"):
+        args = train.build_parser().parse_args(
+            ["--config", str(REPO / f"configs/reben-resnet50-{name}.yaml"), "--data", "d"]
+            + ["--run-dir", "r"]
+        )
+        cfg = resolve(args, TrainConfig)
+        assert cfg.global_batch(8) == 512 and cfg.lr * 8 == pytest.approx(1e-3)
+        assert (cfg.optimizer, cfg.weight_decay, cfg.dropout) == ("adamw", 0.01, 0.15)
+        assert (cfg.warmup_steps, cfg.schedule, cfg.epochs) == (1000, "cosine", 100)
+        assert cfg.min_lr == pytest.approx(cfg.lr * 8 / 10)
+        assert (cfg.select_metric, cfg.early_stopping_patience) == ("val_macro_map", 5)

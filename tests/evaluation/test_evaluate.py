@@ -103,7 +103,11 @@ def test_console_table_and_return_value(trained_run: Path, tmp_path: Path, capsy
     assert result["split"] == "val" and f"on val: {result['count']} patches" in table
     assert f"micro_f1 {result['micro_f1']:.4f}" in table
     assert sum(line.startswith("  Urban fabric ") for line in table.splitlines()) == 1
-    assert len(table.splitlines()) == 6 + len(constants.CLASSES_19)
+    assert len(table.splitlines()) == 6 + len(constants.CLASSES_19) + 5
+    # The four card metrics beside reBEN's published ResNet-50 (S1+S2), with the gap.
+    assert "beside reBEN's ResNet-50 S1+S2 card" in table and "this run: bands s2" in table
+    gap = result["macro_map"] - 0.70
+    assert f"macro_map  {result['macro_map']:8.4f}  card 0.70  gap {gap:+.4f}" in table
 
 
 def test_tune_thresholds_on_val_applied_to_test(trained_run: Path, tmp_path: Path) -> None:

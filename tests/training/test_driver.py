@@ -5,6 +5,7 @@ only where the source can map it."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -77,3 +78,22 @@ def test_checkpoint_pointer_is_flat_and_reads_its_older_forms() -> None:
     elastic["elastic"] = {"consumed": 24, "batch": 3, "loss_sum": 0.9, "loss_steps": 3}
     old = CheckpointRecord.from_json(elastic)
     assert old.position == Position(1, 3, 24, 0.9, 3) and old.order == "global"
+
+
+@pytest.mark.parametrize("kind", ["fixed", ELASTIC])
+def test_early_stopping_ends_fixed_and_elastic_runs_alike(
+    kind: str, tmp_path: Path, shards_v1: Path
+) -> None:
+    """A run that plateaus (an LR too small to move the weights: validation micro-F1 the same
+    every epoch) stops after --early-stopping-patience validations without a new best, and
+    'best' stays the first epoch (a tie is no improvement)."""
+    run = tmp_path / kind
+    done = _train(kind, shards_v1, run, "--lr", "1e-12", "--early-stopping-patience", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = read_history(run)
+    assert len(rows) == 3 and len({r.val_micro_f1 for r in rows}) == 1
+    status = read_status(run)
+    assert status is not None and (status.state, status.epoch) == ("early_stop", 3)
+    assert "val_micro_f1 did not improve for 2 validations" in status.reason
+    best = CheckpointRecord.from_json(json.loads((run / "checkpoints" / "best.json").read_text()))
+    assert best.epoch == 1
