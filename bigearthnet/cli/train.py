@@ -47,7 +47,8 @@ def build_parser() -> Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(build_parser(), _train, argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    return run(build_parser(), lambda args: _train(args, ["train.py", *given]), argv)
 
 
 def cli(argv: list[str] | None = None) -> int:
@@ -58,7 +59,7 @@ def cli(argv: list[str] | None = None) -> int:
     return main(argv)
 
 
-def _train(args: argparse.Namespace) -> int:
+def _train(args: argparse.Namespace, command: list[str]) -> int:
     cfg = resolve(args, TrainConfig)
     # TensorFlow's C++ INFO lines (oneDNN, CPU features) drown the rank logs; keep warnings.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -80,19 +81,19 @@ def _train(args: argparse.Namespace) -> int:
 
             # The world may change size until the last epoch; a final collective evaluation
             # outside Elastic Horovod's protection could hang, so evaluate.py does it after.
-            ElasticTrainer(cfg).run()
+            ElasticTrainer(cfg, command).run()
             write_quietly(cfg.run_dir)
             return 0
-        _train_then_evaluate(cfg)
+        _train_then_evaluate(cfg, command)
         write_quietly(cfg.run_dir)
     return 0
 
 
-def _train_then_evaluate(cfg: TrainConfig) -> None:
+def _train_then_evaluate(cfg: TrainConfig, command: list[str]) -> None:
     from bigearthnet.core import distributed
     from bigearthnet.training.trainer import Trainer
 
-    trainer = Trainer(cfg)
+    trainer = Trainer(cfg, command)
     trainer.run()
     test_count = trainer.manifest.count("test")
     del trainer  # free this rank's cached training data before the test split is loaded

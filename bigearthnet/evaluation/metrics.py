@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
-import tensorflow as tf
 from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.metrics import (
     average_precision_score,
@@ -39,6 +38,9 @@ from sklearn.metrics import (
     precision_score,
     recall_score,
 )
+
+if TYPE_CHECKING:  # TensorFlow only inside tf_class_counts: reports need none of it
+    import tensorflow as tf
 
 Threshold = Union[float, Sequence[float], np.ndarray]
 """A scalar threshold for every class or one threshold per class."""
@@ -96,7 +98,7 @@ def class_counts(y_true: Any, y_score: Any, threshold: Threshold = 0.5) -> np.nd
 
 
 def tf_class_counts(
-    y_true: tf.Tensor, logits: tf.Tensor, threshold: Threshold = 0.5, dtype: tf.DType = tf.float32
+    y_true: tf.Tensor, logits: tf.Tensor, threshold: Threshold = 0.5, dtype: tf.DType | None = None
 ) -> tf.Tensor:
     """TF version of :func:`class_counts` on logits, for accumulation inside a ``tf.function``.
 
@@ -107,6 +109,9 @@ def tf_class_counts(
     ``hvd.allreduce(..., op=hvd.Sum)``; float32 counts are exact up to 2**24 (16.7 M)
     per class, far above BigEarthNet's ~590 k patches.
     """
+    import tensorflow as tf
+
+    dtype = tf.float32 if dtype is None else dtype
     truth = tf.cast(y_true, tf.float32) > 0.5
     prob = tf.sigmoid(tf.cast(logits, tf.float32))
     pred = prob >= tf.cast(threshold, tf.float32)

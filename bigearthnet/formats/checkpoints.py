@@ -25,8 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import tensorflow as tf
-
 from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError, RunFailed
 from bigearthnet.core.util import atomic_write_json, first_line, fsync_tree
@@ -36,7 +34,16 @@ TAGS = ("latest", "best")
 RECORD = "record.json"  # inside each checkpoint folder: its pointer, for fallbacks
 # What TensorFlow raises for a damaged checkpoint: a truncated data file gives IndexError
 # ("Read less bytes than requested"), a corrupt index DataLossError (an OpError).
-UNREADABLE = (tf.errors.OpError, InputError, ValueError, IndexError, KeyError)
+# TensorFlow is imported where tensors are written or read, not with the pointer records:
+# readers of a run folder (its page, a follower on a login node) never load it.
+
+
+def _unreadable() -> tuple[type[Exception], ...]:
+    import tensorflow as tf
+
+    return (tf.errors.OpError, InputError, ValueError, IndexError, KeyError)
+
+
 log = logging.getLogger("bigearthnet")
 
 
@@ -195,6 +202,8 @@ def save(
     tmp = root / f".{folder}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     record = dataclasses.replace(record, tag=tag, folder=folder)
+    import tensorflow as tf
+
     try:
         tf.train.Checkpoint(**trackables).write(str(tmp / "ckpt"))
         # The folder's own copy of its pointer: a resume can fall back to it.
@@ -219,6 +228,8 @@ def save(
 def _reason(err: Exception) -> str:
     """The OS's words in a TensorFlow I/O error ("... tempstate123; No space left on device
     [Op:SaveV2]" -> "No space left on device")."""
+    import tensorflow as tf
+
     text = first_line(err)
     if isinstance(err, tf.errors.OpError):
         text = err.message.split("; ")[-1].split(" [Op:")[0].strip()
@@ -255,7 +266,7 @@ def restore_latest(
         check(record)
         try:
             restore_path(prefix(run_dir, record), trackables, partial=False)
-        except UNREADABLE as err:
+        except _unreadable() as err:
             problems.append(f"{record.folder}: {first_line(err)[:160]}")
             continue
         for problem in problems:
@@ -297,6 +308,8 @@ def prefix(run_dir: str | Path, record: CheckpointRecord) -> Path:
 def restore_path(prefix: str | Path, trackables: dict, *, partial: bool) -> None:
     """Restore ``trackables`` from a checkpoint prefix; ``partial``: the checkpoint may hold
     more (evaluation restores the model, not the optimizer)."""
+    import tensorflow as tf
+
     status = tf.train.Checkpoint(**trackables).read(str(prefix))
     try:
         if partial:

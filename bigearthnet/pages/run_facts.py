@@ -23,6 +23,7 @@ from bigearthnet.formats.elastic_log import (
     read_events,
 )
 from bigearthnet.formats.history import HistoryRow, read_history
+from bigearthnet.formats.run_command import RunCommand, read_commands
 from bigearthnet.formats.run_status import RunStatus, read_status
 from bigearthnet.formats.shards import Manifest, ShardError, read_manifest
 
@@ -55,6 +56,7 @@ class RunFacts:
     events: list[ElasticEvent]
     decisions: list[DecisionRecord]
     previews: list[MapPreview]
+    commands: list[RunCommand] = field(default_factory=list)  # every (re)start, oldest first
     missing: list[str] = field(default_factory=list)  # what the page cannot show, and why
 
     @property
@@ -109,6 +111,7 @@ def read_run(run_dir: Path) -> RunFacts:
         events=read_events(run_dir),
         decisions=read_decisions(run_dir),
         previews=_previews(run_dir),
+        commands=read_commands(run_dir),
         missing=missing,
     )
 

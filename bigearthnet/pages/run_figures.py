@@ -34,7 +34,11 @@ def training_figure(history: Sequence[HistoryRow]):
     loss.set(xlabel="epoch", title="Loss")
     f1.plot(epochs, [r.val_micro_f1 for r in history], "o-", label="micro-F1", ms=3)
     f1.plot(epochs, [r.val_macro_f1 for r in history], "o-", label="macro-F1", ms=3)
-    f1.set(xlabel="epoch", title="Validation F1", ylim=(0, 1))
+    for key, label in (("val_micro_map", "micro-mAP"), ("val_macro_map", "macro-mAP")):
+        points = [(r.epoch, r.score(key)) for r in history if r.score(key) is not None]
+        if points:  # rows written before validation gathered scores have none
+            f1.plot(*zip(*points), "s--", label=label, ms=3)
+    f1.set(xlabel="epoch", title="Validation F1 and mAP", ylim=(0, 1))
     lr.plot(epochs, [r.lr for r in history], "o-", color="tab:purple", ms=3)
     lr.set(xlabel="epoch", title="Learning rate (end of epoch)")
     for ax in (loss, f1):

@@ -57,13 +57,14 @@ class Start:
 class ElasticTrainer(RunHooks):
     """The fixed-size driver, wrapped in Horovod's elastic state, commit and reset."""
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    def __init__(self, cfg: TrainConfig, command: list[str] | None = None) -> None:
         self.cfg = cfg
         manifest = read_manifest(cfg.data)
         self.source = GlobalOrderSource(cfg, manifest)
         self.replica = build_replica(cfg, manifest, self.source)
         self.world_size = distributed.size()
-        self._outputs = RunOutputs(cfg, manifest.data_id)  # used by whichever worker is rank 0
+        # used by whichever worker is rank 0
+        self._outputs = RunOutputs(cfg, manifest.data_id, command)
         self.driver = EpochDriver(cfg, self.replica, self.source, self.outputs, hooks=self)
         start = self._start_on_root()
         # Rank 0's values reach every worker with the first sync.

@@ -18,7 +18,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from bigearthnet.core import runlock
+from bigearthnet.core import distributed, runlock
 from bigearthnet.core.config import TrainConfig, save_yaml
 from bigearthnet.core.errors import ConfigError
 from bigearthnet.core.util import atomic_write_json
@@ -27,6 +27,7 @@ from bigearthnet.formats import checkpoints, elastic_log
 from bigearthnet.formats.checkpoints import CheckpointRecord
 from bigearthnet.formats.elastic_log import ElasticEvent
 from bigearthnet.formats.history import HistoryRow, read_history, write_history
+from bigearthnet.formats.run_command import COMMANDS, append_command
 from bigearthnet.formats.run_status import RunStatus, clear_status, write_status
 from bigearthnet.training.gns import NoiseEstimate
 from bigearthnet.training.selection import is_new_best, validations_since_best
@@ -54,10 +55,11 @@ TENSORBOARD_SCALARS = (
 class RunOutputs:
     """Rank 0's writer of one run folder (the other ranks never call it)."""
 
-    def __init__(self, cfg: TrainConfig, data_id: str) -> None:
+    def __init__(self, cfg: TrainConfig, data_id: str, command: list[str] | None = None) -> None:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.data_id = data_id  # shards.Manifest.data_id of --data: in every checkpoint
+        self.command = command  # the command line that started this process, if known
         self._writer: Any = None  # the TensorBoard writer, opened with the first epoch
 
     def prepare(self) -> None:
@@ -68,7 +70,13 @@ class RunOutputs:
         if not self.cfg.resume:
             checkpoints.clear(self.run_dir)
             # The controller's decisions too: they explain this folder's history, no other.
-            for name in ("history.csv", EFFICIENCY, elastic_log.EVENTS, elastic_log.DECISIONS):
+            for name in (
+                "history.csv",
+                EFFICIENCY,
+                elastic_log.EVENTS,
+                elastic_log.DECISIONS,
+                COMMANDS,
+            ):
                 (self.run_dir / name).unlink(missing_ok=True)
 
     def resume(self, trackables: dict) -> CheckpointRecord | None:
@@ -81,6 +89,8 @@ class RunOutputs:
                 self.run_dir, trackables, check=self._check_compatible
             )
         save_yaml(self.cfg, self.run_dir / "config.yaml")
+        if self.command:
+            append_command(self.run_dir, self.command, distributed.size())
         clear_status(self.run_dir)  # this run has not ended yet
         return record
 

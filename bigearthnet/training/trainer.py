@@ -72,12 +72,13 @@ def build_replica(cfg: TrainConfig, manifest: Manifest, source: EpochSource) -> 
 class Trainer:
     """Fixed-size training: set up data, replica and outputs; :meth:`run` trains."""
 
-    def __init__(self, cfg: TrainConfig) -> None:
+    def __init__(self, cfg: TrainConfig, command: list[str] | None = None) -> None:
         self.cfg = cfg
         self.manifest = read_manifest(cfg.data)
         self.source = PartitionSource(cfg, self.manifest)
         self.replica = build_replica(cfg, self.manifest, self.source)
-        self.outputs = RunOutputs(cfg, self.manifest.data_id) if distributed.is_root() else None
+        root = distributed.is_root()
+        self.outputs = RunOutputs(cfg, self.manifest.data_id, command) if root else None
         self.driver = EpochDriver(cfg, self.replica, self.source, lambda: self.outputs)
 
     @property

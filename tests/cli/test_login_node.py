@@ -1,5 +1,5 @@
 """Commands that run on a login node (the elastic controller, the batch-size study's
-planning and plotting) import neither TensorFlow nor Horovod: a login node may have
+planning and plotting, the run page) import neither TensorFlow nor Horovod: a login node may have
 neither, and their ``--help`` and option errors answer at once."""
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ print("exit", code, "heavy", heavy)
 COMMANDS = {
     "elastic": [["--help"], ["status", "--run-dir", "/nonexistent/run"]],
     "batch_study": [["--help"], ["--batch-sizes", "0", "--out", "/nonexistent/out"]],
+    # A run page is read where the run folder is (a login node after the job).
+    "report": [["--help"], ["/nonexistent/run"]],
 }
 
 

@@ -49,8 +49,20 @@ def test_run_page_in_a_browser(reported_run: Path, tmp_path: Path):
         assert visit.text(key.format("test_micro_f1")) == f"{metrics['micro_f1']:.4f}"
         assert visit.text(key.format("test_macro_map")) == f"{metrics['macro_map']:.4f}"
         assert visit.text(key.format("val_micro_f1")) == f"{float(history[-1]['val_micro_f1']):.4f}"
-        epochs = [row.split()[0] for row in visit.texts("#history tr")[1:]]
-        assert epochs == [row["epoch"] for row in history]
+        assert visit.text(key.format("val_macro_map")) == (
+            f"{float(history[-1]['val_macro_map']):.4f}"
+        )
+        rows_shown = [row.split() for row in visit.texts("#history tr")[1:]]
+        assert [r[0] for r in rows_shown] == [row["epoch"] for row in history]
+        # validation micro/macro mAP per epoch (columns 9 and 10), as history.csv has them
+        maps = [(r[8], r[9]) for r in rows_shown]
+        assert maps == [
+            (f"{float(row['val_micro_map']):.4f}", f"{float(row['val_macro_map']):.4f}")
+            for row in history
+        ]
+        # The command line that trained it (train.py's own record, commands.txt).
+        command = visit.text("#commands tr:nth-child(2)")
+        assert "train.py --data" in command and "--epochs 6" in command
         table = "#per-class-test tbody tr"
         rows = [row.split("\n")[0] for row in visit.texts(table)]
         assert len(visit.texts(table)) == 19
