@@ -12,7 +12,7 @@ from bigearthnet.core import constants
 from bigearthnet.core.config import TrainConfig
 from bigearthnet.evaluation.report import EvalSummary, format_score
 from bigearthnet.formats.exported import MLM_VERSION, ExportInfo
-from bigearthnet.formats.shards import Manifest
+from bigearthnet.formats.shards import Manifest, channel_encoding
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class BandRow:
     resolution: int | str
     mean: float
     std: float
+    encoding: str  # what the uint16 value of this channel means
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,16 @@ def class_rows(info: ExportInfo, evaluation: EvalSummary | None) -> list[ClassRo
 
 
 def band_rows(info: ExportInfo) -> list[BandRow]:
-    return [
-        BandRow(name, constants.BAND_RESOLUTION_M.get(name, "-"), mean, std)
-        for name, mean, std in zip(info.bands, info.band_mean, info.band_std)
-    ]
+    rows = []
+    for name, mean, std in zip(info.bands, info.band_mean, info.band_std):
+        scale, offset = channel_encoding(name)
+        encoding = (
+            f"dB = value x {scale:g} {offset:+g}"
+            if name in constants.S1_BANDS
+            else "reflectance x 10,000"
+        )
+        rows.append(BandRow(name, constants.BAND_RESOLUTION_M.get(name, 10), mean, std, encoding))
+    return rows
 
 
 def render_card(info: ExportInfo, facts: RunFacts) -> str:
@@ -83,6 +90,7 @@ def render_card(info: ExportInfo, facts: RunFacts) -> str:
     return template.render(
         info=info,
         bands=band_rows(info),
+        band_config=constants.band_config_name(tuple(info.bands)) or ",".join(info.bands),
         classes=class_rows(info, facts.evaluation),
         evaluation=facts.evaluation,
         config=facts.config,

@@ -190,22 +190,30 @@ def test_bad_input_one_line_exit_2(case, message, evaluated_run, tmp_path, repor
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
 
 
-def test_export_of_another_band_configuration_is_refused(export_dir, tmp_path, reported_errors):
-    """An export whose record says it takes the ten 10/20 m bands cannot map a 12-band scene
-    or 12-band shards: refused before any prediction, one line, exit 2."""
-    other = tmp_path / "s2-10"
+def test_export_of_another_band_configuration_is_refused(
+    export_dir, shards_v1, tmp_path, reported_errors
+):
+    """An export whose record says it takes Sentinel-1 + Sentinel-2 ('all') refuses 12-band
+    shards (both configurations named) and any scene (an S1 scene map is out of scope):
+    before any prediction, one line, exit 2."""
+    from bigearthnet.core import constants
+
+    other = tmp_path / "all"
     shutil.copytree(export_dir, other)
     record = json.loads((other / exported.INFO_FILE).read_text())
-    keep = [i for i, band in enumerate(record["bands"]) if band not in ("B01", "B09")]
-    for key in ("bands", "band_mean", "band_std"):
-        record[key] = [record[key][i] for i in keep]
+    record["bands"] = list(constants.BAND_CONFIGS["all"])
     (other / exported.INFO_FILE).write_text(json.dumps(record))
+    argv = ["patches", "--shards", str(shards_v1), "--model", str(other)]
+    assert map_main([*argv, "--out", str(tmp_path / "maps")]) == 2
+    line = reported_errors()[-1]
+    assert "gives bands s2 (B01,B02," in line and "takes all (VV,VH,B02," in line
+    assert not (tmp_path / "maps").exists()
     scene = tmp_path / "bands"
     write_scene(scene, SceneTruth(size=240, block=240, border=0, classes=((3,),)))
     argv = ["scene", str(scene), "--model", str(other), "--out", str(tmp_path / "m.tif")]
     assert map_main(argv) == 2
-    (line,) = reported_errors()
-    assert "gives bands B01,B02" in line and "takes B02,B03" in line and "10 channels" in line
+    line = reported_errors()[-1]
+    assert "a Sentinel-1 scene map is out of scope" in line and "takes all (VV,VH," in line
     assert not (tmp_path / "m.tif").exists()
 
 

@@ -107,3 +107,35 @@ def test_a_model_refuses_data_of_another_configuration(
     argv = ["--run-dir", str(config_runs["s2-10"]), "--shards", str(config_shards["all"])]
     assert map_cli.main([*argv, "--out", str(tmp_path / "m")]) == 2
     assert "gives bands all (VV,VH," in reported_errors()[-1]
+
+
+def test_scene_maps_read_the_model_s2_bands(
+    config_runs: dict[str, Path], tmp_path: Path, reported_errors
+) -> None:
+    """An s2-10 model maps a scene from its ten bands (a band stack without B01/B09 will
+    do); a model with Sentinel-1 refuses scenes (out of scope), one line, exit 2."""
+    import numpy as np
+    import rasterio
+
+    from bigearthnet.cli import map as map_cli
+    from bigearthnet.synthetic.scene import SceneTruth, write_scene
+
+    scene = tmp_path / "scene.tif"
+    write_scene(
+        scene, SceneTruth(size=240, block=120, border=0, classes=((3, 8), (9, 2))), layout="stack"
+    )
+    with rasterio.open(scene) as src:  # keep the ten bands the model takes, renamed by order
+        keep = [i for i, d in enumerate(src.descriptions) if d in constants.S2_10_BANDS]
+        ten, profile = src.read([i + 1 for i in keep]), dict(src.profile, count=len(keep))
+    ten_bands = tmp_path / "ten.tif"
+    with rasterio.open(ten_bands, "w", **profile) as dst:
+        dst.write(ten)
+        dst.descriptions = tuple(constants.S2_10_BANDS)
+    out = tmp_path / "map.tif"
+    argv = ["scene", str(ten_bands), "--run-dir", str(config_runs["s2-10"]), "--out", str(out)]
+    assert map_cli.main(argv) == 0
+    with rasterio.open(out) as src:
+        assert src.count >= 1 and np.isin(src.read(1), np.arange(19)).any()
+    argv = ["scene", str(scene), "--run-dir", str(config_runs["all"]), "--out", str(tmp_path / "x")]
+    assert map_cli.main([*argv[:-1], str(tmp_path / "x.tif")]) == 2
+    assert "a Sentinel-1 scene map is out of scope" in reported_errors()[-1]
