@@ -27,7 +27,7 @@ from stac_model.schema import MLModelExtension, MLModelProperties
 from bigearthnet.core import constants
 from bigearthnet.formats import exported
 from bigearthnet.formats.exported import ExportError, ExportInfo
-from bigearthnet.formats.shards import Manifest, read_locations
+from bigearthnet.formats.shards import Manifest, channel_encoding, read_locations
 
 MLM_SCHEMA = f"https://stac-extensions.github.io/mlm/v{exported.MLM_VERSION}/schema.json"
 # Published URL -> bundled copy; the MLM schema refers to the other three (processing's
@@ -100,8 +100,9 @@ def training_footprint(data_dir: Path, manifest: Manifest | None) -> Footprint:
 def model_properties(info: ExportInfo, total_parameters: int) -> dict[str, Any]:
     """The item's ``mlm:`` fields, through stac-model's typed records."""
     channels = len(info.bands)
+    s1 = any(band in constants.S1_BANDS for band in info.bands)
     model_input = ModelInput(
-        name="Sentinel-2 L2A patches",
+        name="Sentinel-1 GRD + Sentinel-2 L2A patches" if s1 else "Sentinel-2 L2A patches",
         bands=list(info.bands),
         input=InputStructure(
             shape=[-1, *info.input_shape[:2], channels],
@@ -148,13 +149,22 @@ def _bands(info: ExportInfo) -> list[dict[str, Any]]:
     return [
         {
             "name": band,
-            "description": f"Sentinel-2 {band} ({BAND_NAMES.get(band, band)}), "
-            f"{constants.BAND_RESOLUTION_M.get(band, '?')} m",
+            "description": _describe(band),
             "data_type": "uint16",
             "statistics": {"mean": mean, "stddev": std},
         }
         for band, mean, std in zip(info.bands, info.band_mean, info.band_std)
     ]
+
+
+def _describe(band: str) -> str:
+    if band in constants.S1_BANDS:
+        scale, offset = channel_encoding(band)
+        return f"Sentinel-1 {band} backscatter, 10 m: dB = value x {scale:g} {offset:+g}"
+    return (
+        f"Sentinel-2 {band} ({BAND_NAMES.get(band, band)}), "
+        f"{constants.BAND_RESOLUTION_M.get(band, '?')} m"
+    )
 
 
 def build_item(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import h5py
 import pytest
 from conftest import preprocess, train_argv
 
@@ -15,6 +16,7 @@ import train
 from bigearthnet.core import constants
 from bigearthnet.formats.checkpoints import read_pointer
 from bigearthnet.formats.history import read_history
+from bigearthnet.formats.shards import read_manifest
 
 EPOCHS = 4  # enough for a best epoch to choose; learning is compared in the slow test
 LEARN_EPOCHS = 12  # at 6 epochs a tiny model's val micro-F1 still varies by ~0.08 a run
@@ -139,3 +141,31 @@ def test_scene_maps_read_the_model_s2_bands(
     argv = ["scene", str(scene), "--run-dir", str(config_runs["all"]), "--out", str(tmp_path / "x")]
     assert map_cli.main([*argv[:-1], str(tmp_path / "x.tif")]) == 2
     assert "a Sentinel-1 scene map is out of scope" in reported_errors()[-1]
+
+
+def test_an_s1_s2_model_exports_with_its_channels(
+    config_runs: dict[str, Path], config_shards: dict[str, Path], tmp_path: Path
+) -> None:
+    """The export of an 'all' run takes 12 channels in reBEN's order; the card says what an
+    S1 value means; the STAC item validates; the SavedModel equals the run's model."""
+    import numpy as np
+
+    from bigearthnet.cli.export import main as export_main
+    from bigearthnet.export.stac import validate_item
+    from bigearthnet.inference.exported_model import ExportedModel
+    from bigearthnet.inference.trained_run import load_model
+
+    out = tmp_path / "export"
+    run = config_runs["all"]
+    assert export_main([str(run), "--out", str(out), "--format", "savedmodel"]) == 0
+    card = (out / "model_card.md").read_text()
+    assert "(band configuration\n**all**)" in card
+    assert "| 0 | VV | 10 |" in card and "dB = value x 0.002 -80 |" in card
+    validate_item(json.loads((out / "item.json").read_text()))
+    exported = ExportedModel(out)
+    assert tuple(exported.bands) == constants.BAND_CONFIGS["all"]
+    test = read_manifest(config_shards["all"]).split_shards("test")[0]
+    with h5py.File(test.path(config_shards["all"]), "r") as f:
+        images = f["images"][:8]
+    want = load_model(run).predict(images)
+    np.testing.assert_allclose(exported.predict(images), want, atol=1e-5)
