@@ -69,7 +69,8 @@ def window_origins(size: int, stride: int) -> list[int]:
 def strip_windows(
     scene: Scene, row: int, stride: int, resampling: str
 ) -> Iterator[tuple[int, np.ndarray]]:
-    """(column, 120x120x12 uint16 image) of the windows with data of the strip at ``row``."""
+    """(column, 120x120xC uint16 image of the scene's bands) of the windows with data of
+    the strip at ``row``."""
     return windows_of(scene.strip(row), stride=stride, resampling=resampling)
 
 
