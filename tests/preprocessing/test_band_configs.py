@@ -157,17 +157,17 @@ def rows_of_metadata(archive: Path) -> list[str]:
 
 
 def test_v2_without_an_s1_folder_is_one_line_and_exit_2(
-    synth_v2: Path, tmp_path: Path, capsys
+    synth_v2: Path, tmp_path: Path, reported_errors
 ) -> None:
     assert preprocess(synth_v2, tmp_path / "out", "--bands", "s1") == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "no BigEarthNet-S1 folder; pass --s1-archive" in err
+    err = reported_errors()
+    assert len(err) == 1 and "no BigEarthNet-S1 folder; pass --s1-archive" in err[0]
 
 
-def test_v1_pairs_s1_through_its_labels_json(s1_v1: Path, tmp_path: Path, capsys) -> None:
+def test_v1_pairs_s1_through_its_labels_json(s1_v1: Path, tmp_path: Path, reported_errors) -> None:
     s1_root = s1_v1 / "BigEarthNet-S1-v1.0"
     assert preprocess(s1_v1, tmp_path / "none", "--bands", "all") == 2
-    assert "a v1 archive holds no Sentinel-1; pass --s1-archive" in capsys.readouterr().err
+    assert "a v1 archive holds no Sentinel-1; pass --s1-archive" in reported_errors()[-1]
     # One S1 patch loses its pairing: its S2 patch is rejected, the others pair.
     lonely = sorted(s1_root.iterdir())[0]
     meta = lonely / f"{lonely.name}_labels_metadata.json"
