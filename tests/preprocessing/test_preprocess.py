@@ -445,7 +445,6 @@ def test_cli_help_explains_every_flag() -> None:
 # when it is called (the Nth time), so the fault lands exactly where the row says.
 KILL_AT = """
 import os, signal, sys
-import bigearthnet.preprocessing.preprocess as pre
 import bigearthnet.formats.shards as shards
 where, nth = sys.argv[1], int(sys.argv[2])
 calls = [0]
@@ -456,8 +455,8 @@ def dying(original):
             os.kill(os.getpid(), signal.SIGKILL)
         return original(*args, **kwargs)
     return wrapper
-if where == "join":  # the manifest's write, after rejects.csv: the join's last step
-    pre.atomic_write_json = dying(pre.atomic_write_json)
+if where == "join":  # the manifest's write (shards.write_manifest), the join's last step
+    shards.atomic_write_json = dying(shards.atomic_write_json)
 else:  # appending a block to a shard under its temporary name
     shards.ShardWriter.append = dying(shards.ShardWriter.append)
 from bigearthnet.cli.preprocess import main
@@ -466,12 +465,12 @@ sys.exit(main(sys.argv[3:]))
 
 
 @pytest.mark.fault
-@pytest.mark.parametrize("where, nth", [("join", 2), ("shard", 3)])
+@pytest.mark.parametrize("where, nth", [("join", 1), ("shard", 3)])
 def test_kill_during_join_or_shard_write_then_rerun_gives_same_shards(
     where: str, nth: int, synth_v1: Path, tmp_path: Path, fault_row
 ) -> None:
-    """SIGKILL while joining (the manifest's write: the 2nd atomic JSON after the plan
-    record) or inside a shard's write (its 3rd block): no manifest, no partial shard
+    """SIGKILL while joining (the manifest's write, after rejects.csv) or inside a shard's
+    write (its 3rd block): no manifest, no partial shard
     under a final name; the rerun completes with the shards of an undisturbed run."""
     reference = tmp_path / "reference"
     assert preprocess(synth_v1, reference, "--shard-size", "20") == 0
