@@ -12,7 +12,7 @@ from bigearthnet.core import constants
 from bigearthnet.core.config import TrainConfig
 from bigearthnet.evaluation.report import EvalSummary, format_score
 from bigearthnet.formats.exported import MLM_VERSION, ExportInfo
-from bigearthnet.formats.shards import Manifest, channel_encoding
+from bigearthnet.formats.shards import Manifest, describe_encoding
 
 
 @dataclass(frozen=True)
@@ -67,16 +67,10 @@ def class_rows(info: ExportInfo, evaluation: EvalSummary | None) -> list[ClassRo
 
 
 def band_rows(info: ExportInfo) -> list[BandRow]:
-    rows = []
-    for name, mean, std in zip(info.bands, info.band_mean, info.band_std):
-        scale, offset = channel_encoding(name)
-        encoding = (
-            f"dB = value x {scale:g} {offset:+g}"
-            if name in constants.S1_BANDS
-            else "reflectance x 10,000"
-        )
-        rows.append(BandRow(name, constants.BAND_RESOLUTION_M.get(name, 10), mean, std, encoding))
-    return rows
+    return [
+        BandRow(name, constants.BAND_RESOLUTION_M.get(name, 10), mean, std, describe_encoding(name))
+        for name, mean, std in zip(info.bands, info.band_mean, info.band_std)
+    ]
 
 
 def render_card(info: ExportInfo, facts: RunFacts) -> str:

@@ -27,7 +27,7 @@ from stac_model.schema import MLModelExtension, MLModelProperties
 from bigearthnet.core import constants
 from bigearthnet.formats import exported
 from bigearthnet.formats.exported import ExportError, ExportInfo
-from bigearthnet.formats.shards import Manifest, channel_encoding, read_locations
+from bigearthnet.formats.shards import Manifest, describe_encoding, read_locations
 
 MLM_SCHEMA = f"https://stac-extensions.github.io/mlm/v{exported.MLM_VERSION}/schema.json"
 # Published URL -> bundled copy; the MLM schema refers to the other three (processing's
@@ -159,8 +159,7 @@ def _bands(info: ExportInfo) -> list[dict[str, Any]]:
 
 def _describe(band: str) -> str:
     if band in constants.S1_BANDS:
-        scale, offset = channel_encoding(band)
-        return f"Sentinel-1 {band} backscatter, 10 m: dB = value x {scale:g} {offset:+g}"
+        return f"Sentinel-1 {band} backscatter, 10 m: {describe_encoding(band)}"
     return (
         f"Sentinel-2 {band} ({BAND_NAMES.get(band, band)}), "
         f"{constants.BAND_RESOLUTION_M.get(band, '?')} m"

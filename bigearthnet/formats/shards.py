@@ -75,6 +75,13 @@ def channel_encoding(band: str) -> tuple[float, float]:
     return (S1_DB_SCALE, S1_DB_OFFSET) if band in constants.S1_BANDS else (1.0, 0.0)
 
 
+def describe_encoding(band: str) -> str:
+    """What a channel's uint16 value means, in words (model card, STAC item)."""
+    if band in constants.S1_BANDS:
+        return f"dB = value x {S1_DB_SCALE:g} {S1_DB_OFFSET:+g}"
+    return "reflectance x 10,000"
+
+
 class ShardError(InputError):
     """A preprocessed dataset that cannot be used as it is."""
 

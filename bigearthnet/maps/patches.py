@@ -113,7 +113,6 @@ def archive_batches(
     """
     from bigearthnet.preprocessing.archive import (
         PatchError,
-        default_s1_root,
         detect_version,
         list_patches,
         read_patch,
@@ -121,9 +120,7 @@ def archive_batches(
     from bigearthnet.preprocessing.assembly import assemble
 
     version = detect_version(root) if version == "auto" else version
-    if s1_root is None and any(band in constants.S1_BANDS for band in bands):
-        s1_root = default_s1_root(root, version)
-    listing = list_patches(root, version, s1_root)
+    listing = list_patches(root, version, bands, s1_root)
     refs = listing.patches + (listing.snow_cloud if snow_cloud else [])
 
     def batches():

@@ -20,6 +20,7 @@ wrong with that patch, so preprocessing can record it in ``rejects.csv`` and car
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -108,9 +109,19 @@ def detect_version(root: Path) -> str:
     )
 
 
-def list_patches(root: Path, version: str, s1_root: Path | None = None) -> Listing:
-    """All patches of the archive, sorted by name; with ``s1_root``, each paired with its
-    Sentinel-1 patch there (v2: by ``s1_name``; v1: through the S1 labels JSON)."""
+def list_patches(
+    root: Path,
+    version: str,
+    bands: tuple[str, ...] = constants.BANDS,
+    s1_root: Path | None = None,
+) -> Listing:
+    """All patches of the archive, sorted by name. When ``bands`` hold Sentinel-1, each is
+    paired with its S1 patch in ``s1_root`` (default: :func:`default_s1_root`; v2 by
+    ``s1_name``, v1 through the S1 labels JSON)."""
+    if not any(band in constants.S1_BANDS for band in bands):
+        s1_root = None
+    elif s1_root is None:
+        s1_root = default_s1_root(root, version)
     if version == "v1":
         listing = _list_v1(root)
         if s1_root is not None:
@@ -143,7 +154,7 @@ def _existing(s1_root: Path) -> Path:
 
 
 def _with_s1(ref: PatchRef, folder: str | None) -> PatchRef:
-    return PatchRef(ref.name, ref.folder, ref.labels19, ref.split, folder)
+    return dataclasses.replace(ref, s1_folder=folder)
 
 
 def _list_v1(root: Path) -> Listing:

@@ -24,7 +24,6 @@ from bigearthnet.formats.shards import (
 from bigearthnet.preprocessing import splits
 from bigearthnet.preprocessing.archive import (
     PatchRef,
-    default_s1_root,
     detect_version,
     list_patches,
 )
@@ -58,10 +57,6 @@ class Options:
     def bands(self) -> tuple[str, ...]:
         return constants.BAND_CONFIGS[self.band_config]
 
-    @property
-    def needs_s1(self) -> bool:
-        return any(band in constants.S1_BANDS for band in self.bands)
-
 
 @dataclass
 class ShardPlan:
@@ -89,10 +84,7 @@ class Plan:
 def make_plan(opts: Options) -> Plan:
     """The deterministic assignment of patches to shards (see the module docstring)."""
     version = detect_version(opts.archive) if opts.version == "auto" else opts.version
-    s1_root = None
-    if opts.needs_s1:
-        s1_root = opts.s1_archive or default_s1_root(opts.archive, version)
-    listing = list_patches(opts.archive, version, s1_root)
+    listing = list_patches(opts.archive, version, opts.bands, opts.s1_archive)
     refs = list(listing.patches)
     not_written = [(name, reason) for name, reason in listing.missing]
     excluded_reasons: list[tuple[str, str]] = []

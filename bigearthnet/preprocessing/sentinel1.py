@@ -18,6 +18,7 @@ patch, like a broken S2 band.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -94,4 +95,4 @@ def read_s1_band(folder: str | None, band: str) -> Raster:
     data = raster.data.astype(np.float32)
     if not np.isfinite(data).all():
         raise S1Error(f"Sentinel-1 band {band} has non-finite values")
-    return Raster(data, raster.crs, raster.ulx, raster.uly, raster.pixel_size, raster.nodata)
+    return dataclasses.replace(raster, data=data)

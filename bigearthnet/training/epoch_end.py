@@ -23,6 +23,7 @@ from bigearthnet.training.gns import noise_report, verdict
 from bigearthnet.training.loop import EpochOutcome, Validation, validate
 from bigearthnet.training.outputs import RunOutputs
 from bigearthnet.training.replica import Replica
+from bigearthnet.training.selection import validations_since_best
 from bigearthnet.training.sources import EpochSource
 
 log = distributed.log
@@ -146,7 +147,7 @@ class EpochEnd:
         outputs = self.outputs()
         if outputs is not None:
             history = outputs.history(through_epoch=row.epoch - 1) + [row]
-            since_best = outputs.validations_since_best(history)
+            since_best = validations_since_best(history, self.cfg.select_metric)
             try:
                 outputs.save_epoch(self.replica.trackables, self.record(done, row=row), history)
                 outputs.write_noise_points(self.replica.noise.take_points())

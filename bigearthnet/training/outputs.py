@@ -30,7 +30,7 @@ from bigearthnet.formats.history import HistoryRow, read_history, write_history
 from bigearthnet.formats.run_command import COMMANDS, append_command
 from bigearthnet.formats.run_status import RunStatus, clear_status, write_status
 from bigearthnet.training.gns import NoiseEstimate
-from bigearthnet.training.selection import is_new_best, validations_since_best
+from bigearthnet.training.selection import is_new_best
 
 log = logging.getLogger("bigearthnet")  # the ranks' logger (rank 0 alone writes)
 EFFICIENCY = "efficiency.json"
@@ -153,10 +153,6 @@ class RunOutputs:
             100 * row.data_wait_fraction,
             row.seconds,
         )
-
-    def validations_since_best(self, history: list[HistoryRow]) -> int:
-        """Validations since ``--select-metric`` last improved (early stopping's count)."""
-        return validations_since_best(history, self.cfg.select_metric)
 
     def save_mid_epoch(self, trackables: dict, record: CheckpointRecord) -> None:
         """A checkpoint inside an epoch (all ranks agreed to stop there)."""
