@@ -9,6 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 DEMO_DIR ?= demo
 FAULTS_TABLE ?=
+BAD_INPUT_TABLE ?=
 SHARED ?= ../shared
 
 # The second stack runs the tests that touch TensorFlow, Keras or Horovod: every API the
@@ -20,7 +21,7 @@ SHARED ?= ../shared
 STACK_TESTS := tests/test_stacks.py tests/models tests/training tests/data tests/evaluation \
 	tests/maps/test_scene.py tests/export
 
-.PHONY: help setup demo test test-slow test-all test-stack faults lint bench bench-stacks clean-demo
+.PHONY: help setup demo test test-slow test-all test-stack faults bad-input lint bench bench-stacks clean-demo
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -47,6 +48,9 @@ test-slow: $(STAMP)  ## only the slow tests (real Slurm, elastic); CI runs them 
 
 faults: $(STAMP)  ## inject each fault into real runs; prints the fault table (FAULTS_TABLE=file writes it)
 	SHARED_DIR=$(SHARED) BEN_FAULTS_TABLE=$(FAULTS_TABLE) $(PY) -m pytest -m fault
+
+bad-input: $(STAMP)  ## one bad input per test, every command; prints the bad-input table (BAD_INPUT_TABLE=file writes it)
+	SHARED_DIR=$(SHARED) BEN_BAD_INPUT_TABLE=$(BAD_INPUT_TABLE) $(PY) -m pytest -m bad_input
 
 test-all: $(STAMP)  ## every test, the slow multi-process and Slurm ones included
 	SHARED_DIR=$(SHARED) $(PY) -m pytest -m "slow or not slow"

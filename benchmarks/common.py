@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from bigearthnet.formats.efficiency import read_efficiency
 from bigearthnet.formats.history import read_history
 
 REPO = Path(__file__).resolve().parents[1]
@@ -434,7 +435,7 @@ def train_run(
     argv = ["train.py", "--data", str(data), "--run-dir", str(run_dir), *TRAIN_RECIPE, *extra]
     result = launch(ranks, argv, python=python).check(f"{what} ({ranks} rank(s))")
     rows = read_history(run_dir)
-    efficiency = json.loads((run_dir / "efficiency.json").read_text())
+    efficiency = asdict(read_efficiency(run_dir))
     measured = rows[1:] or rows
     return {
         "samples_per_s": median([r.samples_per_s for r in measured]),

@@ -59,8 +59,8 @@ def bound_rate(part, steps: int, rep: int, buffer: np.ndarray) -> float:
 
 
 def run(args, work: Path) -> list[Figure]:
+    from bigearthnet.core.batch import BatchPlan
     from bigearthnet.data.normalization import band_stats
-    from bigearthnet.data.partition import steps_per_epoch
     from bigearthnet.data.rank_data import RankData
     from bigearthnet.formats.shards import read_manifest
 
@@ -74,7 +74,7 @@ def run(args, work: Path) -> list[Figure]:
 
     memory, streaming = part("memory"), part("none")
     two_threads, on_device = part("memory", threads=2), part("device")
-    steps = steps_per_epoch(memory.total, 1, args.batch_size)
+    steps = BatchPlan(args.batch_size).steps(memory.total)
     buffer = np.empty((args.batch_size, *manifest.image_shape), dtype=np.uint16)
     mean, std = band_stats(manifest)
 

@@ -12,20 +12,36 @@ Common keyword arguments: ``dropout`` (before the head, default 0) and ``weight_
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import tensorflow as tf
+from bigearthnet.core.constants import BANDS, PATCH_SIZE
 
-from bigearthnet.models.resnet import DEFAULT_INPUT_SHAPE, resnet18, resnet50
-from bigearthnet.models.tiny import tiny_cnn
+# No TensorFlow here, not even for type hints (import-linter counts those): the registry's
+# names answer on login nodes. A model is a tf.keras.Model, typed Any below.
+KerasModel = Any
 
-__all__ = ["MODELS", "available_models", "count_parameters", "get_model"]
+__all__ = ["DEFAULT_INPUT_SHAPE", "MODELS", "available_models", "count_parameters", "get_model"]
 
-MODELS: dict[str, Callable[..., tf.keras.Model]] = {
-    "resnet18": resnet18,
-    "resnet50": resnet50,
-    "tiny": tiny_cnn,
+DEFAULT_INPUT_SHAPE: tuple[int, int, int] = (PATCH_SIZE, PATCH_SIZE, len(BANDS))
+
+
+def _builder(module: str, name: str) -> Callable[..., KerasModel]:
+    """``module.name``, imported when a model is built: the registry's names are known
+    without TensorFlow, so ``train.py --model nosuch`` is refused before any rank starts."""
+
+    def build(**kwargs: Any) -> KerasModel:
+        return getattr(importlib.import_module(f"bigearthnet.models.{module}"), name)(**kwargs)
+
+    build.__name__ = build.__qualname__ = name
+    return build
+
+
+MODELS: dict[str, Callable[..., KerasModel]] = {
+    "resnet18": _builder("resnet", "resnet18"),
+    "resnet50": _builder("resnet", "resnet50"),
+    "tiny": _builder("tiny", "tiny_cnn"),
 }
 """Registry name -> builder. Add a model by adding an entry here."""
 
@@ -40,7 +56,7 @@ def get_model(
     input_shape: Sequence[int] = DEFAULT_INPUT_SHAPE,
     num_classes: int = 19,
     **kwargs: Any,
-) -> tf.keras.Model:
+) -> KerasModel:
     """Build the registered model ``name``; ``model.name`` is set to ``name``.
 
     Raises:
@@ -54,6 +70,6 @@ def get_model(
     return builder(input_shape=input_shape, num_classes=num_classes, name=name, **kwargs)
 
 
-def count_parameters(model: tf.keras.Model) -> int:
+def count_parameters(model: KerasModel) -> int:
     """Number of weights as Keras counts them: trainable + non-trainable (e.g. BN statistics)."""
     return int(model.count_params())

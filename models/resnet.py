@@ -32,11 +32,9 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from bigearthnet.core.constants import BANDS, PATCH_SIZE
+from bigearthnet.models import DEFAULT_INPUT_SHAPE
 
 layers = tf.keras.layers
-
-DEFAULT_INPUT_SHAPE: tuple[int, int, int] = (PATCH_SIZE, PATCH_SIZE, len(BANDS))
 STAGE_WIDTHS: tuple[int, ...] = (64, 128, 256, 512)
 BOTTLENECK_EXPANSION = 4
 BN_EPSILON = 1.001e-5

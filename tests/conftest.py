@@ -172,11 +172,44 @@ def fault_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# Tests marked `bad_input` give one command one bad input each and record a row of the
+# bad-input table (`make bad-input`; docs/reliability.md); BEN_BAD_INPUT_TABLE=PATH writes it.
+BAD_INPUT_ROWS: list[dict] = []
+
+
+@pytest.fixture
+def bad_input_row(request):
+    """``bad_input_row(bad_input, command, exit_code, verdict)``: this test's row of the
+    bad-input table (recorded once the test's checks have passed)."""
+    test = request.node.nodeid.split("::")[-1]
+    return lambda bad_input, command, exit_code, verdict: BAD_INPUT_ROWS.append(
+        {"input": bad_input, "command": command, "exit": exit_code, "verdict": verdict,
+         "test": test}  # fmt: skip
+    )
+
+
+def bad_input_table(rows: list[dict]) -> str:
+    lines = [
+        "| bad input | command | exit | verdict | test |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['input']} | `{row['command']}` | {row['exit']} | {row['verdict']} "
+            f"| `{row['test']}` |"
+        )
+    return "\n".join(lines + [f"\n{len(rows)} bad inputs, every one handled as promised."])
+
+
 def pytest_terminal_summary(terminalreporter):
-    if not FAULT_ROWS:
-        return
-    table = fault_table(FAULT_ROWS)
-    terminalreporter.write_sep("=", "fault table")
-    terminalreporter.write_line(table)
-    if os.environ.get("BEN_FAULTS_TABLE"):
-        Path(os.environ["BEN_FAULTS_TABLE"]).write_text(table + "\n")
+    for rows, title, variable, render in (
+        (FAULT_ROWS, "fault table", "BEN_FAULTS_TABLE", fault_table),
+        (BAD_INPUT_ROWS, "bad-input table", "BEN_BAD_INPUT_TABLE", bad_input_table),
+    ):
+        if not rows:
+            continue
+        table = render(rows)
+        terminalreporter.write_sep("=", title)
+        terminalreporter.write_line(table)
+        if os.environ.get(variable):
+            Path(os.environ[variable]).write_text(table + "\n")

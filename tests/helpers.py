@@ -215,6 +215,7 @@ def pooled_linear_replica(*, batch_size: int, passes: int, lr: float, gns_decay:
     call) with plain SGD, no augmentation: its update is a fixed function of its batches."""
     from bigearthnet import models
     from bigearthnet.core.config import TrainConfig
+    from bigearthnet.formats.model_inputs import ModelInputs
     from bigearthnet.training.replica import Replica
     from bigearthnet.training.schedules import LRSchedule
 
@@ -239,14 +240,16 @@ def pooled_linear_replica(*, batch_size: int, passes: int, lr: float, gns_decay:
         kind="constant",
     )
     bands = len(SYNTHETIC_BAND_MEANS)
-    return Replica(
-        cfg,
-        num_classes=SYNTHETIC_CLASSES,
+    inputs = ModelInputs(
         bands=constants.BANDS,
-        band_mean=np.full(bands, 1000.0, np.float32),
-        band_std=np.full(bands, 300.0, np.float32),
-        schedule=schedule,
+        mean=(1000.0,) * bands,
+        std=(300.0,) * bands,
+        channel_scale=(1.0,) * bands,
+        channel_offset=(0.0,) * bands,
+        resampling="bilinear",
+        classes=tuple(f"class {c}" for c in range(SYNTHETIC_CLASSES)),
     )
+    return Replica(cfg, inputs=inputs, schedule=schedule)
 
 
 SYNTHETIC_CLASSES = 5

@@ -104,17 +104,15 @@ def test_efficiency_report_factors_multiply_to_parallel_efficiency() -> None:
     # per rank: step, wait, samples, epoch, compute, comm
     table = np.array([[10.0, 1.0, 80, 12.0, 8.0, 2.0], [9.0, 0.5, 80, 12.0, 6.0, 3.0]])
     report = efficiency_report(table, epoch=3, measured_comm=True)
-    assert report["load_balance"] == pytest.approx(7.0 / 8.0)
-    assert report["communication_efficiency"] == pytest.approx(8.0 / 10.0)
-    assert report["input_efficiency"] == pytest.approx(10.0 / 11.0)
-    product = (
-        report["load_balance"] * report["communication_efficiency"] * report["input_efficiency"]
-    )
-    assert report["parallel_efficiency"] == pytest.approx(product)
-    assert report["samples_per_s_total"] == pytest.approx(160 / 11.0)
-    assert report["per_rank"][1]["communication_s"] == 3.0
+    assert report.load_balance == pytest.approx(7.0 / 8.0)
+    assert report.communication_efficiency == pytest.approx(8.0 / 10.0)
+    assert report.input_efficiency == pytest.approx(10.0 / 11.0)
+    product = report.load_balance * report.communication_efficiency * report.input_efficiency
+    assert report.parallel_efficiency == pytest.approx(product)
+    assert report.samples_per_s_total == pytest.approx(160 / 11.0)
+    assert report.per_rank[1].communication_s == 3.0
     assert "communication 0.800" in efficiency_line(report)
     plain = efficiency_report(table[:, :4], epoch=3)
-    assert plain["communication_efficiency"] is None and plain["per_rank"][0]["compute_s"] is None
-    assert plain["parallel_efficiency"] == pytest.approx(9.5 / 11.0)
+    assert plain.communication_efficiency is None and plain.per_rank[0].compute_s is None
+    assert plain.parallel_efficiency == pytest.approx(9.5 / 11.0)
     assert "n/a" in efficiency_line(plain)

@@ -13,10 +13,17 @@ raised                                              code  meaning
 ==================================================  ====  ================================
 nothing (the handler's int, or 0 for None)          0     done
 :class:`~bigearthnet.core.errors.RunFailed`              1     ran and failed; outputs kept
-InputError (ConfigError, ShardError, ...),          2     bad input or options: nothing
-  ValueError, OSError                                     was done
+an OSError of the system (disk full, I/O error)     1     ran and failed: one line
+InputError (ConfigError, ShardError, ...)           2     bad input or options: nothing
+                                                          was done
 :class:`~bigearthnet.core.errors.RequeueRequested`       3     checkpointed; requeue the job
+anything else (a ValueError, KeyError, ...)         1     a bug: the traceback, then one line
 ==================================================  ====  ================================
+
+Bad input is recognised where it is read and raised there as an InputError naming the file
+or option; a ValueError that reaches this point was not foreseen by anyone, so it is a bug
+and keeps its traceback: turning it into "bad input, exit 2" would send the user hunting
+for a mistake they did not make.
 
 Under a Horovod launcher the line carries the rank prefix (the ranks' logger prints it), so
 a job log says which rank saw the problem. Kept free of TensorFlow: ``--help`` and option
@@ -29,6 +36,8 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
+from pathlib import Path
+from traceback import print_exc
 from typing import NoReturn, TypeVar
 
 from bigearthnet.core import runlock
@@ -70,21 +79,31 @@ def run(parser: argparse.ArgumentParser, handler: Handler, argv: list[str] | Non
     except RunFailed as err:
         report(prog, f"failed: {first_line(err)}")
         return EXIT_FAILED
-    except (InputError, ValueError, OSError) as err:
+    except InputError as err:
         report(prog, f"error: {first_line(err)}")
         return EXIT_BAD_INPUT
+    except OSError as err:  # the system's: a full disk, an I/O error (inputs are checked)
+        report(prog, f"failed: {first_line(err)}")
+        return EXIT_FAILED
+    except Exception:  # a bug: its traceback is what a report needs
+        report(prog, "internal error (a bug, not your input); its traceback:", traceback=True)
+        return EXIT_FAILED
     finally:
         runlock.release_all()  # the run folders this command wrote to
 
 
-def report(prog: str, message: str, *, warning: bool = False) -> None:
-    """One line ``prog: message`` on stderr; through the ranks' logger (``[rank r/n]``
-    prefix) once a distributed command has set it up."""
+def report(prog: str, message: str, *, warning: bool = False, traceback: bool = False) -> None:
+    """One line ``prog: message`` on stderr (``traceback``: then the traceback of the error
+    being handled); through the ranks' logger (``[rank r/n]`` prefix) once a distributed
+    command has set it up."""
     logger = logging.getLogger("bigearthnet")
     if logger.handlers:
-        logger.log(logging.WARNING if warning else logging.ERROR, "%s: %s", prog, message)
+        level = logging.WARNING if warning else logging.ERROR
+        logger.log(level, "%s: %s", prog, message, exc_info=traceback)
     else:
         print(f"{prog}: {message}", file=sys.stderr)
+        if traceback:
+            print_exc()
 
 
 def checked(check: Callable[[str, T], T], kind: Callable[[str], T]) -> Callable[[str], T]:
@@ -98,3 +117,15 @@ def checked(check: Callable[[str, T], T], kind: Callable[[str], T]) -> Callable[
             raise argparse.ArgumentTypeError(str(err).replace("value ", "", 1)) from None
 
     return parse
+
+
+def add_stats_from(p: argparse.ArgumentParser) -> None:
+    """--stats-from: the way out for a checkpoint that predates recorded normalisation."""
+    p.add_argument(
+        "--stats-from",
+        type=Path,
+        metavar="SHARDS",
+        help="only for a checkpoint written before runs recorded their normalisation, whose "
+        "training data is gone: normalise with the train split of these shards (made the "
+        "same way); a newer checkpoint carries its own and ignores this",
+    )

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from bigearthnet.cli.common import Parser, run
+from bigearthnet.cli.common import Parser, add_stats_from, run
 from bigearthnet.cli.report import write_quietly
 from bigearthnet.core.errors import require_open_fraction, require_positive_int
 
@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="choose one threshold per class on the val split (best F1) and report the "
         "split with them; saved as OUT/thresholds.json",
     )
+    add_stats_from(parser)
     return parser
 
 
@@ -102,5 +103,6 @@ def _evaluate(args: argparse.Namespace) -> None:
         threshold=args.threshold,
         batch_size=args.batch_size,
         tune_thresholds=args.tune_thresholds,
+        stats_from=args.stats_from,
     )
     write_quietly(args.run_dir)

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from bigearthnet.cli.common import Parser, run
+from bigearthnet.cli.common import Parser, add_stats_from, run
 
 PROG = "bigearthnet-export"
 
@@ -51,6 +51,7 @@ def build_parser() -> Parser:
         "bigearthnet-MODEL-Cc-RUNNAME-eEPOCH)",
     )
     p.add_argument("--force", action="store_true", help="replace an existing, non-empty DIR")
+    add_stats_from(p)
     return p
 
 
@@ -68,6 +69,7 @@ def _export(args: argparse.Namespace) -> None:
         eval_dir=args.eval_dir,
         name=args.name,
         force=args.force,
+        stats_from=args.stats_from,
     )
     for note in summary.notes:
         print(f"{PROG}: {note}", file=sys.stderr)

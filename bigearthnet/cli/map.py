@@ -10,8 +10,9 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from bigearthnet.cli.common import Parser, run
+from bigearthnet.cli.common import Parser, add_stats_from, run
 from bigearthnet.core import constants
+from bigearthnet.core.util import overlapping
 from bigearthnet.maps.patches import (
     PROG,
     MapError,
@@ -101,6 +102,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         help="with --run-dir: best, latest, or PATH of a checkpoint folder / ckpt prefix "
         "(default: best)",
     )
+    add_stats_from(p)
 
 
 def _inputs(args, loaded, skipped: list) -> tuple[int, Iterator]:
@@ -135,7 +137,13 @@ def make_maps(args: argparse.Namespace) -> list[MapFile]:
         raise MapError(f"--batch-size must be a positive integer, got {args.batch_size}")
     if args.split and args.shards is None:
         raise MapError("--split applies to --shards only")
-    loaded = open_predictor(run_dir=args.run_dir, model_dir=args.model, checkpoint=args.checkpoint)
+    _check_out(args, shards=args.shards, archive=args.archive, s1_archive=args.s1_archive)
+    loaded = open_predictor(
+        run_dir=args.run_dir,
+        model_dir=args.model,
+        checkpoint=args.checkpoint,
+        stats_from=args.stats_from,
+    )
     skipped: list[tuple[str, str]] = []
     total, batches = _inputs(args, loaded, skipped)
     places, scores = predict_places(loaded, batches, total, args.progress)
@@ -239,6 +247,7 @@ def _map_scene(args: argparse.Namespace) -> None:
 
     if args.batch_size < 1:
         raise MapError(f"--batch-size must be a positive integer, got {args.batch_size}")
+    _check_out(args, scene=args.scene)
     map_scene(
         args.scene,
         run_dir=args.run_dir,
@@ -246,6 +255,7 @@ def _map_scene(args: argparse.Namespace) -> None:
         out=args.out,
         stride=args.stride,
         checkpoint=args.checkpoint,
+        stats_from=args.stats_from,
         resampling=args.resampling,
         batch_size=args.batch_size,
         progress=args.progress,
@@ -291,7 +301,19 @@ def build_change_parser() -> Parser:
     return p
 
 
+def _check_out(args: argparse.Namespace, **inputs: Path | None) -> None:
+    """MapError when --out is an input of the command or a folder holding one."""
+    named = {f"--{k.replace('_', '-')}": v for k, v in inputs.items()}
+    named.update(
+        {"--run-dir": getattr(args, "run_dir", None), "--model": getattr(args, "model", None)}
+    )
+    clash = overlapping(args.out, named)
+    if clash is not None:
+        raise MapError(f"{args.out}: --out overlaps {clash}; choose another output")
+
+
 def _map_change(args: argparse.Namespace) -> None:
+    _check_out(args, before=args.before, after=args.after)
     from bigearthnet.maps.change import map_change
 
     summary = map_change(args.before, args.after, out=args.out, min_prob=args.min_prob)

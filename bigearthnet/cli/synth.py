@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from bigearthnet.cli.common import Parser, run
+from bigearthnet.core.errors import UsageError
 
 
 def _int_at_least(minimum: int):
@@ -104,7 +105,7 @@ def _scene(args: argparse.Namespace) -> None:
     from bigearthnet.synthetic.scene import SceneTruth, write_scene
 
     if args.out.exists():
-        raise FileExistsError(f"{args.out}: exists; choose a new path")
+        raise UsageError(f"{args.out}: exists; choose a new path")
     n = args.blocks
     cycle = [SCENE_CLASSES[i % len(SCENE_CLASSES)] for i in range(n * n)]
     classes = tuple(tuple(cycle[r * n : (r + 1) * n]) for r in range(n))

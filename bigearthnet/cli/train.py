@@ -12,8 +12,8 @@ resumes from RUN/checkpoints. Exit codes: 0 done, 1 training failed (e.g. non-fi
 loss), 2 bad input or options (nothing trained), 3 stopped by SIGUSR1/SIGTERM after
 checkpointing (a batch script requeues; the rerun continues at that step).
 
-This driver parses, sets up Horovod, and decides: fixed-size or elastic training, then the
-final evaluation of the best checkpoint on the test split.
+This driver parses, sets up Horovod, and decides: fixed-size or elastic training, then (both)
+the final evaluation of the best checkpoint on the test split.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import sys
 from bigearthnet.cli.common import Parser, run
 from bigearthnet.cli.report import write_quietly
 from bigearthnet.core.config import TrainConfig, add_config_arguments, default_threads, resolve
-from bigearthnet.core.errors import EXIT_REQUEUE
+from bigearthnet.core.errors import EXIT_REQUEUE, ConfigError
 from bigearthnet.core.signals import STOP, remember_warnings
 
 PROG = "train.py"
@@ -59,8 +59,21 @@ def cli(argv: list[str] | None = None) -> int:
     return main(argv)
 
 
+def check_model(cfg: TrainConfig) -> None:
+    """ConfigError unless ``--model`` names a model of the registry (which loads no
+    TensorFlow to answer: a typo costs a second, not a start-up of every rank)."""
+    from bigearthnet import models
+
+    if cfg.model not in models.MODELS:
+        raise ConfigError(
+            f"--model {cfg.model!r} is not in the model registry; choose one of "
+            f"{', '.join(models.available_models())}"
+        )
+
+
 def _train(args: argparse.Namespace, command: list[str]) -> int:
     cfg = resolve(args, TrainConfig)
+    check_model(cfg)
     # TensorFlow's C++ INFO lines (oneDNN, CPU features) drown the rank logs; keep warnings.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     # From here on SIGUSR1/SIGTERM mean "checkpoint and stop" (requeue), never a crash:
@@ -79,24 +92,32 @@ def _train(args: argparse.Namespace, command: list[str]) -> int:
         if cfg.elastic:
             from bigearthnet.training.elastic import ElasticTrainer
 
-            # The world may change size until the last epoch; a final collective evaluation
-            # outside Elastic Horovod's protection could hang, so evaluate.py does it after.
-            ElasticTrainer(cfg, command).run()
-            write_quietly(cfg.run_dir)
-            return 0
-        _train_then_evaluate(cfg, command)
+            # The evaluation runs inside the elastic function, in whatever world trained
+            # last: a worker lost during it resets the world, which evaluates again.
+            elastic = ElasticTrainer(cfg, command, then=lambda: _evaluate_test(cfg, test_count))
+            test_count = elastic.manifest.count("test")
+            elastic.run()
+        else:
+            _train_then_evaluate(cfg, command)
         write_quietly(cfg.run_dir)
     return 0
 
 
 def _train_then_evaluate(cfg: TrainConfig, command: list[str]) -> None:
-    from bigearthnet.core import distributed
     from bigearthnet.training.trainer import Trainer
 
     trainer = Trainer(cfg, command)
     trainer.run()
     test_count = trainer.manifest.count("test")
     del trainer  # free this rank's cached training data before the test split is loaded
+    _evaluate_test(cfg, test_count)
+
+
+def _evaluate_test(cfg: TrainConfig, test_count: int) -> None:
+    """Collective: the best checkpoint on the test split (fixed-size and elastic runs alike),
+    unless --no-eval-test or the data has no test split."""
+    from bigearthnet.core import distributed
+
     if not cfg.eval_test:
         return
     if not test_count:

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from bigearthnet.core.batch import BatchPlan
 from bigearthnet.core.errors import (
     ConfigError,
     require_non_negative,
@@ -31,6 +32,13 @@ RUN_CONFIG = "config.yaml"  # the resolved options, saved beside every run
 # Validation metrics a run can select its best checkpoint and stop early by (history.csv's
 # column names: F1 from summed counts, mAP from gathered scores).
 SELECT_METRICS = ("val_micro_f1", "val_macro_f1", "val_macro_map", "val_micro_map")
+# The names of the optimizers (training/optimizers.make), LR schedules (training/schedules)
+# and precisions (training/replica) that --optimizer, --schedule and --amp offer: declared
+# here once, so options are checked before TensorFlow loads; each implementation takes its
+# names from here. Models are checked against their registry (models.available_models).
+OPTIMIZERS = ("sgd", "adam", "adamw", "lars", "lamb")
+SCHEDULES = ("cosine", "step", "constant")
+PRECISIONS = ("off", "fp16", "bf16")
 
 
 def _opt(
@@ -67,8 +75,16 @@ class TrainConfig:
     # --- model and optimisation
     model: str = _opt("resnet50", "model name from the registry (models/)")
     epochs: int = _opt(50, "total number of epochs (a resumed run stops at the same count)")
-    batch_size: int = _opt(64, "batch size PER RANK; the global batch is this times the ranks")
-    lr: float = _opt(0.025, "base learning rate for ONE worker; scaled by the number of ranks")
+    batch_size: int = _opt(
+        64,
+        "samples PER RANK in each step (the last step of an epoch takes what is left); the "
+        "global batch, per optimizer update, is this x ranks x --backward-passes-per-step",
+    )
+    lr: float = _opt(
+        0.025,
+        "base learning rate for ONE rank's batch; the linear rule scales it by the global "
+        "batch / --batch-size (ranks x backward passes)",
+    )
     warmup_epochs: float = _opt(
         5.0, "linear warm-up from the base LR to base LR x ranks (Goyal et al.)"
     )
@@ -82,7 +98,7 @@ class TrainConfig:
         "recomputed every update from the measured gradient noise; needs --gns)",
         ("linear", "adascale"),
     )
-    schedule: str = _opt("cosine", "LR schedule after warm-up", ("cosine", "step", "constant"))
+    schedule: str = _opt("cosine", "LR schedule after warm-up", SCHEDULES)
     min_lr: float = _opt(0.0, "final LR of the cosine schedule")
     step_epochs: list | None = _opt(
         None, "epochs at which the step schedule multiplies the LR by gamma"
@@ -92,7 +108,7 @@ class TrainConfig:
         "sgd",
         "sgd (with momentum: the seed study), adam, adamw (decoupled weight decay: the reBEN "
         "recipe), lars or lamb (layer-wise trust ratio for large global batches)",
-        ("sgd", "adam", "adamw", "lars", "lamb"),
+        OPTIMIZERS,
     )
     momentum: float = _opt(0.9, "momentum of sgd and lars")
     weight_decay: float = _opt(
@@ -120,7 +136,7 @@ class TrainConfig:
         "mixed precision, logits and loss stay float32: bf16 (bfloat16, no loss scaling: the "
         "A100/H100 default), fp16 (float16 with dynamic loss scaling: V100); a bare --amp "
         "means fp16",
-        ("off", "fp16", "bf16"),
+        PRECISIONS,
         const="fp16",
     )
     xla: bool = _opt(False, "compile the training step with XLA")
@@ -182,8 +198,7 @@ class TrainConfig:
     )
     target_f1: float | None = _opt(
         None,
-        "stop once validation micro-F1 reaches this after an epoch (a batch-size study's "
-        "target; fixed-size runs)",
+        "stop once validation micro-F1 reaches this after an epoch (a batch-size study's target)",
     )
     select_metric: str = _opt(
         "val_micro_f1",
@@ -206,7 +221,10 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ConfigError for values no run can use (the one place options are checked:
-        flags, YAML keys and the run config read back alike)."""
+        flags, YAML keys and the run config read back alike): first each value's type, then
+        the ranges."""
+        for f in fields(self):
+            _check_type(f, getattr(self, f.name))
         if not self.data:
             raise ConfigError("--data is required")
         if not self.run_dir:
@@ -215,8 +233,14 @@ class TrainConfig:
             raise ConfigError("--elastic works with --backward-passes-per-step 1 only")
         for name in ("epochs", "batch_size", "backward_passes_per_step", "commit_every"):
             require_positive_int(f"--{_flag(_field(name))}", getattr(self, name))
-        if self.loader_threads is not None:
-            require_positive_int("--loader-threads", self.loader_threads)
+        for name in ("loader_threads", "threads", "max_steps_per_epoch"):
+            if getattr(self, name) is not None:
+                require_positive_int(f"--{_flag(_field(name))}", getattr(self, name))
+        for name in ("fusion_threshold_mb", "cycle_time_ms"):
+            if getattr(self, name) is not None:
+                require_positive(f"--{_flag(_field(name))}", getattr(self, name))
+        for name in ("momentum", "min_lr", "gamma"):
+            require_non_negative(f"--{_flag(_field(name))}", getattr(self, name))
         require_positive("--lr", self.lr)
         require_positive("--trust-coefficient", self.trust_coefficient)
         require_non_negative("--weight-decay", self.weight_decay)
@@ -246,9 +270,10 @@ class TrainConfig:
         which then warm up over all their epochs."""
         return min(float(self.warmup_epochs), float(self.epochs))
 
-    def global_batch(self, world_size: int) -> int:
-        """Samples per optimizer update over a world of ``world_size`` ranks."""
-        return self.batch_size * world_size * self.backward_passes_per_step
+    def batch_plan(self, world_size: int) -> BatchPlan:
+        """The batch in a world of ``world_size`` ranks: per rank, per step, per update, the
+        LR scale and the steps of an epoch (:mod:`bigearthnet.core.batch`, the one home)."""
+        return BatchPlan(self.batch_size, world_size, self.backward_passes_per_step)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -256,6 +281,33 @@ class TrainConfig:
 
 def _flag(f: dataclasses.Field) -> str:
     return f.metadata.get("flag") or f.name.replace("_", "-")
+
+
+def _check_type(f: dataclasses.Field, value: Any) -> None:
+    """ConfigError (naming the option) unless ``value`` has the field's type: YAML gives
+    strings where a flag would have been parsed, and ``eval_test: "false"`` is truthy."""
+    kind = _field_type(f, f.default)
+    if value is None and f.default is None:
+        return
+    if f.name == "step_epochs":
+        ok = isinstance(value, list) and all(_is_number(v) for v in value)
+    elif kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind is float:
+        ok = _is_number(value)
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        wanted = {bool: "true or false", int: "an integer", float: "a number"}.get(kind, "text")
+        if f.name == "step_epochs":
+            wanted = "a list of epochs"
+        raise ConfigError(f"--{_flag(f)} must be {wanted}, got {value!r}", key=f.name)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # --help shows the options by concern, the same groups in every command that takes them.
@@ -385,10 +437,35 @@ def resolve(args: argparse.Namespace, cls: type[TrainConfig] = TrainConfig) -> T
     config_path = getattr(args, "config", None)
     if config_path:
         values.update(load_yaml(Path(config_path), cls))
-    values.update({k: v for k, v in vars(args).items() if k != "config"})
-    cfg = cls(**values)
-    cfg.validate()
+    given = {k: v for k, v in vars(args).items() if k != "config"}
+    from_file = set(values) - set(given)
+    values.update(given)
+    return _validated(
+        cls(**values), Path(config_path) if config_path and from_file else None, from_file
+    )
+
+
+def _validated(cfg: TrainConfig, path: Path | None, keys: set[str]) -> TrainConfig:
+    """``cfg`` once validated; an error about a key read from ``path`` names the file."""
+    try:
+        cfg.validate()
+    except ConfigError as err:
+        key = err.key or _key_of(str(err))
+        if path is not None and key in keys:
+            text = str(err)
+            if text.startswith("--"):  # "--dropout must ..." -> "dropout must ..."
+                text = f"{key} {text.split(' ', 1)[1]}"
+            raise ConfigError(f"{path}: {text}", key=key) from None
+        raise
     return cfg
+
+
+def _key_of(message: str) -> str | None:
+    """The option a range check's message starts with ("--dropout must ..." -> dropout)."""
+    flag = message.split(" ", 1)[0]
+    if not flag.startswith("--"):
+        return None
+    return next((f.name for f in fields(TrainConfig) if _flag(f) == flag[2:]), None)
 
 
 def load_yaml(path: Path, cls: type[TrainConfig] = TrainConfig) -> dict[str, Any]:
@@ -405,10 +482,17 @@ def load_yaml(path: Path, cls: type[TrainConfig] = TrainConfig) -> dict[str, Any
         raise ConfigError(f"{path}: invalid YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of option: value")
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(raw) - known)
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(raw) - set(known))
     if unknown:
         raise ConfigError(f"{path}: unknown option(s) {', '.join(unknown)}")
+    for key, value in raw.items():  # a bad value is bad even where a flag overrides it
+        if key == "amp" and isinstance(value, bool):
+            continue  # files written before --amp took a value (TrainConfig converts them)
+        try:
+            _check_type(known[key], value)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {key} {str(err).split(' ', 1)[1]}", key=key) from None
     return raw
 
 
@@ -424,7 +508,8 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     path = run_dir / RUN_CONFIG
     if not path.is_file():
         raise ConfigError(f"{run_dir}: no {RUN_CONFIG} (not a training run folder)")
-    return TrainConfig(**load_yaml(path, TrainConfig))
+    raw = load_yaml(path, TrainConfig)
+    return _validated(TrainConfig(**raw), path, set(raw))
 
 
 def default_threads() -> int | None:

@@ -67,6 +67,10 @@ def describe_bands(bands: tuple[str, ...] | list[str]) -> str:
     return f"{name} ({listed})" if name else listed
 
 
+RESAMPLING_METHODS: tuple[str, ...] = ("bilinear", "bicubic", "nearest")
+"""How preprocessing upsamples the 20 m and 60 m bands to the 10 m grid (and scene maps
+read a scene): recorded with the shards and with every model trained on them."""
+
 BAND_RESOLUTION_M: dict[str, int] = {
     "B01": 60, "B02": 10, "B03": 10, "B04": 10, "B05": 20, "B06": 20,
     "B07": 20, "B08": 10, "B8A": 20, "B09": 60, "B11": 20, "B12": 20,

@@ -26,7 +26,12 @@ class InputError(ValueError):
 
 
 class ConfigError(InputError):
-    """An invalid option value."""
+    """An invalid option value; ``key`` names the option when one is to blame (so the
+    reader of a YAML file can name the file too)."""
+
+    def __init__(self, message: str, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class UsageError(InputError):

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bigearthnet.core.errors import InputError
+
 
 def first_line(err: BaseException) -> str:
     """The first line of an exception's message, or its type name when it has none."""
@@ -108,7 +110,7 @@ def jobs_dir() -> Path:
     for candidate in candidates:
         if candidate and (Path(candidate) / "elastic" / "holder.sbatch").is_file():
             return Path(candidate)
-    raise FileNotFoundError("jobs/ not found: set BEN_JOBS_DIR to the project's jobs folder")
+    raise InputError("jobs/ not found: set BEN_JOBS_DIR to the project's jobs folder")
 
 
 def sha256_file(path: str | Path, block: int = 1 << 22) -> str:
@@ -117,3 +119,22 @@ def sha256_file(path: str | Path, block: int = 1 << 22) -> str:
         while chunk := f.read(block):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def overlapping(
+    out: str | Path, inputs: Mapping[str, str | Path | None], *, replaces: bool = False
+) -> str | None:
+    """What of ``inputs`` (name -> path) writing ``out`` could replace or delete, as
+    "NAME PATH", or None. ``out`` overlaps an input when it is that input or holds it (an
+    ancestor folder); with ``replaces`` (the command replaces ``out`` wholesale, like an
+    export with --force) also when it already exists inside the input. A new path inside an
+    input folder is fine (``RUN/export``)."""
+    target = Path(out).resolve()
+    for name, path in inputs.items():
+        if path is None:
+            continue
+        source = Path(path).resolve()
+        inside_existing = replaces and target.is_relative_to(source) and Path(out).exists()
+        if target == source or source.is_relative_to(target) or inside_existing:
+            return f"{name} {path}"
+    return None

@@ -16,14 +16,15 @@ consumes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import tensorflow as tf
 
-from bigearthnet.data.partition import epoch_plan, rank_range, updates_per_epoch
+from bigearthnet.core.batch import BatchPlan
+from bigearthnet.core.errors import ConfigError
+from bigearthnet.data.partition import partition_takes, rank_range
 from bigearthnet.data.rank_data import RankData
 
 
@@ -43,29 +44,23 @@ class RankPartition:
     """A fixed-size run's epochs: this rank's part, ``steps`` batches per epoch."""
 
     def __init__(
-        self,
-        data: RankData,
-        *,
-        batch_size: int,
-        world_size: int,
-        seed: int,
-        passes_per_update: int = 1,
-        max_steps: int | None = None,
+        self, data: RankData, plan: BatchPlan, *, seed: int, max_steps: int | None = None
     ) -> None:
-        self.data, self.seed, self.passes = data, seed, passes_per_update
-        self.steps, self.samples = epoch_plan(
-            data.total, world_size=world_size, batch_size=batch_size, max_steps=max_steps
-        )
+        self.data, self.plan, self.seed = data, plan, seed
+        self.steps = plan.steps(data.total, max_steps)
+        # A capped epoch trains on the first steps x batch samples of each rank's order.
+        self.limit = self.steps * plan.per_rank if self.steps < plan.steps(data.total) else None
         if len(data) < self.steps:
-            raise ValueError(
+            raise ConfigError(
                 f"rank {data.rank} holds {len(data)} training samples but an epoch has "
                 f"{self.steps} steps; use a larger --batch-size or fewer ranks"
             )
-        self.world_size = world_size
+        # What each step takes over all ranks: the same count on every rank.
+        self.takes = partition_takes(data.total, plan, self.steps, self.limit)
 
     @property
     def updates_per_epoch(self) -> int:
-        return updates_per_epoch(self.steps, self.passes)
+        return self.plan.updates(self.steps)
 
     def batches(self, epoch: int, *, start_step: int = 0) -> Iterator[StepBatch]:
         source = self.data.dataset(
@@ -74,7 +69,8 @@ class RankPartition:
             seed=self.seed,
             shuffle=True,
             start_step=start_step,
-            limit=self.samples,
+            limit=self.limit,
+            batch_size=self.plan.per_rank,
         )
         for step, (images, labels) in enumerate(source, start=start_step):
             last = step == self.steps - 1
@@ -83,8 +79,8 @@ class RankPartition:
                 labels,
                 step=step,
                 last=last,
-                apply=(step + 1) % self.passes == 0 or last,
-                taken=int(images.shape[0]) * self.world_size,
+                apply=(step + 1) % self.plan.passes == 0 or last,
+                taken=self.takes[step],
             )
 
 
@@ -115,7 +111,9 @@ class GlobalOrder:
         self.data, self.batch_size, self.seed = data, batch_size, seed
 
     def steps(self, world_size: int) -> int:
-        return math.ceil(len(self.data) / (self.batch_size * world_size))
+        """Steps of a whole epoch in a world of ``world_size`` (the plan's count, which
+        merges a remainder smaller than the world into the last full step, as here)."""
+        return BatchPlan(self.batch_size, world_size).steps(len(self.data))
 
     def batches(
         self, epoch: int, *, consumed: int, step: int, rank: int, size: int

@@ -1,5 +1,6 @@
-"""Per-band standardisation: the statistics from the manifest, the op inside the step (and
-inside every model that predicts: training, evaluation, maps)."""
+"""Per-band standardisation: the statistics from the manifest, recorded once per run as its
+:class:`~bigearthnet.formats.model_inputs.ModelInputs` (:func:`model_inputs`), and the op
+inside the step (and inside every model that predicts: training, evaluation, maps)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,27 @@ import numpy as np
 import tensorflow as tf
 
 from bigearthnet.core import constants
-from bigearthnet.formats.shards import S1_DB_OFFSET, S1_DB_SCALE, Manifest
+from bigearthnet.formats.model_inputs import ModelInputs
+from bigearthnet.formats.shards import S1_DB_OFFSET, S1_DB_SCALE, Manifest, channel_encoding
+
+
+def model_inputs(manifest: Manifest, num_classes: int) -> ModelInputs:
+    """What a model trained on ``manifest``'s shards takes: its channels, their statistics
+    (the train split's, else the published ones), encodings and resampling, and the classes
+    of the label set. Derived once per run; checkpoints and exports carry it from then on."""
+    mean, std = band_stats(manifest, manifest.bands)
+    published = manifest.band_mean is None or manifest.band_std is None
+    encodings = [channel_encoding(band) for band in manifest.bands]
+    return ModelInputs(
+        bands=tuple(manifest.bands),
+        mean=tuple(float(v) for v in mean),
+        std=tuple(float(v) for v in std),
+        channel_scale=tuple(scale for scale, _ in encodings),
+        channel_offset=tuple(offset for _, offset in encodings),
+        resampling=manifest.resampling,
+        classes=tuple(constants.CLASS_SETS[num_classes]),
+        stats="published" if published else f"train split of shards {manifest.data_id}",
+    )
 
 
 def band_stats(

@@ -7,9 +7,9 @@ index ranges inside files. The parts differ by at most one sample and never over
 across ranks every sample is seen exactly once per epoch.
 
 Steps. Synchronous data-parallel training needs the same number of steps on every rank
-(each step is an allreduce), so every rank splits its part into ``steps_per_epoch(N)``
-batches of nearly equal size (``--batch-size`` or one less), instead of letting the rank
-with the extra sample take an extra step.
+(each step is an allreduce), so every rank cuts its part into the epoch's steps
+(:class:`~bigearthnet.core.batch.BatchPlan`): ``--batch-size`` samples each, the last step
+taking what is left (:func:`~bigearthnet.data.partition.split_batches`).
 
 Shuffling. A new permutation of the rank's part each epoch, from ``(seed, epoch, rank)``.
 With ``cache="memory"`` the part is read once and kept as uint16 (reading the data again
@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import h5py
 import numpy as np
 import tensorflow as tf
 
@@ -45,6 +44,7 @@ from bigearthnet.formats.shards import (
     Manifest,
     ShardEntry,
     ShardError,
+    open_shard,
     split_shards,
     verify_shard,
 )
@@ -145,7 +145,7 @@ class RankData:
         for file in self.files:
             lo, hi = max(start, file.start), min(stop, file.start + file.count)
             if lo < hi:
-                with h5py.File(file.path, "r") as f:
+                with open_shard(file.path) as f:
                     parts.append(f[key][lo - file.start : hi - file.start])
         if not parts:
             shape = self.image_shape if key == "images" else ()
@@ -159,7 +159,7 @@ class RankData:
         for file in self.files:
             lo, hi = max(self.start, file.start), min(self.stop, file.start + file.count)
             if lo < hi:
-                with h5py.File(file.path, "r") as f:
+                with open_shard(file.path) as f:
                     source = np.s_[lo - file.start : hi - file.start]
                     f["images"].read_direct(out, source, np.s_[pos : pos + hi - lo])
                 pos += hi - lo
@@ -177,19 +177,23 @@ class RankData:
         start_step: int = 0,
         limit: int | None = None,
         tensors: bool = False,
+        batch_size: int | None = None,
     ) -> Iterator:
         """Yield (images uint16, labels uint8) for steps ``start_step..steps-1`` of an epoch;
         all ``steps`` batches together cover the part exactly once - or, with ``limit``,
-        the first ``limit`` samples of the epoch's order (a capped epoch). ``tensors``: as
+        the first ``limit`` samples of the epoch's order (a capped epoch). ``batch_size``:
+        that many per batch, the last taking the rest (training); None: near-equal
+        batches (validation, evaluation). ``tensors``: as
         tensors (what :meth:`dataset` hands the step): gathered on the device from the device
         cache, else by the row-copy threads from the memory cache."""
         convert = tf.convert_to_tensor if tensors else np.asarray
         if self._images is None:  # streaming: read, then (tensors) one copy into a tensor
-            for images, labels in self._stream(steps, epoch, seed, shuffle, start_step, limit):
+            cut = (steps, batch_size)
+            for images, labels in self._stream(cut, epoch, seed, shuffle, start_step, limit):
                 yield convert(images), convert(labels)
             return
         order = epoch_order(len(self), seed, epoch, self.rank, shuffle)[:limit]
-        for idx in split_batches(order, steps)[start_step:]:
+        for idx in split_batches(order, steps, batch_size)[start_step:]:
             idx = np.sort(idx)  # sorted gathers are cache-friendlier; batch order is free
             yield self._batch_images(idx, tensors=tensors), convert(self._labels[idx])
 
@@ -202,9 +206,10 @@ class RankData:
             return tf.gather(self._on_device, idx)
         return tensor_view(gather(idx))
 
-    def _stream(self, steps, epoch, seed, shuffle, start_step, limit) -> Iterator:
+    def _stream(self, cut, epoch, seed, shuffle, start_step, limit) -> Iterator:
+        steps, batch_size = cut
         order = self._stream_order(epoch, seed, shuffle)[:limit]
-        bounds = np.cumsum([0] + [len(b) for b in split_batches(order, steps)])
+        bounds = np.cumsum([0] + [len(b) for b in split_batches(order, steps, batch_size)])
         window_rows = WINDOW_BLOCKS * CHUNK_ROWS
         loaded: dict[int, dict[int, np.ndarray]] = {}  # window -> {position: image}
         for step in range(start_step, steps):

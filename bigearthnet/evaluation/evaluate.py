@@ -48,14 +48,14 @@ from bigearthnet.evaluation.plots import (
     plot_training_curves,
     write_plots,
 )
-from bigearthnet.evaluation.report import Predictions, format_table, write_outputs
+from bigearthnet.evaluation.report import Predictions, clear_metrics, format_table, write_outputs
+from bigearthnet.formats import checkpoints, run_folder
 from bigearthnet.formats.history import HistoryRow, read_history
 from bigearthnet.formats.shards import Manifest, read_manifest
 from bigearthnet.inference.predictor import check_bands
 from bigearthnet.inference.trained_run import LoadedModel, check_data_labels, load_model
 
 log = distributed.log
-CONFIG_FILE = "config.yaml"
 
 
 # --------------------------------------------------------------------------- prediction
@@ -155,6 +155,7 @@ def prepare(
     checkpoint: str,
     threshold: float | None,
     batch_size: int | None,
+    stats_from: str | Path | None = None,
 ) -> EvalSetup:
     """Read config, data and checkpoint; raises ConfigError/ShardError/CheckpointError."""
     config = load_run_config(run_dir)
@@ -169,7 +170,7 @@ def prepare(
             raise ConfigError(f"unknown split {split!r}; use one of {', '.join(constants.SPLITS)}")
     data_dir = Path(data_dir or config.data)
     manifest = read_manifest(data_dir)
-    loaded = load_model(run_dir, checkpoint, manifest)
+    loaded = load_model(run_dir, checkpoint, stats_from)
     check_data_labels(loaded.record, manifest, data_dir)
     check_bands(loaded, manifest.bands, f"shards {data_dir}")
     rank, size = distributed.rank(), distributed.size()
@@ -199,6 +200,7 @@ def evaluate_run(
     batch_size: int | None = None,
     tune_thresholds: bool = False,
     stop: Callable[[], bool] | None = None,
+    stats_from: str | Path | None = None,
 ) -> dict:
     """Collective: evaluate a checkpoint of ``run_dir`` on ``split``; returns the metrics.
 
@@ -214,9 +216,10 @@ def evaluate_run(
     splits = [split, "val"] if tune_thresholds and split != "val" else [split]
     setup, error = None, None
     try:
+        load_run_config(run_dir)  # a mistyped folder is refused before a lock is made in it
         if out is None and distributed.is_root():  # writes into the run folder: one writer
             runlock.acquire(run_dir)
-        setup = prepare(run_dir, data_dir, splits, checkpoint, threshold, batch_size)
+        setup = prepare(run_dir, data_dir, splits, checkpoint, threshold, batch_size, stats_from)
     except (ValueError, OSError) as err:  # ConfigError, ShardError, CheckpointError, h5py
         error = err
     distributed.raise_if_any_failed(error, "preparing evaluation")
@@ -233,9 +236,11 @@ def evaluate_run(
                 log.warning("thresholds tuned and reported on val: optimistic numbers")
             thresholds = metrics.tune_thresholds(scored["val"].labels, scored["val"].scores)
         report = build_report(setup, predictions, split, checkpoint, thresholds)
-        out_dir = Path(out) if out else run_dir / f"eval-{split}"
-        write_outputs(out_dir, report, predictions, thresholds)
+        out_dir = Path(out) if out else run_folder.eval_dir(run_dir, split)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        clear_metrics(out_dir)  # then plots, files, and metrics.json last
         write_plots(out_dir, draw_plots(_renderers(report, predictions, setup, history)))
+        write_outputs(out_dir, report, predictions, thresholds)
         log.info("evaluation report written to %s", out_dir)
         print(format_table(report, run_dir))
     # Horovod: only rank 0 computed the report; broadcast it so every rank returns the same.
@@ -270,6 +275,7 @@ def build_report(
         split=split,
         checkpoint=checkpoint,
         checkpoint_path=str(loaded.prefix),
+        checkpoint_digest=checkpoints.digest(loaded.prefix),
         epoch=loaded.epoch,
         world_size=distributed.size(),
         model=loaded.record.model,

@@ -14,9 +14,15 @@ module therefore works in two stages:
   gathered from all ranks (e.g. ``hvd.allgather``) before the call.
 
 Every ratio follows scikit-learn's conventions with ``zero_division=0``: a precision,
-recall or F1 whose denominator is zero counts as 0. :func:`f1_from_counts` reproduces
-``sklearn.metrics.{f1,precision,recall}_score(average="micro"|"macro")`` exactly, and
-the tests check it.
+recall or F1 whose denominator is zero counts as 0.
+
+**One rule for macro averages**: F1, precision, recall and AP alike are averaged over the
+classes that have at least one positive in the scored split (:func:`supported_classes`),
+and reports say how many that was (``macro_classes``). A class the split does not contain
+has no recall and no AP; counting it as 0 for F1 but skipping it for AP made the two macro
+figures of one report disagree (0.355 against 0.985 on a split missing 11 of 19 classes).
+:func:`f1_from_counts` reproduces ``sklearn.metrics.{f1,precision,recall}_score(average=
+"micro"|"macro", labels=supported)`` exactly, and the tests check it.
 
 Labels are multi-hot; soft labels (label smoothing, mix-up) are binarised at 0.5.
 Predictions are ``score >= threshold`` with a scalar or per-class threshold;
@@ -150,25 +156,38 @@ def per_class_from_counts(counts: Any) -> dict[str, np.ndarray]:
     }
 
 
+def supported_classes(positives: Any) -> np.ndarray:
+    """Indices of the classes with at least one positive (``positives``: per-class counts of
+    positives, TP + FN): the classes every macro average runs over."""
+    return np.flatnonzero(np.asarray(positives) > 0)
+
+
+def _macro(values: np.ndarray, supported: np.ndarray) -> float:
+    """The mean of ``values`` over the supported classes (0 when the split has none)."""
+    return float(np.mean(values[supported])) if supported.size else 0.0
+
+
 def f1_from_counts(counts: Any) -> dict[str, float]:
     """Micro and macro precision, recall and F1 from (3, C) counts summed over all data.
 
     Micro pools the counts of all classes; macro is the unweighted mean of the per-class
-    values over *all* C classes (a class with no positives and no predictions scores 0),
-    exactly as scikit-learn with ``zero_division=0``.
+    values over the classes with positives (:func:`supported_classes`), exactly as
+    scikit-learn with ``zero_division=0`` and ``labels`` = those classes.
     """
     counts = np.asarray(counts, dtype=np.float64)
     if counts.ndim != 2 or counts.shape[0] != 3:
         raise ValueError(f"counts must have shape (3, C), got {counts.shape}")
     tp, fp, fn = counts.sum(axis=1)
     per_class = per_class_from_counts(counts)
+    supported = supported_classes(counts[0] + counts[2])
     return {
         "micro_f1": float(_safe_div(2 * tp, 2 * tp + fp + fn)),
-        "macro_f1": float(np.mean(per_class["f1"])),
+        "macro_f1": _macro(per_class["f1"], supported),
         "micro_precision": float(_safe_div(tp, tp + fp)),
         "micro_recall": float(_safe_div(tp, tp + fn)),
-        "macro_precision": float(np.mean(per_class["precision"])),
-        "macro_recall": float(np.mean(per_class["recall"])),
+        "macro_precision": _macro(per_class["precision"], supported),
+        "macro_recall": _macro(per_class["recall"], supported),
+        "macro_classes": int(supported.size),
     }
 
 
@@ -218,16 +237,14 @@ def full_report(
 
     Returns a JSON-serialisable dict with ``micro_f1, macro_f1, samples_f1, weighted_f1,
     micro_precision, micro_recall, macro_precision, macro_recall, micro_map, macro_map,
-    count, threshold, classes`` and ``per_class`` (a list of ``{class, index, support,
-    precision, recall, f1, ap}``). Ratios use ``zero_division=0``.
+    macro_classes, count, threshold, classes`` and ``per_class`` (a list of ``{class,
+    index, support, precision, recall, f1, ap}``). Ratios use ``zero_division=0``.
 
-    Average precision is undefined for a class without positives (recall has no
-    denominator). Such classes get ``ap=None`` in ``per_class`` and are left out of
-    ``macro_map``, which is the mean AP over the classes with at least one positive.
-    This differs from ``average_precision_score(average="macro")``, which would count
-    them as AP 0 and so penalise a model for classes the split does not contain.
-    ``micro_map`` pools all (sample, class) pairs; it is None only if there are no
-    positives at all.
+    Every macro figure (F1, precision, recall, AP) is the mean over the ``macro_classes``
+    classes with at least one positive in the split: a class the split does not contain
+    has no recall and no AP (``ap=None`` in ``per_class``), and counting it as 0 would
+    penalise a model for classes it was never shown. ``micro_map`` pools all (sample,
+    class) pairs; it is None only if there are no positives at all.
     """
     truth, y_score = _as_2d(y_true, y_score)
     num_classes = truth.shape[1]
@@ -236,6 +253,7 @@ def full_report(
         raise ValueError(f"{len(names)} class names for {num_classes} classes")
     thr = _as_threshold(threshold, num_classes)
     pred = y_score >= thr
+    supported = supported_classes(truth.sum(axis=0))
 
     with warnings.catch_warnings():
         # Empty classes or samples make sklearn warn once per call; zero_division=0
@@ -243,19 +261,26 @@ def full_report(
         warnings.simplefilter("ignore", UndefinedMetricWarning)
         report: dict[str, Any] = {
             f"{avg}_f1": float(f1_score(truth, pred, average=avg, zero_division=0))
-            for avg in ("micro", "macro", "samples", "weighted")
+            for avg in ("micro", "samples", "weighted")
         }
-        for avg in ("micro", "macro"):
-            report[f"{avg}_precision"] = float(
-                precision_score(truth, pred, average=avg, zero_division=0)
+        for name, score in (("f1", f1_score), ("precision", precision_score),
+                            ("recall", recall_score)):  # fmt: skip
+            report[f"macro_{name}"] = (
+                float(score(truth, pred, labels=supported, average="macro", zero_division=0))
+                if supported.size
+                else 0.0
             )
-            report[f"{avg}_recall"] = float(recall_score(truth, pred, average=avg, zero_division=0))
+        report["micro_precision"] = float(
+            precision_score(truth, pred, average="micro", zero_division=0)
+        )
+        report["micro_recall"] = float(recall_score(truth, pred, average="micro", zero_division=0))
         precision, recall, f1, support = precision_recall_fscore_support(
             truth, pred, average=None, zero_division=0
         )
 
     ap = _per_class_ap(truth, y_score)
     report["micro_map"], report["macro_map"] = _mean_precisions(truth, y_score, ap)
+    report["macro_classes"] = int(supported.size)
     report["count"] = int(truth.shape[0])
     report["threshold"] = _threshold_for_json(thr)
     report["classes"] = names

@@ -15,6 +15,7 @@ from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import atomic_path, atomic_write_json, write_csv
 from bigearthnet.evaluation import metrics
+from bigearthnet.formats import run_folder
 
 PER_CLASS_FIELDS = ("class", "index", "support", "precision", "recall", "f1", "ap")
 
@@ -48,6 +49,7 @@ class EvalSummary:
     split: str
     epoch: int | None
     checkpoint_path: str
+    checkpoint_digest: str | None  # formats.checkpoints.digest (None: older evaluations)
     count: int
     micro_f1: float
     macro_f1: float
@@ -64,7 +66,7 @@ class EvalSummary:
 
 def read_metrics(eval_dir: Path) -> EvalSummary:
     """``metrics.json`` (and ``thresholds.json`` if tuned) of an evaluation folder."""
-    path = eval_dir / "metrics.json"
+    path = eval_dir / run_folder.METRICS
     try:
         body = json.loads(path.read_text())
         tuned = None
@@ -76,6 +78,7 @@ def read_metrics(eval_dir: Path) -> EvalSummary:
             split=body["split"],
             epoch=body.get("epoch"),
             checkpoint_path=body["checkpoint_path"],
+            checkpoint_digest=body.get("checkpoint_digest"),
             count=int(body["count"]),
             **{key: body[key] for key in _HEADLINE},
             threshold=float(threshold) if isinstance(threshold, (int, float)) else None,
@@ -110,9 +113,10 @@ def write_outputs(
     predictions: Predictions,
     thresholds: np.ndarray | None,
 ) -> None:
-    """Rank 0: the report files but the plots, each written atomically."""
+    """Rank 0: the report files but the plots, each written atomically, ``metrics.json``
+    last: its presence says the evaluation folder is complete (an export trusts it)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out_dir / "metrics.json", report)
+    clear_metrics(out_dir)
     write_csv(out_dir / "per_class.csv", PER_CLASS_FIELDS, per_class_rows(report))
     write_predictions(out_dir / "predictions.h5", predictions, report)
     if thresholds is not None:
@@ -125,6 +129,12 @@ def write_outputs(
                 "thresholds": [float(t) for t in thresholds],
             },
         )
+    atomic_write_json(out_dir / run_folder.METRICS, report)
+
+
+def clear_metrics(out_dir: Path) -> None:
+    """Remove an older ``metrics.json``: it must not vouch for a folder being rewritten."""
+    (out_dir / run_folder.METRICS).unlink(missing_ok=True)
 
 
 def per_class_rows(report: dict) -> list[dict]:
@@ -206,6 +216,8 @@ def format_table(report: dict, run_dir: Path) -> str:
             for k in ("micro_precision", "micro_recall", "macro_precision", "macro_recall")
         ),
         "  " + "  ".join(f"{k} {format_score(report[k])}" for k in ("micro_map", "macro_map")),
+        f"  macro averages over the {report['macro_classes']} of {len(report['classes'])} "
+        "classes with positives in the split",
         f"  {'class':<48} {'support':>7} {'precision':>9} {'recall':>7} {'f1':>7} {'ap':>7}",
     ]
     for row in report["per_class"]:

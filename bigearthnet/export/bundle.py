@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import secrets
 import shutil
 import time
@@ -23,13 +24,18 @@ import tensorflow as tf
 
 from bigearthnet.core import distributed
 from bigearthnet.core.errors import InputError, RunFailed
-from bigearthnet.core.util import atomic_write_text, fsync_tree
+from bigearthnet.core.util import atomic_write_text, fsync_tree, overlapping
 from bigearthnet.evaluation.report import EvalSummary, read_metrics
 from bigearthnet.export.card import RunFacts, render_card
 from bigearthnet.export.onnx_model import OnnxModel, OnnxUnavailable, export_onnx
 from bigearthnet.export.serving import ServingModule, probe_batch, save_savedmodel
-from bigearthnet.export.stac import build_item, training_footprint, validate_item
-from bigearthnet.formats import exported
+from bigearthnet.export.stac import (
+    MODEL_NAME_PATTERN,
+    build_item,
+    training_footprint,
+    validate_item,
+)
+from bigearthnet.formats import checkpoints, exported, run_folder
 from bigearthnet.formats.exported import ExportInfo, ExportSource, write_export_info
 from bigearthnet.formats.history import read_history
 from bigearthnet.formats.shards import Manifest
@@ -73,12 +79,14 @@ def export_run(
     eval_dir: Path | None = None,
     name: str | None = None,
     force: bool = False,
+    stats_from: Path | None = None,
 ) -> ExportSummary:
     """Export the run's ``checkpoint``; InputError (nothing written) on bad input."""
     started = time.perf_counter()
-    _check_out(out, force)
-    loaded = load_model(run_dir, checkpoint)
-    trained_on = training_data(loaded.config, None)
+    check_name(name)
+    _check_out(out, force, {"the run": run_dir, "--eval-dir": eval_dir, "--stats-from": stats_from})
+    loaded = load_model(run_dir, checkpoint, stats_from)
+    trained_on = training_data(loaded.config, loaded.record)  # card facts, when still there
     evaluation, notes = _evaluation(run_dir, loaded, eval_dir)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
@@ -97,7 +105,28 @@ def export_run(
     return ExportSummary(out, info, sizes, time.perf_counter() - started, notes)
 
 
-def _check_out(out: Path, force: bool) -> None:
+def default_name(loaded: LoadedModel) -> str:
+    """bigearthnet-MODEL-Cc-RUN-eEPOCH, the run folder's name reduced to the characters a
+    model name may hold (a folder called "rün 1" or "run(1)" still exports)."""
+    run_name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(str(loaded.run_dir)).name).strip("-.")
+    record = loaded.record
+    return f"bigearthnet-{record.model}-{loaded.num_classes}c-{run_name or 'run'}-e{loaded.epoch}"
+
+
+def check_name(name: str | None) -> None:
+    """InputError before anything is built unless ``name`` fits the MLM name pattern."""
+    if name is not None and not re.fullmatch(MODEL_NAME_PATTERN, name):
+        raise InputError(
+            f"--name {name!r}: a model name starts with a letter, ends with a letter or digit "
+            "and holds only letters, digits, '_', '.', '-' and spaces"
+        )
+
+
+def _check_out(out: Path, force: bool, inputs: dict[str, Path | None]) -> None:
+    # --force replaces OUT wholesale: OUT must be no input, hold none, lie in none.
+    clash = overlapping(out, inputs, replaces=True)
+    if clash is not None:
+        raise InputError(f"{out}: the export folder overlaps {clash}; choose a folder outside it")
     if not out.parent.is_dir():
         raise InputError(f"{out}: its parent folder does not exist")
     if out.exists() and not out.is_dir():
@@ -110,13 +139,13 @@ def _evaluation(
     run_dir: Path, loaded: LoadedModel, eval_dir: Path | None
 ) -> tuple[EvalSummary | None, list[str]]:
     """The run's test evaluation of this very checkpoint, if there is one."""
-    folder = eval_dir if eval_dir is not None else run_dir / "eval-test"
-    if not (folder / "metrics.json").is_file():
+    folder = eval_dir if eval_dir is not None else run_folder.eval_dir(run_dir, "test")
+    if not (folder / run_folder.METRICS).is_file():
         if eval_dir is not None:
             raise InputError(f"{folder}: no metrics.json (not an evaluate.py output folder)")
         return None, [f"no test metrics in the card: {folder} has no metrics.json"]
     summary = read_metrics(folder)
-    if Path(summary.checkpoint_path) != loaded.prefix:
+    if not _same_checkpoint(summary, loaded):
         note = (
             f"no test metrics in the card: {folder} evaluated {summary.checkpoint_path}, "
             f"not the exported {loaded.prefix}"
@@ -129,6 +158,15 @@ def _evaluation(
             f"{folder}: {len(summary.per_class)} classes, the model has {loaded.num_classes}"
         )
     return summary, []
+
+
+def _same_checkpoint(summary: EvalSummary, loaded: LoadedModel) -> bool:
+    """Whether the evaluation scored the loaded checkpoint: by the digest of its tensors
+    (the same run named by another path, or copied, still matches), else (an evaluation
+    written before digests) by the resolved path."""
+    if summary.checkpoint_digest is not None:
+        return summary.checkpoint_digest == checkpoints.digest(loaded.prefix)
+    return Path(summary.checkpoint_path).resolve() == Path(loaded.prefix).resolve()
 
 
 def _write_models(
@@ -171,17 +209,17 @@ def _export_info(
     onnx: OnnxModel | None,
     sizes: dict[str, int],
 ) -> ExportInfo:
-    run_name = Path(str(loaded.run_dir)).name
-    default = f"bigearthnet-{loaded.record.model}-{loaded.num_classes}c-{run_name}-e{loaded.epoch}"
-    data_id = loaded.record.data_id or (trained_on.data_id if trained_on is not None else None)
+    default = default_name(loaded)
     return ExportInfo(
         name=name or default,
         model=loaded.record.model,
         class_names=tuple(loaded.class_names),
         bands=tuple(loaded.bands),
         input_shape=tuple(loaded.record.input_shape),  # type: ignore[arg-type]
-        band_mean=tuple(float(v) for v in loaded.mean),
-        band_std=tuple(float(v) for v in loaded.std),
+        band_mean=loaded.inputs.mean,
+        band_std=loaded.inputs.std,
+        channel_scale=loaded.inputs.channel_scale,
+        channel_offset=loaded.inputs.channel_offset,
         resampling=loaded.resampling,
         threshold=float(loaded.config.threshold),
         tuned_thresholds=evaluation.tuned_thresholds if evaluation is not None else None,
@@ -190,7 +228,7 @@ def _export_info(
             checkpoint=str(loaded.prefix),
             epoch=loaded.epoch,
             data=str(loaded.record.data or loaded.config.data),
-            data_id=data_id,
+            data_id=loaded.record.data_id,
         ),
         formats=tuple(f for f in FORMATS if f in sizes),
         tensorflow=tf.__version__,

@@ -166,6 +166,10 @@ def _describe(band: str) -> str:
     )
 
 
+# The MLM extension's pattern of mlm:name (schemas/mlm-v1.5.2.json), which is also the id.
+MODEL_NAME_PATTERN = r"[a-zA-Z][a-zA-Z0-9_.\-\s]+[a-zA-Z0-9]"
+
+
 def build_item(
     info: ExportInfo,
     footprint: Footprint,

@@ -10,7 +10,9 @@ pointer moved.
 A checkpoint is a ``tf.train.Checkpoint`` of the model and the optimizer (slots, iteration
 count - hence the LR schedule position). The pointer carries where training stood
 (:class:`Position`) and what ``evaluate.py`` needs to rebuild the model: its name, class
-count and input shape.
+count and input shape, and (:class:`~bigearthnet.formats.model_inputs.ModelInputs`) the
+channels, normalisation, resampling and classes it was trained with, so a run predicts the
+same after its training data is gone.
 Only rank 0 writes; ranks that resume read rank 0's choice and receive its weights by
 broadcast.
 """
@@ -27,9 +29,11 @@ from pathlib import Path
 
 from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError, RunFailed
-from bigearthnet.core.util import atomic_write_json, first_line, fsync_tree
+from bigearthnet.core.util import atomic_write_json, first_line, fsync_tree, sha256_file
+from bigearthnet.formats import run_folder
+from bigearthnet.formats.model_inputs import ModelInputs
 
-CKPT_DIR = "checkpoints"
+CKPT_DIR = run_folder.CHECKPOINTS
 TAGS = ("latest", "best")
 RECORD = "record.json"  # inside each checkpoint folder: its pointer, for fallbacks
 # What TensorFlow raises for a damaged checkpoint: a truncated data file gives IndexError
@@ -125,6 +129,10 @@ class CheckpointRecord:
     val_macro_map: float | None = None
     data: str | None = None  # the --data folder trained on, and its shards' identity
     data_id: str | None = None  # (shards.Manifest.data_id): a resume checks it
+    # What inference needs besides the weights (channels, normalisation, resampling,
+    # classes): a run predicts the same whether its shards still exist or not. None: a
+    # pointer written before it was recorded (inference.trained_run decides what then).
+    inputs: ModelInputs | None = None
     folder: str = ""
     tag: str = ""
 
@@ -140,6 +148,7 @@ class CheckpointRecord:
         body.update(body.pop("position"))
         body["input_shape"] = list(self.input_shape)
         body["bands"] = list(self.bands)
+        body["inputs"] = self.inputs.to_json() if self.inputs is not None else None
         return {k: v for k, v in body.items() if v is not None}
 
     @classmethod
@@ -153,6 +162,8 @@ class CheckpointRecord:
             values["input_shape"] = tuple(int(v) for v in raw["input_shape"])
         if raw.get("bands"):
             values["bands"] = tuple(str(v) for v in raw["bands"])
+        if raw.get("inputs") is not None:
+            values["inputs"] = ModelInputs.from_json(raw["inputs"])
         return cls(**values)
 
 
@@ -293,11 +304,21 @@ def _latest_candidates(run_dir: str | Path) -> tuple[list[CheckpointRecord], lis
         if pointed is not None and folder.name == pointed.folder:
             continue
         try:
-            raw = json.loads((folder / RECORD).read_text(encoding="utf-8"))
-            records.append(dataclasses.replace(CheckpointRecord.from_json(raw), folder=folder.name))
-        except (OSError, ValueError, TypeError) as err:
+            records.append(read_folder_record(folder))
+        except CheckpointError as err:
             problems.append(f"{folder.name}: {first_line(err)}")
     return records, problems
+
+
+def read_folder_record(folder: Path) -> CheckpointRecord:
+    """The copy of its pointer a checkpoint folder holds (``record.json``), naming the folder
+    as it is called now; CheckpointError when it is missing or unreadable."""
+    path = folder / RECORD
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return dataclasses.replace(CheckpointRecord.from_json(raw), folder=folder.name)
+    except (OSError, ValueError, TypeError) as err:
+        raise CheckpointError(f"{path}: unreadable checkpoint record ({first_line(err)})") from None
 
 
 def prefix(run_dir: str | Path, record: CheckpointRecord) -> Path:
@@ -305,19 +326,36 @@ def prefix(run_dir: str | Path, record: CheckpointRecord) -> Path:
     return checkpoint_dir(run_dir) / record.folder / "ckpt"
 
 
+def digest(prefix: str | Path) -> str:
+    """The identity of a checkpoint's tensors: the sha256 of its index, which holds every
+    tensor's checksum. A copy or a move keeps it; other weights change it (an evaluation
+    and an export decide by it that they speak of the same checkpoint)."""
+    path = Path(f"{prefix}.index")
+    try:
+        return sha256_file(path)[:16]
+    except OSError as err:
+        raise CheckpointError(f"{path}: unreadable checkpoint index ({err.strerror})") from None
+
+
 def restore_path(prefix: str | Path, trackables: dict, *, partial: bool) -> None:
     """Restore ``trackables`` from a checkpoint prefix; ``partial``: the checkpoint may hold
     more (evaluation restores the model, not the optimizer)."""
     import tensorflow as tf
 
-    status = tf.train.Checkpoint(**trackables).read(str(prefix))
     try:
+        status = tf.train.Checkpoint(**trackables).read(str(prefix))
         if partial:
             status.expect_partial()  # e.g. evaluation restores the model, not the optimizer
         else:
             status.assert_existing_objects_matched()
     except AssertionError as err:
         raise CheckpointError(f"{prefix}: does not fit this model ({str(err)[:200]})") from None
+    except _unreadable() as err:  # a truncated data file, an empty or corrupt index
+        if isinstance(err, CheckpointError):
+            raise
+        raise CheckpointError(
+            f"{prefix}: unreadable checkpoint ({first_line(err)[:160]})"
+        ) from None
 
 
 def clear(run_dir: str | Path) -> None:

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bigearthnet.core.util import read_csv, write_csv
-
-EVENTS = "elastic_events.csv"
-DECISIONS = "elastic_decisions.csv"
+from bigearthnet.formats.run_folder import ELASTIC_DECISIONS as DECISIONS
+from bigearthnet.formats.run_folder import ELASTIC_EVENTS as EVENTS
 
 
 @dataclass(frozen=True)

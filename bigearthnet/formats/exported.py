@@ -66,6 +66,9 @@ class ExportInfo:
     created: str
     onnx_opset: int | None = None  # None: no ONNX model in the folder
     onnx_max_abs_diff: float | None = None  # ONNX vs SavedModel at export time
+    # per band: physical value = code * scale + offset (S1 dB); None: exports from before
+    channel_scale: tuple[float, ...] | None = None
+    channel_offset: tuple[float, ...] | None = None
     format_version: int = FORMAT_VERSION
 
     @property
@@ -109,6 +112,11 @@ def read_export_info(folder: str | Path) -> ExportInfo:
                 if body.get("tuned_thresholds") is None
                 else tuple(body["tuned_thresholds"]),
                 "source": ExportSource(**body["source"]),
+                **{
+                    key: tuple(body[key])
+                    for key in ("channel_scale", "channel_offset")
+                    if body.get(key) is not None
+                },
             }
         )
     except (KeyError, TypeError) as err:

@@ -11,14 +11,15 @@ no accumulation: there is no second batch size to compare).
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from bigearthnet.core.util import read_csv, write_csv
-
-HISTORY = "history.csv"
+from bigearthnet.core.errors import InputError
+from bigearthnet.core.util import first_line, read_csv, write_csv
+from bigearthnet.formats.run_folder import HISTORY
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,21 @@ def write_history(run_dir: str | Path, rows: list[HistoryRow]) -> None:
 
 
 def read_history(run_dir: str | Path, *, through_epoch: int | None = None) -> list[HistoryRow]:
-    """The rows of ``RUN/history.csv`` ([] when there is none), up to ``through_epoch``."""
+    """The rows of ``RUN/history.csv`` ([] when there is none), up to ``through_epoch``;
+    InputError naming the file, the line and the problem when it cannot be read."""
     path = Path(run_dir) / HISTORY
     if not path.is_file():
         return []
-    rows = [_row(cells) for cells in read_csv(path)]
+    try:
+        table = read_csv(path)
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise InputError(f"{path}: unreadable history ({first_line(err)})") from None
+    rows = []
+    for line, cells in enumerate(table, start=2):  # line 1 is the header
+        try:
+            rows.append(_row(cells))
+        except (ValueError, TypeError) as err:
+            raise InputError(f"{path}: line {line} is not a history row ({err})") from None
     if through_epoch is not None:
         rows = [r for r in rows if r.epoch <= through_epoch]
     return rows

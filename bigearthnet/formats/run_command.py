@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-COMMANDS = "commands.txt"
+from bigearthnet.formats.run_folder import COMMANDS
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import atomic_write_json
+from bigearthnet.formats.run_folder import STATUS
 
-STATUS = "status.json"
 ENDINGS = ("finished", "target", "early_stop")
 
 
@@ -51,4 +52,4 @@ def read_status(run_dir: str | Path) -> RunStatus | None:
     except FileNotFoundError:
         return None
     except (ValueError, TypeError) as err:
-        raise ValueError(f"{path}: not a run status file ({err})") from None
+        raise InputError(f"{path}: not a run status file ({err})") from None

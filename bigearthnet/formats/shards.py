@@ -37,10 +37,12 @@ The manifest records each channel's ``channel_scale`` and ``channel_offset``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -311,6 +313,18 @@ def verify_shard(data_dir: str | Path, entry: ShardEntry) -> None:
     digest = sha256_file(path)
     if digest != entry.sha256:
         raise ShardError(f"{path}: sha256 {digest[:12]}... differs from the manifest's")
+
+
+@contextlib.contextmanager
+def open_shard(path: str | Path) -> Iterator[h5py.File]:
+    """A shard opened for reading; what goes wrong inside the block (a truncated or
+    damaged file, a missing dataset) is a ShardError naming the file, the one reader's rule."""
+    try:
+        with h5py.File(path, "r") as f:
+            yield f
+    except (OSError, KeyError) as err:
+        reason = first_line(err)
+        raise ShardError(f"{path}: unreadable shard ({reason}); preprocess again") from None
 
 
 @dataclass(frozen=True)

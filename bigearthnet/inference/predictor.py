@@ -56,15 +56,19 @@ def open_predictor(
     run_dir: str | Path | None = None,
     model_dir: str | Path | None = None,
     checkpoint: str = "best",
+    stats_from: str | Path | None = None,
 ) -> Predictor:
-    """The model of an export folder (``model_dir``) or of a run's checkpoint."""
+    """The model of an export folder (``model_dir``) or of a run's checkpoint (``stats_from``:
+    the normalisation of an older checkpoint that does not record it)."""
     if (run_dir is None) == (model_dir is None):
         raise InputError("give a run folder (--run-dir) or an export folder (--model), not both")
     if model_dir is not None:
+        if stats_from is not None:
+            raise InputError("--stats-from goes with --run-dir: an export records its own")
         from bigearthnet.inference.exported_model import ExportedModel
 
         return ExportedModel(model_dir)
     from bigearthnet.inference.trained_run import load_model
 
     assert run_dir is not None
-    return load_model(run_dir, checkpoint)
+    return load_model(run_dir, checkpoint, stats_from)

@@ -1,11 +1,15 @@
 """One home for a trained run: a run folder (or one of its checkpoints) -> a model ready to
-predict, with its configuration, class list and band normalisation.
+predict, with its configuration, classes and input normalisation.
 
 The model is rebuilt from the checkpoint pointer (model name, class count, input shape) and
-``RUN/config.yaml``, and the weights restored (the optimizer's slots are ignored). Images
-are normalised with the band statistics of the run's *training* data (what the model
-learned on), falling back to the scored data's manifest when the training data is gone.
-Evaluation, patch maps and scene maps all load a run here.
+``RUN/config.yaml``, and the weights restored (the optimizer's slots are ignored). What the
+model takes - channels, the band statistics it learned with, resampling, classes - comes
+from the pointer's :class:`~bigearthnet.formats.model_inputs.ModelInputs`, never from the
+training data, so moving or deleting the shards after training changes no prediction. A
+pointer written before that record existed is read with the statistics of its training
+data if they are still there and unchanged, of ``--stats-from SHARDS`` if given, and is
+refused otherwise: never a silent substitute. Evaluation, patch maps, scene maps and
+exports all load a run here.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ import tensorflow as tf
 from bigearthnet import models
 from bigearthnet.core import constants, distributed
 from bigearthnet.core.config import TrainConfig, load_run_config
-from bigearthnet.data.normalization import band_stats, normalize
+from bigearthnet.data.normalization import model_inputs, normalize
 from bigearthnet.formats import checkpoints
 from bigearthnet.formats.checkpoints import CheckpointError, CheckpointRecord
+from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import Manifest, ShardError, read_manifest
 
 log = distributed.log
@@ -36,10 +41,7 @@ class LoadedModel:
     record: CheckpointRecord  # the checkpoint pointer
     prefix: Path  # checkpoint prefix the weights came from
     config: TrainConfig  # RUN/config.yaml
-    mean: np.ndarray
-    std: np.ndarray
-    resampling: str = "bilinear"  # how the training data's 20/60 m bands were upsampled
-    bands: tuple[str, ...] = constants.BANDS  # the channels the model takes (its checkpoint's)
+    inputs: ModelInputs  # channels, normalisation, resampling, classes (the checkpoint's)
     run_dir: Path | None = None  # the folder it was loaded from (config.run_dir: trained in)
     _predict: Any = field(init=False, repr=False)
 
@@ -49,11 +51,29 @@ class LoadedModel:
 
     @property
     def num_classes(self) -> int:
-        return self.record.num_classes
+        return self.inputs.num_classes
 
     @property
     def class_names(self) -> list[str]:
-        return list(constants.CLASS_SETS[self.num_classes])
+        return list(self.inputs.classes)
+
+    @property
+    def bands(self) -> tuple[str, ...]:
+        """The channels the model takes, in order."""
+        return self.inputs.bands
+
+    @property
+    def resampling(self) -> str:
+        """How the model's training data upsampled the 20/60 m bands."""
+        return self.inputs.resampling
+
+    @property
+    def mean(self) -> np.ndarray:
+        return np.asarray(self.inputs.mean, dtype=np.float32)
+
+    @property
+    def std(self) -> np.ndarray:
+        return np.asarray(self.inputs.std, dtype=np.float32)
 
     @property
     def epoch(self) -> int | None:
@@ -114,8 +134,12 @@ def _record_of_folder(folder: Path, config: TrainConfig) -> CheckpointRecord:
                 continue
             if record is not None and record.folder == folder.name:
                 return record
-    # A copied or renamed checkpoint folder: the run's configuration says what was trained.
-    return CheckpointRecord(model=config.model, num_classes=config.labels, folder=folder.name)
+    # A copied or renamed checkpoint folder: its own copy of the pointer, else (a folder
+    # from before those copies) the run's configuration says what was trained.
+    try:
+        return checkpoints.read_folder_record(folder)
+    except CheckpointError:
+        return CheckpointRecord(model=config.model, num_classes=config.labels, folder=folder.name)
 
 
 def check_label_set(record: CheckpointRecord, config: TrainConfig) -> None:
@@ -139,37 +163,65 @@ def check_data_labels(record: CheckpointRecord, manifest: Manifest, data_dir: Pa
         )
 
 
-def training_data(config: TrainConfig, fallback: Manifest | None) -> Manifest | None:
-    """The manifest of the run's training data (what the model learned on: its band
-    statistics and resampling), read once; ``fallback`` (the scored data's) when it is gone."""
+def training_data(config: TrainConfig, record: CheckpointRecord) -> Manifest | None:
+    """The manifest of the shards the checkpoint was trained on, if they are still there and
+    unchanged (facts for a model card: splits, archive, footprint); None otherwise."""
     try:
-        return read_manifest(config.data)
+        manifest = read_manifest(record.data or config.data)
     except ShardError:
-        log.warning(
-            "training data %s unavailable: normalising with the scored data's statistics",
-            config.data,
+        return None
+    return manifest if record.data_id in (None, manifest.data_id) else None
+
+
+def recorded_inputs(
+    config: TrainConfig, record: CheckpointRecord, prefix: Path, stats_from: str | Path | None
+) -> ModelInputs:
+    """What the checkpoint takes: its own record; for a pointer written before runs recorded
+    it, the statistics of its unchanged training data or of ``stats_from``."""
+    if record.inputs is not None:
+        if stats_from is not None:
+            log.warning("--stats-from %s ignored: %s records its normalisation", stats_from, prefix)
+        return record.inputs
+    trained_on = Path(record.data or config.data)
+    source = Path(stats_from) if stats_from is not None else trained_on
+    way_out = "--stats-from SHARDS normalises with the train split of shards made the same way"
+    try:
+        manifest = read_manifest(source)
+    except ShardError as err:
+        if stats_from is not None:
+            raise
+        raise CheckpointError(
+            f"{prefix}: an older checkpoint that does not record its normalisation, and its "
+            f"training data {trained_on} is gone ({err}); {way_out}"
+        ) from None
+    if stats_from is None and record.data_id not in (None, manifest.data_id):
+        raise CheckpointError(
+            f"{prefix}: an older checkpoint that does not record its normalisation, and "
+            f"{trained_on} now holds other shards ({manifest.data_id}, trained on "
+            f"{record.data_id}); {way_out}"
         )
-        return fallback
+    if manifest.bands != record.bands:
+        raise CheckpointError(
+            f"{source}: shards of bands {constants.describe_bands(manifest.bands)}, but "
+            f"{prefix} takes {constants.describe_bands(record.bands)}"
+        )
+    return model_inputs(manifest, record.num_classes)
 
 
 def load_model(
-    run_dir: str | Path, checkpoint: str = "best", manifest: Manifest | None = None
+    run_dir: str | Path, checkpoint: str = "best", stats_from: str | Path | None = None
 ) -> LoadedModel:
     """Rebuild the run's model from its checkpoint pointer and restore the weights.
 
-    ``manifest`` (of the data to score) is the fallback source of band statistics when
-    the run's training data is gone. Raises ConfigError or CheckpointError.
+    ``stats_from`` (a shards folder) gives the normalisation of an older checkpoint that
+    does not record it. Raises ConfigError or CheckpointError.
     """
     run_dir = Path(run_dir)
     config = load_run_config(run_dir)
     prefix, record = resolve_checkpoint(run_dir, checkpoint, config)
     check_label_set(record, config)
+    inputs = recorded_inputs(config, record, prefix, stats_from)
     model = models.get_model(record.model, record.input_shape, record.num_classes)
     # partial: the checkpoint also holds the optimizer and epoch, which inference ignores.
     checkpoints.restore_path(prefix, {"model": model}, partial=True)
-    trained_on = training_data(config, manifest)
-    if trained_on is not None and trained_on.bands != record.bands:
-        trained_on = None  # statistics of other channels: the published ones of the model's
-    mean, std = band_stats(trained_on, record.bands)
-    resampling = trained_on.resampling if trained_on is not None else "bilinear"
-    return LoadedModel(model, record, prefix, config, mean, std, resampling, record.bands, run_dir)
+    return LoadedModel(model, record, prefix, config, inputs, run_dir)

@@ -144,15 +144,15 @@ def shard_batches(
     data_dir: Path, manifest: Manifest, splits: list[str], batch_size: int
 ) -> tuple[int, Iterator[tuple[np.ndarray, list[Place]]]]:
     """Number of patches, and batches of (uint16 images, places) read from the shards."""
-    import h5py
-
-    from bigearthnet.formats.shards import split_shards
+    from bigearthnet.formats.shards import open_shard, split_shards, verify_shard
 
     entries = [entry for split in splits for entry in split_shards(manifest, split)]
+    for entry in entries:  # a changed or truncated shard: one line naming it, before any map
+        verify_shard(data_dir, entry)
 
     def batches():
         for entry in entries:
-            with h5py.File(entry.path(data_dir), "r") as f:
+            with open_shard(entry.path(data_dir)) as f:
                 for lo in range(0, entry.count, batch_size):
                     hi = min(lo + batch_size, entry.count)
                     places = [

@@ -24,6 +24,7 @@ def map_scene(
     out: Path,
     stride: int,
     checkpoint: str = "best",
+    stats_from: str | Path | None = None,
     resampling: str | None = None,
     batch_size: int = 64,
     progress: bool = True,
@@ -41,7 +42,9 @@ def map_scene(
     from bigearthnet.inference.predictor import open_predictor
 
     distributed.init(threads=default_threads())
-    loaded = open_predictor(run_dir=run_dir, model_dir=model_dir, checkpoint=checkpoint)
+    loaded = open_predictor(
+        run_dir=run_dir, model_dir=model_dir, checkpoint=checkpoint, stats_from=stats_from
+    )
     if labels is not None and loaded.num_classes != labels:
         raise SceneError(
             f"{model_dir or run_dir}: its model predicts {loaded.num_classes} classes, "

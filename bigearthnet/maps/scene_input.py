@@ -166,9 +166,9 @@ def parse_bbox(text: str) -> tuple[float, float, float, float]:
     try:
         minx, miny, maxx, maxy = (float(v) for v in text.split(","))
     except ValueError:
-        raise ValueError(f"--bbox wants minx,miny,maxx,maxy (four numbers), got {text!r}") from None
+        raise InputError(f"--bbox wants minx,miny,maxx,maxy (four numbers), got {text!r}") from None
     if not (minx < maxx and miny < maxy):
-        raise ValueError(f"--bbox {text}: min must be below max on both axes")
+        raise InputError(f"--bbox {text}: min must be below max on both axes")
     return minx, miny, maxx, maxy
 
 
@@ -197,12 +197,12 @@ class Scene:
             raise SceneError(f"{path}: --mask-clouds needs the scene classification band (SCL)")
         files = {s.file for s in self.sources.values()} | ({self.scl.file} if self.scl else set())
         self._open = {}
-        try:
-            for file in sorted(files):
+        for file in sorted(files):
+            try:
                 self._open[file] = rasterio.open(file)
-        except rasterio.errors.RasterioIOError as err:
-            self.close()
-            raise SceneError(f"{path}: cannot read a band ({err})") from None
+            except rasterio.errors.RasterioIOError as err:
+                self.close()  # the band file to blame, not the scene (a header-only JP2)
+                raise SceneError(f"{file}: cannot read this band ({first_line(err)})") from None
         reference = self._open[self.sources["B02"].file]
         self._check_grids(reference)
         self.crs = reference.crs

@@ -59,14 +59,19 @@ def write_scene_map(
         dst.offsets = (0.0,) * len(classes)
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    # The names first: a sidecar without its map is harmless, a map without names is not.
-    write_category_names(path, classes)
+    # The map itself last: its presence says every companion is there. A companion that
+    # fails also takes away an older map of the same name, so nothing looks complete.
+    try:
+        write_category_names(path, classes)
+        write_cog(Path(f"{path}.probabilities.tif"), bands[1:], grid, all_tags, probabilities)
+        cell_km2 = abs(transform.a * transform.e) / 1e6
+        areas = area_rows(bands[0], classes, cell_km2)
+        write_csv(Path(f"{path}.areas.csv"), ("class", "cells", "km2"), areas)
+        preview(path.with_suffix(".png"), bands[0], transform=transform, classes=classes, tags=tags)
+    except Exception:
+        path.unlink(missing_ok=True)
+        raise
     write_cog(path, bands[:1], grid, all_tags, top_class)
-    write_cog(Path(f"{path}.probabilities.tif"), bands[1:], grid, all_tags, probabilities)
-    cell_km2 = abs(transform.a * transform.e) / 1e6
-    areas = area_rows(bands[0], classes, cell_km2)
-    write_csv(Path(f"{path}.areas.csv"), ("class", "cells", "km2"), areas)
-    preview(path.with_suffix(".png"), bands[0], transform=transform, classes=classes, tags=tags)
     return bands
 
 

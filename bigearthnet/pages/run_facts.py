@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bigearthnet.core.config import TrainConfig, load_run_config
 from bigearthnet.core.errors import InputError
 from bigearthnet.evaluation.report import EvalSummary, read_metrics
-from bigearthnet.formats import checkpoints
+from bigearthnet.formats import checkpoints, run_folder
 from bigearthnet.formats.checkpoints import CheckpointError, CheckpointRecord
+from bigearthnet.formats.efficiency import EfficiencyReport, read_efficiency
 from bigearthnet.formats.elastic_log import (
     DecisionRecord,
     ElasticEvent,
@@ -27,8 +27,6 @@ from bigearthnet.formats.run_command import RunCommand, read_commands
 from bigearthnet.formats.run_status import RunStatus, read_status
 from bigearthnet.formats.shards import Manifest, ShardError, read_manifest
 
-EFFICIENCY_FILE = "efficiency.json"
-MAPS_DIR = "maps"  # map previews under RUN/maps/ are shown on the page
 MAX_PREVIEWS = 12
 
 
@@ -51,7 +49,7 @@ class RunFacts:
     best: CheckpointRecord | None
     latest: CheckpointRecord | None
     manifest: Manifest | None
-    efficiency: dict | None
+    efficiency: EfficiencyReport | None
     evaluations: list[EvalSummary]
     events: list[ElasticEvent]
     decisions: list[DecisionRecord]
@@ -137,9 +135,8 @@ def _manifest(config: TrainConfig, missing: list[str]) -> Manifest | None:
 
 def _evaluations(run_dir: Path, missing: list[str]) -> list[EvalSummary]:
     found = []
-    for folder in sorted(run_dir.glob("eval-*")):
-        if (folder / "metrics.json").is_file():
-            found.append(read_metrics(folder))
+    for folder in run_folder.eval_dirs(run_dir):
+        found.append(read_metrics(folder))
     if not found:
         missing.append(
             f"an evaluation: run evaluate.py --run-dir {run_dir} (test metrics, PR curves)"
@@ -147,21 +144,21 @@ def _evaluations(run_dir: Path, missing: list[str]) -> list[EvalSummary]:
     return found
 
 
-def _efficiency(run_dir: Path, missing: list[str]) -> dict | None:
-    path = run_dir / EFFICIENCY_FILE
+def _efficiency(run_dir: Path, missing: list[str]) -> EfficiencyReport | None:
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        missing.append(f"{EFFICIENCY_FILE}: no efficiency report")
-    except (OSError, ValueError) as err:
-        missing.append(f"{EFFICIENCY_FILE}: unreadable ({err})")
-    return None
+        report = read_efficiency(run_dir)
+    except InputError as err:
+        missing.append(str(err))
+        return None
+    if report is None:
+        missing.append(f"{run_folder.EFFICIENCY}: no efficiency report")
+    return report
 
 
 def _previews(run_dir: Path) -> list[MapPreview]:
     """PNG previews of maps written under RUN/maps/ (bigearthnet-map --out RUN/maps/...)."""
     previews = []
-    for path in sorted((run_dir / MAPS_DIR).rglob("*.png"))[:MAX_PREVIEWS]:
+    for path in sorted((run_dir / run_folder.MAPS).rglob("*.png"))[:MAX_PREVIEWS]:
         encoded = base64.b64encode(path.read_bytes()).decode("ascii")
         previews.append(
             MapPreview(str(path.relative_to(run_dir)), f"data:image/png;base64,{encoded}")

@@ -8,11 +8,12 @@ import datetime
 from pathlib import Path
 
 from bigearthnet.evaluation.report import EvalSummary, format_score, read_predictions
+from bigearthnet.formats import run_folder
 from bigearthnet.pages import run_figures
 from bigearthnet.pages.render import svg, write_page
 from bigearthnet.pages.run_facts import RunFacts, read_run
 
-REPORT = "report.html"
+REPORT = run_folder.REPORT
 
 
 def write_run_page(run_dir: Path, out: Path | None = None) -> Path:

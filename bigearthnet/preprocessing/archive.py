@@ -92,6 +92,9 @@ class Listing:
     patches: list[PatchRef]
     missing: list[tuple[str, str]]  # (name, reason): listed in a table but not on disk
     snow_cloud: list[PatchRef]  # v2 patches of the snow/cloud table
+    # v2: the first metadata row whose split is none of V2_SPLITS ("file row N (patch):
+    # split 'Test '"); the official split cannot be used then (plan refuses it)
+    bad_split: str = ""
 
 
 def detect_version(root: Path) -> str:
@@ -173,6 +176,7 @@ def _list_v2(root: Path, s1_root: Path | None) -> Listing:
     s2_dir = _v2_image_dir(root)
     table = _read_v2_table(root / V2_METADATA, with_s1=s1_root is not None)
     patches, missing = _v2_refs(table, s2_dir, V2_METADATA, s1_root)
+    bad_split = _first_bad_split(table, root / V2_METADATA)
     snow_cloud: list[PatchRef] = []
     if (root / V2_SNOW_CLOUD).is_file():
         extra_table = _read_v2_table(root / V2_SNOW_CLOUD, with_s1=s1_root is not None)
@@ -180,7 +184,16 @@ def _list_v2(root: Path, s1_root: Path | None) -> Listing:
         snow_cloud, missing = extra, missing + extra_missing
     if not patches:
         raise ArchiveError(f"{root / V2_METADATA}: no patches listed")
-    return Listing("v2", patches, missing, snow_cloud)
+    return Listing("v2", patches, missing, snow_cloud, bad_split)
+
+
+def _first_bad_split(table, path: Path) -> str:
+    """Where the metadata's split column first leaves its vocabulary (a value other than
+    train/validation/test, or none), as "FILE row N (PATCH): split VALUE"; "" if nowhere."""
+    for row, (patch_id, split) in enumerate(zip(table["patch_id"], table["split"])):
+        if not isinstance(split, str) or split not in V2_SPLIT_NAMES:
+            return f"{path} row {row} ({patch_id}): split {split!r}"
+    return ""
 
 
 def _v2_image_dir(root: Path) -> Path:

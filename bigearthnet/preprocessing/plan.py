@@ -23,6 +23,7 @@ from bigearthnet.formats.shards import (
 )
 from bigearthnet.preprocessing import splits
 from bigearthnet.preprocessing.archive import (
+    V2_SPLITS,
     PatchRef,
     detect_version,
     list_patches,
@@ -97,6 +98,14 @@ def make_plan(opts: Options) -> Plan:
     in_archive = {r.name for r in refs}
     refs, dropped = _apply_exclusions(refs, opts.exclude)
     excluded_reasons += dropped
+    if listing.bad_split and opts.splits_dir is None and opts.split_ratios is None:
+        # Never a silent change of protocol: one bad value must not turn the official split
+        # of every patch into a random one (test patches would leak into training).
+        vocabulary = ", ".join(V2_SPLITS)
+        raise splits.SplitError(
+            f"{listing.bad_split} is none of {vocabulary}: fix the table, or give "
+            "--split-ratios to split at random on purpose"
+        )
     assignment, source, absent = _assign_splits(refs, opts, in_archive)
     not_written += absent
     kept = [r for r in refs if r.name in assignment]

@@ -39,7 +39,7 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.core.errors import RunFailed, UsageError
-from bigearthnet.core.util import atomic_write_json, write_csv
+from bigearthnet.core.util import atomic_write_json, overlapping, write_csv
 from bigearthnet.formats.shards import (
     MANIFEST,
     REJECTS,
@@ -55,8 +55,18 @@ from bigearthnet.preprocessing.plan import PARTS, Options, Plan, ShardPlan, make
 def run(opts: Options, argv: list[str] | None = None) -> int:
     """Preprocess per ``opts``; returns the exit code (0, 1 for --strict rejects)."""
     started = time.time()
+    clash = overlapping(
+        opts.out,
+        {
+            "the archive": opts.archive,
+            "--s1-archive": opts.s1_archive,
+            "--splits-dir": opts.splits_dir,
+        },
+    )
+    if clash is not None:
+        raise UsageError(f"{opts.out}: the output folder overlaps {clash}; choose another OUT")
+    plan = make_plan(opts)  # first: a refused archive or split leaves no OUT behind
     _prepare_out(opts)
-    plan = make_plan(opts)
     _check_plan_id(opts.out, plan.plan_id)
     mine = [s for i, s in enumerate(plan.shards) if i % opts.num_tasks == opts.task_index]
     todo = [s for s in mine if not _part_path(opts.out, s).is_file()]
@@ -85,7 +95,12 @@ def run(opts: Options, argv: list[str] | None = None) -> int:
     _print_summary(opts, manifest, time.time() - started)
     rejected = manifest.summary["rejected"]
     if opts.strict and rejected:
-        raise RunFailed(f"{rejected} patches rejected (--strict); see {opts.out / REJECTS}")
+        # No manifest: its presence says "complete, train on me", and --strict said no.
+        raise RunFailed(
+            f"{rejected} patches rejected (--strict): no manifest written, see "
+            f"{opts.out / REJECTS}; without --strict the rest is kept"
+        )
+    write_manifest(opts.out, manifest)  # last: its presence marks a finished folder
     return 0
 
 
@@ -197,7 +212,8 @@ def _progress_bar(opts: Options, total: int):
 
 
 def join(opts: Options, plan: Plan, argv: list[str] | None = None) -> Manifest:
-    """Merge the shard sidecars into manifest.json (written last) and rejects.csv."""
+    """Merge the shard sidecars into the manifest (which :func:`run` writes last, unless
+    ``--strict`` refuses the rejects) and rejects.csv."""
     records = [json.loads(_part_path(opts.out, s).read_text()) for s in plan.shards]
     stale = [r["file"] for r in records if r.get("plan_id") != plan.plan_id]
     if stale:
@@ -235,7 +251,6 @@ def join(opts: Options, plan: Plan, argv: list[str] | None = None) -> Manifest:
         channel_scale=tuple(scale for scale, _ in encodings),
         channel_offset=tuple(offset for _, offset in encodings),
     )
-    write_manifest(opts.out, manifest)
     return manifest
 
 

@@ -22,7 +22,9 @@ import functools
 
 import numpy as np
 
-METHODS = ("bilinear", "bicubic", "nearest")
+from bigearthnet.core import constants
+
+METHODS = constants.RESAMPLING_METHODS
 
 
 @functools.cache

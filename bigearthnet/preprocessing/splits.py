@@ -15,6 +15,7 @@ Three sources, in this order of precedence:
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +61,12 @@ def parse_ratios(text: str) -> tuple[float, float, float]:
         raise SplitError(
             f"--split-ratios {text!r}: expected three numbers like 0.6,0.2,0.2"
         ) from None
-    if len(ratios) != 3 or min(ratios) < 0 or abs(sum(ratios) - 1.0) > 1e-6:
+    if (
+        len(ratios) != 3
+        or not all(math.isfinite(x) for x in ratios)
+        or min(ratios) < 0
+        or abs(sum(ratios) - 1.0) > 1e-6
+    ):
         raise SplitError(f"--split-ratios {text!r}: need three non-negative ratios summing to 1")
     return ratios  # type: ignore[return-value]
 

@@ -175,6 +175,8 @@ def recommend(
         (f">= {EFFICIENCY:.0%} of perfect scaling", fit.batch_at(EFFICIENCY)),
         ("B_crit: 2x the minimal steps for 2x the minimal examples", fit.b_crit),
     ):
+        # A fitted 249.99999 is 250: rounding down must not lose a sample to the fit's noise.
+        batch *= 1 + 1e-9
         if batch >= rank_batch:
             ranks, per_rank = math.floor(batch / rank_batch), rank_batch
         else:  # less than one rank's batch: one rank with a smaller batch

@@ -25,6 +25,7 @@ A point is rerun only when its run is not finished: rerunning the study resumes 
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import statistics
@@ -33,9 +34,10 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import NoReturn
 
-from bigearthnet.core.errors import EXIT_FAILED, ConfigError, RunFailed
-from bigearthnet.data.partition import epoch_plan, updates_per_epoch
+from bigearthnet.core.batch import BatchPlan
+from bigearthnet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError, RunFailed
 from bigearthnet.formats.history import HistoryRow, read_history
 from bigearthnet.formats.shards import read_manifest
 from bigearthnet.scaling.study_outputs import (
@@ -63,6 +65,10 @@ class StudyPoint:
     validations: int  # the budget: the same number of updates at every batch size
     warmup: float  # train.py's --warmup-epochs, in validations of this point
 
+    @property
+    def plan(self) -> BatchPlan:
+        return BatchPlan(self.rank_batch, self.ranks, self.passes)
+
 
 def plan_points(settings: StudySettings) -> list[StudyPoint]:
     """The runs of the study, smallest batch first; ConfigError for a batch the ranks and
@@ -73,16 +79,14 @@ def plan_points(settings: StudySettings) -> list[StudyPoint]:
 def _plan_point(settings: StudySettings, global_batch: int) -> StudyPoint:
     ranks = min(settings.ranks, global_batch)
     passes = math.ceil(global_batch / (ranks * settings.max_rank_batch))
-    rank_batch = global_batch // (ranks * passes)
-    if rank_batch * ranks * passes != global_batch:
-        raise ConfigError(
-            f"--batches: {global_batch} is not a multiple of {ranks} rank(s) x {passes} "
-            f"pass(es); choose batches divisible by the number of ranks"
-        )
+    try:
+        plan = BatchPlan.for_global(global_batch, ranks, passes)
+    except ConfigError as err:
+        raise ConfigError(f"--batches: {err}") from None
     return StudyPoint(
         global_batch,
         ranks,
-        rank_batch,
+        plan.per_rank,
         passes,
         peak_lr(settings, global_batch),
         settings.eval_steps,
@@ -119,7 +123,8 @@ def peak_lr(settings: StudySettings, global_batch: int) -> float:
 
 def train_command(settings: StudySettings, point: StudyPoint, run_dir: Path) -> list[str]:
     """The command line of one point: launcher + ``train.py`` with the point's options.
-    train.py scales ``--lr`` by the number of ranks, so it gets the peak LR / ranks."""
+    train.py scales ``--lr`` by the plan's scale (ranks x passes), so it gets the peak LR
+    divided by that."""
     train = [
         sys.executable,
         "-m",
@@ -133,7 +138,7 @@ def train_command(settings: StudySettings, point: StudyPoint, run_dir: Path) -> 
         "--backward-passes-per-step",
         str(point.passes),
         "--lr",
-        repr(point.peak_lr / point.ranks),
+        repr(point.peak_lr / point.plan.scale),
         "--optimizer",
         settings.optimizer,
         "--epochs",
@@ -167,14 +172,9 @@ def _launcher(kind: str, ranks: int) -> list[str]:
 def updates_per_evaluation(settings: StudySettings, point: StudyPoint) -> tuple[int, float]:
     """(optimizer updates, passes over the training split) between two validations."""
     total = read_manifest(settings.data).count("train")
-    steps, samples = epoch_plan(
-        total,
-        world_size=point.ranks,
-        batch_size=point.rank_batch,
-        max_steps=point.eval_steps * point.passes,
-    )
-    seen = (samples if samples is not None else math.ceil(total / point.ranks)) * point.ranks
-    return updates_per_epoch(steps, point.passes), min(1.0, seen / total)
+    cap = point.eval_steps * point.passes
+    steps = point.plan.steps(total, cap)
+    return point.plan.updates(steps), point.plan.epoch_samples(total, cap) / total
 
 
 def summarise(
@@ -206,7 +206,10 @@ def summarise(
 def run_study(settings: StudySettings, *, log=print) -> list[StudyResult]:
     """Run (or resume) every point, write ``study.csv`` and the plot; returns the rows."""
     results: list[StudyResult] = []
-    for planned in plan_points(settings):
+    points = plan_points(settings)
+    if points:
+        check_train_options(settings, points[0])
+    for planned in points:
         reached = [r for r in results if r.steps_to_target is not None and not r.diverged]
         point = with_resolution(settings, planned, reached[-1] if reached else None)
         run_dir = settings.out / "runs" / f"b{point.global_batch}"
@@ -217,6 +220,8 @@ def run_study(settings: StudySettings, *, log=print) -> list[StudyResult]:
         )
         command = train_command(settings, point, run_dir)
         done = subprocess.run(command, check=False)
+        if done.returncode == EXIT_BAD_INPUT:
+            raise ConfigError(f"{run_dir}: train.py refused its input (its line is above)")
         if done.returncode not in (0, EXIT_FAILED):
             raise RunFailed(f"{run_dir}: train.py exited {done.returncode}; rerun resumes")
         rows = read_history(run_dir) if (run_dir / "history.csv").exists() else []
@@ -227,6 +232,35 @@ def run_study(settings: StudySettings, *, log=print) -> list[StudyResult]:
     for line in describe(analysis):
         log(f"study: {line}")
     return results
+
+
+def check_train_options(settings: StudySettings, point: StudyPoint) -> None:
+    """ConfigError, before any run starts, when the options train.py would get (the
+    study's and those after ``--``) are ones it refuses: checked as train.py checks them,
+    the model against its registry, without TensorFlow."""
+    from bigearthnet import models
+    from bigearthnet.core.config import TrainConfig, add_config_arguments, resolve
+
+    parser = _RaisingParser(prog="train.py", add_help=False)
+    add_config_arguments(parser, TrainConfig)
+    command = train_command(settings, point, settings.out / "runs" / "check")
+    argv = command[command.index("bigearthnet.cli.train") + 1 :]
+    try:
+        cfg = resolve(parser.parse_args(argv), TrainConfig)
+    except ConfigError as err:
+        raise ConfigError(f"the train.py options after --: {err}") from None
+    if cfg.model not in models.MODELS:
+        names = ", ".join(models.available_models())
+        raise ConfigError(
+            f"the train.py options after --: --model {cfg.model!r} is none of {names}"
+        )
+
+
+class _RaisingParser(argparse.ArgumentParser):
+    """argparse that raises ConfigError instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
 
 
 def format_result(result: StudyResult) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bigearthnet.core.errors import InputError
 from bigearthnet.formats.history import HistoryRow
 
 
@@ -42,7 +43,7 @@ def cost_to_target(name: str, rows: Sequence[HistoryRow], target: float) -> Cost
     as samples / global batch (exact for fixed-size runs; an epoch an elastic run resized in
     has the true count only in the new columns)."""
     if not rows:
-        raise ValueError(f"{name}: no epochs in the history")
+        raise InputError(f"{name}: no epochs in the history")
     reached = next((r.epoch for r in rows if r.val_micro_f1 >= target), None)
     counted = [r for r in rows if reached is None or r.epoch <= reached]
     return CostToTarget(

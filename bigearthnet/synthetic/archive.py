@@ -57,6 +57,7 @@ from bigearthnet.core.constants import (
     MAP_43_TO_19,
     PATCH_METRES,
 )
+from bigearthnet.core.errors import UsageError
 from bigearthnet.preprocessing.archive import V2_METADATA, V2_S2_DIR, V2_SNOW_CLOUD
 from bigearthnet.preprocessing.sentinel1 import PAIR_KEY, V1_S1_ARCHIVE, V2_S1_DIR
 from bigearthnet.synthetic.places import Tile, plan_tiles, stamp, utm_wkt
@@ -294,24 +295,24 @@ def _check_args(
     out: Path, num_patches: int, layout: str, seed: int, workers: int, overwrite: bool
 ) -> None:
     if isinstance(num_patches, bool) or not isinstance(num_patches, int) or num_patches < 1:
-        raise ValueError(f"number of patches must be an integer >= 1, got {num_patches!r}")
+        raise UsageError(f"number of patches must be an integer >= 1, got {num_patches!r}")
     if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        raise UsageError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        raise UsageError(f"seed must be an integer >= 0, got {seed!r}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+        raise UsageError(f"workers must be an integer >= 1, got {workers!r}")
     if out.exists() and not out.is_dir():
-        raise FileExistsError(f"{out} exists and is not a directory")
+        raise UsageError(f"{out} exists and is not a directory")
     if _is_nonempty_dir(out) and not overwrite:
-        raise FileExistsError(f"{out} exists and is not empty (use --overwrite to replace it)")
+        raise UsageError(f"{out} exists and is not empty (use --overwrite to replace it)")
 
 
 def _publish(tmp: Path, out: Path, overwrite: bool) -> None:
     """Move the finished archive into place; an old OUT is removed only after the swap."""
     if _is_nonempty_dir(out):
         if not overwrite:
-            raise FileExistsError(f"{out} exists and is not empty (use --overwrite to replace it)")
+            raise UsageError(f"{out} exists and is not empty (use --overwrite to replace it)")
         trash = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:12]}"
         os.rename(out, trash)
         os.rename(tmp, out)

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from bigearthnet.formats.efficiency import EfficiencyReport, RankTimes
 
-def efficiency_report(table: np.ndarray, epoch: int, measured_comm: bool = False) -> dict:
+
+def efficiency_report(
+    table: np.ndarray, epoch: int, measured_comm: bool = False
+) -> EfficiencyReport:
     """POP-style efficiencies of one epoch from per-rank rows
     ``(step_s, wait_s, samples, epoch_s[, compute_s, comm_s])``.
 
@@ -34,55 +38,56 @@ def efficiency_report(table: np.ndarray, epoch: int, measured_comm: bool = False
     comm_efficiency = _ratio(useful.max(), step.max()) if compute is not None else None
     input_efficiency = _ratio(step.max(), longest)
     total_rate = float(samples.sum() / longest) if longest > 0 else 0.0
-    return {
-        "epoch": epoch,
-        "world_size": int(len(table)),
-        "communication_measured": compute is not None,
-        "per_rank": [
-            {
-                "rank": r,
-                "step_s": float(step[r]),
-                "compute_s": float(compute[r]) if compute is not None else None,
-                "communication_s": float(comm[r]) if comm is not None else None,
-                "data_wait_s": float(wait[r]),
-                "samples": int(samples[r]),
-                "samples_per_s": float(samples[r] / busy[r]) if busy[r] > 0 else 0.0,
-            }
+    return EfficiencyReport(
+        epoch=epoch,
+        world_size=int(len(table)),
+        communication_measured=compute is not None,
+        per_rank=tuple(
+            RankTimes(
+                rank=r,
+                step_s=float(step[r]),
+                compute_s=float(compute[r]) if compute is not None else None,
+                communication_s=float(comm[r]) if comm is not None else None,
+                data_wait_s=float(wait[r]),
+                samples=int(samples[r]),
+                samples_per_s=float(samples[r] / busy[r]) if busy[r] > 0 else 0.0,
+            )
             for r in range(len(table))
-        ],
-        "load_balance": load_balance,
-        "communication_efficiency": comm_efficiency,
-        "input_efficiency": input_efficiency,
-        "parallel_efficiency": _ratio(useful.mean(), longest),
-        "data_wait_fraction": float(wait.sum() / busy.sum()) if busy.sum() > 0 else 0.0,
-        "communication_fraction": float(comm.sum() / busy.sum())
+        ),
+        load_balance=load_balance,
+        communication_efficiency=comm_efficiency,
+        input_efficiency=input_efficiency,
+        parallel_efficiency=_ratio(useful.mean(), longest),
+        data_wait_fraction=float(wait.sum() / busy.sum()) if busy.sum() > 0 else 0.0,
+        communication_fraction=float(comm.sum() / busy.sum())
         if comm is not None and busy.sum() > 0
         else None,
-        "samples_per_s_total": total_rate,
-        "samples_per_s_per_rank": total_rate / len(table),
-        "epoch_seconds_max": float(wall.max()),
-    }
+        samples_per_s_total=total_rate,
+        samples_per_s_per_rank=total_rate / len(table),
+        epoch_seconds_max=float(wall.max()),
+    )
 
 
 def _ratio(a: float, b: float) -> float:
     return float(a / b) if b > 0 else 1.0
 
 
-def efficiency_line(report: dict) -> str:
+def efficiency_line(report: EfficiencyReport) -> str:
     """The report as one log line (max over ranks of each time)."""
-    ranks = report["per_rank"]
-    longest = {key: max(r[key] or 0.0 for r in ranks) for key in ("compute_s", "data_wait_s")}
-    if report["communication_measured"]:
-        comm = max(r["communication_s"] for r in ranks)
-        split = f"compute {longest['compute_s']:.2f} s, communication {comm:.2f} s"
-        comm_eff = f"{report['communication_efficiency']:.3f}"
+    ranks = report.per_rank
+    wait = max(r.data_wait_s for r in ranks)
+    if report.communication_measured:
+        compute = max(r.compute_s or 0.0 for r in ranks)
+        comm = max(r.communication_s or 0.0 for r in ranks)
+        split = f"compute {compute:.2f} s, communication {comm:.2f} s"
+        comm_eff = f"{report.communication_efficiency:.3f}"
     else:
-        split = f"step {max(r['step_s'] for r in ranks):.2f} s (--comm-timing splits it)"
+        split = f"step {max(r.step_s for r in ranks):.2f} s (--comm-timing splits it)"
         comm_eff = "n/a"
     return (
-        f"efficiency epoch {report['epoch']}: {split}, data wait {longest['data_wait_s']:.2f} s "
-        f"(max over {report['world_size']} ranks); load balance {report['load_balance']:.3f}, "
-        f"communication {comm_eff}, input {report['input_efficiency']:.3f}, parallel "
-        f"{report['parallel_efficiency']:.3f}; {report['samples_per_s_total']:.1f} samples/s "
-        f"total, {report['samples_per_s_per_rank']:.1f} per rank"
+        f"efficiency epoch {report.epoch}: {split}, data wait {wait:.2f} s "
+        f"(max over {report.world_size} ranks); load balance {report.load_balance:.3f}, "
+        f"communication {comm_eff}, input {report.input_efficiency:.3f}, parallel "
+        f"{report.parallel_efficiency:.3f}; {report.samples_per_s_total:.1f} samples/s "
+        f"total, {report.samples_per_s_per_rank:.1f} per rank"
     )

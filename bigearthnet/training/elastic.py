@@ -28,6 +28,7 @@ folder held by another run), on which every worker exits 2.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bigearthnet.core import distributed
@@ -36,6 +37,7 @@ from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import first_line
 from bigearthnet.formats.checkpoints import Position
 from bigearthnet.formats.history import HistoryRow
+from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import read_manifest
 from bigearthnet.training.driver import EpochDriver, RunHooks
 from bigearthnet.training.outputs import RunOutputs
@@ -52,19 +54,29 @@ class Start:
 
     position: Position = Position()
     refused: str = ""  # rank 0's reason not to train (held folder, bad checkpoint)
+    inputs: ModelInputs | None = None  # the resumed checkpoint's normalisation
 
 
 class ElasticTrainer(RunHooks):
     """The fixed-size driver, wrapped in Horovod's elastic state, commit and reset."""
 
-    def __init__(self, cfg: TrainConfig, command: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        command: list[str] | None = None,
+        *,
+        then: Callable[[], None] = lambda: None,
+    ) -> None:
         self.cfg = cfg
-        manifest = read_manifest(cfg.data)
+        # Collective work after the last epoch (the test evaluation), run inside the elastic
+        # function: a worker lost during it resets the world, which then runs it again.
+        self.then = then
+        self.manifest = manifest = read_manifest(cfg.data)
         self.source = GlobalOrderSource(cfg, manifest)
         self.replica = build_replica(cfg, manifest, self.source)
         self.world_size = distributed.size()
         # used by whichever worker is rank 0
-        self._outputs = RunOutputs(cfg, manifest.data_id, command)
+        self._outputs = RunOutputs(cfg, manifest.data_id, command, manifest.bands)
         self.driver = EpochDriver(cfg, self.replica, self.source, self.outputs, hooks=self)
         start = self._start_on_root()
         # Rank 0's values reach every worker with the first sync.
@@ -73,6 +85,7 @@ class ElasticTrainer(RunHooks):
             self.replica.optimizer,
             position=start.position,
             refused=start.refused,
+            inputs=start.inputs,
             ended=False,
             noise=self.replica.noise.snapshot(),
         )
@@ -108,16 +121,20 @@ class ElasticTrainer(RunHooks):
                 self.cfg.epochs,
                 position.consumed,
             )
-        return Start(position=position)
+        return Start(position=position, inputs=record.inputs if record is not None else None)
 
     def _train(self, state) -> HistoryRow | None:
         """Entered after the first sync and after every reset, with the state in sync."""
         if state.refused:  # every worker now has rank 0's reason: all exit 2 with it
             raise InputError(state.refused)
-        if state.ended:  # the target was reached at the commit that brought this reset
-            return None
-        self._fit_world(state.position)
-        return self.driver.run(state.position)
+        if state.inputs is not None:
+            self.replica.use_inputs(state.inputs)
+        last = None
+        if not state.ended:  # else training ended at the commit that brought this reset
+            self._fit_world(state.position)
+            last = self.driver.run(state.position)
+        self.then()
+        return last
 
     # ------------------------------------------------------------------ the driver's hooks
 
@@ -144,10 +161,11 @@ class ElasticTrainer(RunHooks):
         size = distributed.size()
         steps = self.source.steps_per_epoch()
         schedule = make_schedule(self.cfg, world_size=size, updates_per_epoch=steps)
-        done = position.epoch * steps + position.consumed // self.cfg.global_batch(size)
+        plan = self.cfg.batch_plan(size)
+        done = position.epoch * steps + position.consumed // plan.global_batch
         self.replica.use_schedule(schedule, updates_done=done)
         self.replica.noise.restore(self.state.noise)  # rank 0's, or the last commit's
-        self.replica.refresh_gain(base_batch=self.cfg.batch_size, scale=size)
+        self.replica.refresh_gain(base_batch=plan.per_rank, scale=plan.scale)
 
     def _before_reset(self, removed: bool) -> None:
         """Hosts came or went (the discovery script's word): before Horovod's reset, which

@@ -80,6 +80,7 @@ class EpochEnd:
             world_size=distributed.size(),
             input_shape=self.replica.input_shape,
             bands=self.replica.bands,
+            inputs=self.replica.inputs,
             val_micro_f1=None if row is None else row.val_micro_f1,
             val_macro_f1=None if row is None else row.val_macro_f1,
             val_micro_map=None if row is None else row.val_micro_map,
@@ -117,7 +118,8 @@ class EpochEnd:
             seconds=seconds,
             world_size=distributed.size(),
             global_batch=self.source.global_batch(),
-            steps=outcome.position.loss_steps,
+            # optimizer updates: the epoch's steps in accumulation groups (the plan's rule)
+            steps=self.cfg.batch_plan(distributed.size()).updates(outcome.position.loss_steps),
             samples=outcome.position.consumed,
         )
         return self._with_noise_scale(row)
@@ -167,8 +169,10 @@ class EpochEnd:
         table = distributed.allgather(mine, name="efficiency")
         outputs = self.outputs()
         if outputs is not None:
-            report = efficiency_report(table, epoch + 1, measured_comm=self.cfg.comm_timing)
-            report["gradient_noise"] = noise_report(self.replica.noise, enabled=self.cfg.gns)
-            report["precise_bn"] = batchnorm
+            report = dataclasses.replace(
+                efficiency_report(table, epoch + 1, measured_comm=self.cfg.comm_timing),
+                gradient_noise=noise_report(self.replica.noise, enabled=self.cfg.gns),
+                precise_bn=batchnorm,
+            )
             outputs.write_efficiency(report)
             log.info("%s", efficiency_line(report))

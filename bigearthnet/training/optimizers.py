@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-CHOICES = ("sgd", "adam", "adamw", "lars", "lamb")
+from bigearthnet.core.config import OPTIMIZERS as CHOICES
+
 # Defaults from the papers: LARS's trust coefficient eta (You et al. 2017, Sec. 3); LAMB's
 # epsilon (You et al. 2020, experiments: 1e-6) and Adam's betas.
 LARS_TRUST_COEFFICIENT = 1e-3

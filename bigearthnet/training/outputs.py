@@ -20,20 +20,20 @@ import tensorflow as tf
 
 from bigearthnet.core import distributed, runlock
 from bigearthnet.core.config import TrainConfig, save_yaml
+from bigearthnet.core.constants import describe_bands
 from bigearthnet.core.errors import ConfigError
-from bigearthnet.core.util import atomic_write_json
 from bigearthnet.evaluation.report import format_score
-from bigearthnet.formats import checkpoints, elastic_log
+from bigearthnet.formats import checkpoints, elastic_log, run_folder
 from bigearthnet.formats.checkpoints import CheckpointRecord
+from bigearthnet.formats.efficiency import EfficiencyReport, write_efficiency
 from bigearthnet.formats.elastic_log import ElasticEvent
 from bigearthnet.formats.history import HistoryRow, read_history, write_history
-from bigearthnet.formats.run_command import COMMANDS, append_command
+from bigearthnet.formats.run_command import append_command
 from bigearthnet.formats.run_status import RunStatus, clear_status, write_status
 from bigearthnet.training.gns import NoiseEstimate
 from bigearthnet.training.selection import is_new_best
 
 log = logging.getLogger("bigearthnet")  # the ranks' logger (rank 0 alone writes)
-EFFICIENCY = "efficiency.json"
 # elastic events: "resize" (the world re-formed: old -> new size), "hosts removed"/"hosts
 # changed" (discovery's news, before the reset; new_size unknown then).
 TENSORBOARD_SCALARS = (
@@ -55,10 +55,17 @@ TENSORBOARD_SCALARS = (
 class RunOutputs:
     """Rank 0's writer of one run folder (the other ranks never call it)."""
 
-    def __init__(self, cfg: TrainConfig, data_id: str, command: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        data_id: str,
+        command: list[str] | None = None,
+        bands: tuple[str, ...] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.data_id = data_id  # shards.Manifest.data_id of --data: in every checkpoint
+        self.bands = bands  # the channels of --data (None: not checked)
         self.command = command  # the command line that started this process, if known
         self._writer: Any = None  # the TensorBoard writer, opened with the first epoch
 
@@ -71,11 +78,11 @@ class RunOutputs:
             checkpoints.clear(self.run_dir)
             # The controller's decisions too: they explain this folder's history, no other.
             for name in (
-                "history.csv",
-                EFFICIENCY,
-                elastic_log.EVENTS,
-                elastic_log.DECISIONS,
-                COMMANDS,
+                run_folder.HISTORY,
+                run_folder.EFFICIENCY,
+                run_folder.ELASTIC_EVENTS,
+                run_folder.ELASTIC_DECISIONS,
+                run_folder.COMMANDS,
             ):
                 (self.run_dir / name).unlink(missing_ok=True)
 
@@ -88,7 +95,10 @@ class RunOutputs:
             record = checkpoints.restore_latest(
                 self.run_dir, trackables, check=self._check_compatible
             )
-        save_yaml(self.cfg, self.run_dir / "config.yaml")
+        if record is not None:
+            # Read now, not after an epoch has trained: a damaged history stops the start.
+            self.history(through_epoch=record.epoch)
+        save_yaml(self.cfg, self.run_dir / run_folder.CONFIG)
         if self.command:
             append_command(self.run_dir, self.command, distributed.size())
         clear_status(self.run_dir)  # this run has not ended yet
@@ -106,6 +116,14 @@ class RunOutputs:
                     f"{self.run_dir}: holds a run with {key}={saved}, not {wanted}; "
                     "use another --run-dir, or --no-resume to start this one over"
                 )
+        if self.bands is not None and record.bands != self.bands:
+            # No flag makes this resumable, and --no-resume would delete the checkpoints.
+            raise ConfigError(
+                f"{self.run_dir}: checkpoint {record.folder} takes bands "
+                f"{describe_bands(record.bands)} but --data {self.cfg.data} holds "
+                f"{describe_bands(self.bands)}: another band configuration cannot resume this "
+                "run; train it in another --run-dir"
+            )
         if record.data_id is None or record.data_id == self.data_id:
             return  # the same shards (or a checkpoint from before data ids: unknown)
         what = (
@@ -161,8 +179,8 @@ class RunOutputs:
     def write_status(self, status: RunStatus) -> None:
         write_status(self.run_dir, status)
 
-    def write_efficiency(self, report: dict) -> None:
-        atomic_write_json(self.run_dir / EFFICIENCY, report)
+    def write_efficiency(self, report: EfficiencyReport) -> None:
+        write_efficiency(self.run_dir, report)
 
     def append_event(
         self,
@@ -190,7 +208,7 @@ class RunOutputs:
 
     def _tensorboard_writer(self) -> Any:
         if self._writer is None:
-            self._writer = tf.summary.create_file_writer(str(self.run_dir / "tensorboard"))
+            self._writer = tf.summary.create_file_writer(str(self.run_dir / run_folder.TENSORBOARD))
         return self._writer
 
     def _tensorboard(self, row: HistoryRow) -> None:

@@ -27,10 +27,12 @@ import tensorflow as tf
 
 from bigearthnet import models
 from bigearthnet.core import distributed
-from bigearthnet.core.config import TrainConfig
+from bigearthnet.core.config import PRECISIONS, TrainConfig
+from bigearthnet.core.errors import ConfigError
 from bigearthnet.data.augment import mixup, random_dihedral
 from bigearthnet.data.normalization import normalize
 from bigearthnet.evaluation import metrics
+from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import image_shape
 from bigearthnet.training import optimizers
 from bigearthnet.training.gns import NoiseSample, NoiseScaleMonitor, adascale_gain
@@ -38,7 +40,7 @@ from bigearthnet.training.precise_bn import PreciseBatchNorm
 from bigearthnet.training.schedules import GainedSchedule, LRSchedule, WarmupSchedule
 
 # --amp -> Keras policy. Both mixed policies keep variables, logits and the loss in float32.
-PRECISION_POLICY = {"off": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}
+PRECISION_POLICY = dict(zip(PRECISIONS, ("float32", "mixed_float16", "mixed_bfloat16")))
 
 log = distributed.log
 
@@ -68,17 +70,20 @@ class Replica:
         self,
         cfg: TrainConfig,
         *,
-        num_classes: int,
-        bands: tuple[str, ...],
-        band_mean,
-        band_std,
+        inputs: ModelInputs,
         schedule: LRSchedule,
     ) -> None:
         self.cfg = cfg
-        self.num_classes = num_classes
-        self.bands = tuple(bands)  # the data's channels, in order: the model's input
+        self.inputs = inputs  # channels, normalisation, classes: in every checkpoint record
+        num_classes = self.num_classes = inputs.num_classes
+        self.bands = inputs.bands  # the data's channels, in order: the model's input
         self.input_shape = image_shape(len(self.bands))
-        self.mean, self.std = tf.constant(band_mean), tf.constant(band_std)
+        # Variables, not constants: a resume takes the checkpoint's (use_inputs) without
+        # retracing the compiled steps.
+        self.mean = tf.Variable(
+            np.asarray(inputs.mean, np.float32), trainable=False, name="band_mean"
+        )
+        self.std = tf.Variable(np.asarray(inputs.std, np.float32), trainable=False, name="band_std")
         tf.keras.mixed_precision.set_global_policy(PRECISION_POLICY[cfg.amp])
         self.loss_scaling = cfg.amp == "fp16"  # bfloat16 has float32's range: no scaling
         tf.keras.utils.set_random_seed(cfg.seed)
@@ -125,6 +130,18 @@ class Replica:
     def broadcast_state(self) -> None:
         """Every rank takes rank 0's weights and optimizer state."""
         distributed.broadcast_variables(self.model.variables + _optimizer_variables(self.optimizer))
+
+    def use_inputs(self, inputs: ModelInputs) -> None:
+        """Normalise as ``inputs`` say (a resumed checkpoint's: a run keeps the statistics it
+        started with, also when ``--allow-new-data`` resumes on other shards)."""
+        if inputs.bands != self.bands or inputs.classes != self.inputs.classes:
+            raise ConfigError("a checkpoint of other channels or classes cannot be resumed here")
+        if inputs.mean != self.inputs.mean or inputs.std != self.inputs.std:
+            log.warning("normalising with the resumed checkpoint's band statistics (%s)",
+                        inputs.stats or "as recorded")  # fmt: skip
+        self.inputs = inputs
+        self.mean.assign(np.asarray(inputs.mean, np.float32))
+        self.std.assign(np.asarray(inputs.std, np.float32))
 
     def average_batchnorm_statistics(self) -> None:
         """BatchNorm's moving statistics are updated from each rank's batches and drift
@@ -218,15 +235,13 @@ class Replica:
         loss, votes = outputs[:2]
         noise = None
         if exchange and self.cfg.gns:
-            passes = self.cfg.backward_passes_per_step
+            scale = self.cfg.batch_plan(distributed.size()).scale  # ranks x passes
             noise = NoiseSample(
-                small_sq=float(outputs[2]),
-                big_sq=float(outputs[3]),
-                b_small=rows,
-                b_big=rows * distributed.size() * passes,
-            )
+                small_sq=float(outputs[2]), big_sq=float(outputs[3]), b_small=rows,
+                b_big=rows * scale,
+            )  # fmt: skip
             self.noise.add(noise)
-            self.refresh_gain(base_batch=noise.b_small, scale=noise.b_big / noise.b_small)
+            self.refresh_gain(base_batch=rows, scale=scale)
         return StepResult(loss=float(loss), stop=bool(votes > 0), noise=noise, **times)
 
     def eval_step(
@@ -238,6 +253,9 @@ class Replica:
         return float(loss_sum), counts.numpy(), scores.numpy()
 
     def _compile(self) -> None:
+        # --xla compiles the forward and backward pass, in every variant of the step: the
+        # step functions call _gradients_fn, so its jit_compile reaches the graph that runs.
+        # The allreduce and the update stay outside (Horovod's ops have no XLA kernels).
         jit = self.cfg.xla or None
         self._gradients_fn = tf.function(self._gradients, jit_compile=jit, reduce_retracing=True)
         self._train_fn = tf.function(self._train, reduce_retracing=True)
@@ -270,12 +288,24 @@ class Replica:
         return loss, grads
 
     def _train(self, images, labels, seed, stop):
-        loss, grads = self._gradients(images, labels, seed)
+        loss, grads = self._gradients_fn(images, labels, seed)
         return self._exchange(loss, grads, stop)
 
     def _accumulate(self, images, labels, seed, stop):
-        loss, grads = self._gradients(images, labels, seed)
+        loss, grads = self._gradients_fn(images, labels, seed)
         return self._add_up(loss, grads, stop)
+
+    def xla_compiled_calls(self, images, labels) -> int:
+        """How many calls in the graph of the default training step must be compiled by
+        XLA (its traced graph, inspected): 1 with ``--xla``, 0 without."""
+        seed, stop = tf.constant([0, 0], tf.int64), tf.constant(0.0)
+        graph = self._train_fn.get_concrete_function(images, labels, seed, stop).graph
+        return sum(
+            1
+            for op in graph.get_operations()
+            if op.type in ("PartitionedCall", "StatefulPartitionedCall")
+            and op.node_def.attr["_XlaMustCompile"].b
+        )
 
     def _exchange(self, loss, grads, stop):
         """Average the gradients over ranks, apply them, agree on loss and stop. With

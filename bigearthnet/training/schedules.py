@@ -34,7 +34,9 @@ from typing import Any, Union
 
 import tensorflow as tf
 
-KINDS = ("cosine", "step", "constant")
+from bigearthnet.core.config import SCHEDULES
+
+KINDS = SCHEDULES
 
 
 def default_step_epochs(total_epochs: float) -> tuple[int, ...]:

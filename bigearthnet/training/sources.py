@@ -90,7 +90,7 @@ class EpochSource(ABC):
 
     def global_batch(self) -> int:
         """Samples per optimizer update over all ranks."""
-        return self.cfg.global_batch(distributed.size())
+        return self.cfg.batch_plan(distributed.size()).global_batch
 
     def bn_batches(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """This rank's share of ``--precise-bn-samples`` training samples, in batches, drawn
@@ -147,12 +147,7 @@ class PartitionSource(EpochSource):
         assert train is not None and val is not None  # else raise_if_any_failed raised
         super().__init__(cfg, train, val)
         self.plan = RankPartition(
-            train,
-            batch_size=cfg.batch_size,
-            world_size=size,
-            seed=cfg.seed,
-            passes_per_update=cfg.backward_passes_per_step,
-            max_steps=cfg.max_steps_per_epoch,
+            train, cfg.batch_plan(size), seed=cfg.seed, max_steps=cfg.max_steps_per_epoch
         )
 
     def steps_per_epoch(self) -> int:

@@ -19,7 +19,7 @@ import tensorflow as tf
 from bigearthnet.core import distributed
 from bigearthnet.core.config import TrainConfig
 from bigearthnet.core.errors import InputError
-from bigearthnet.data.normalization import band_stats
+from bigearthnet.data.normalization import model_inputs
 from bigearthnet.formats.checkpoints import CheckpointRecord, Position
 from bigearthnet.formats.history import HistoryRow
 from bigearthnet.formats.shards import Manifest, read_manifest
@@ -34,15 +34,16 @@ log = distributed.log
 
 
 def make_schedule(cfg: TrainConfig, *, world_size: int, updates_per_epoch: int) -> LRSchedule:
-    """The LR schedule of ``cfg`` for a world of ``world_size`` ranks: linear scaling, or
-    with --lr-scaling adascale the base LR's schedule (the replica multiplies it by the
-    gain it measures). ``--warmup-steps`` is turned into epochs of this world's updates."""
+    """The LR schedule of ``cfg`` for a world of ``world_size`` ranks: linear scaling by the
+    batch plan's scale (ranks x backward passes: the global batch over one rank's), or with
+    --lr-scaling adascale the base LR's schedule (the replica multiplies it by the gain it
+    measures). ``--warmup-steps`` is turned into epochs of this world's updates."""
     warmup = cfg.effective_warmup_epochs
     if cfg.warmup_steps is not None:
         warmup = min(cfg.warmup_steps / max(updates_per_epoch, 1), float(cfg.epochs))
     return LRSchedule(
         base_lr=cfg.lr,
-        world_size=1 if cfg.lr_scaling == "adascale" else world_size,
+        world_size=1 if cfg.lr_scaling == "adascale" else cfg.batch_plan(world_size).scale,
         steps_per_epoch=updates_per_epoch,
         total_epochs=cfg.epochs,
         warmup_epochs=warmup,
@@ -58,15 +59,7 @@ def build_replica(cfg: TrainConfig, manifest: Manifest, source: EpochSource) -> 
     schedule = make_schedule(
         cfg, world_size=distributed.size(), updates_per_epoch=source.updates_per_epoch()
     )
-    mean, std = band_stats(manifest)
-    return Replica(
-        cfg,
-        num_classes=cfg.labels,
-        bands=manifest.bands,
-        band_mean=mean,
-        band_std=std,
-        schedule=schedule,
-    )
+    return Replica(cfg, inputs=model_inputs(manifest, cfg.labels), schedule=schedule)
 
 
 class Trainer:
@@ -78,7 +71,9 @@ class Trainer:
         self.source = PartitionSource(cfg, self.manifest)
         self.replica = build_replica(cfg, self.manifest, self.source)
         root = distributed.is_root()
-        self.outputs = RunOutputs(cfg, self.manifest.data_id, command) if root else None
+        self.outputs = (
+            RunOutputs(cfg, self.manifest.data_id, command, self.manifest.bands) if root else None
+        )
         self.driver = EpochDriver(cfg, self.replica, self.source, lambda: self.outputs)
 
     @property
@@ -109,6 +104,8 @@ class Trainer:
         distributed.raise_if_any_failed(error, "preparing the run folder")
         record = distributed.broadcast_object(record, name="resume_record")
         self.replica.broadcast_state()
+        if record is not None and record.inputs is not None:
+            self.replica.use_inputs(record.inputs)
         position = self.source.resume_at(record)
         if record is not None:
             log.info(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -13,6 +13,7 @@ from helpers import REPO
 
 import train
 from bigearthnet.core.config import TrainConfig
+from bigearthnet.formats.efficiency import read_efficiency
 
 
 def test_options_yaml_then_flags(tmp_path: Path, shards_v1: Path) -> None:
@@ -36,7 +37,7 @@ def test_options_yaml_then_flags(tmp_path: Path, shards_v1: Path) -> None:
     assert train.main(argv) == 0
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert (saved["batch_size"], saved["lr"], saved["epochs"]) == (16, 0.001, 1)
-    report = json.loads((run / "efficiency.json").read_text())
+    report = asdict(read_efficiency(run))
     assert report["per_rank"][0]["samples"] == 2 * 16  # max_steps_per_epoch 2 batches of 16
     assert saved["momentum"] == TrainConfig().momentum  # untouched default
     bad = tmp_path / "bad.yaml"
@@ -118,7 +119,7 @@ def test_the_reben_recipes_say_what_reben_trained_with() -> None:
             + ["--run-dir", "r"]
         )
         cfg = resolve(args, TrainConfig)
-        assert cfg.global_batch(8) == 512 and cfg.lr * 8 == pytest.approx(1e-3)
+        assert cfg.batch_plan(8).global_batch == 512 and cfg.lr * 8 == pytest.approx(1e-3)
         assert (cfg.optimizer, cfg.weight_decay, cfg.dropout) == ("adamw", 0.01, 0.15)
         assert (cfg.warmup_steps, cfg.schedule, cfg.epochs) == (1000, "cosine", 100)
         assert cfg.min_lr == pytest.approx(cfg.lr * 8 / 10)

@@ -12,7 +12,9 @@ import pytest
 from helpers import TINY_RECIPE
 
 import train
-from bigearthnet.data.partition import rank_range, split_batches, steps_per_epoch
+from bigearthnet.core.batch import BatchPlan
+from bigearthnet.data.batching import global_step_take
+from bigearthnet.data.partition import partition_takes, rank_range, split_batches
 from bigearthnet.data.rank_data import RankData
 from bigearthnet.formats.shards import read_manifest
 
@@ -25,14 +27,39 @@ def test_rank_ranges_cover_every_sample_once(total: int, size: int) -> None:
     assert max(lengths) - min(lengths) <= 1
 
 
-def test_batches_are_equal_in_number_and_nearly_in_size() -> None:
-    steps = steps_per_epoch(total=101, size=4, batch_size=8)  # parts of 25 and 26
+def test_batches_are_the_batch_size_but_the_last() -> None:
+    plan = BatchPlan(8, world_size=4)
+    steps = plan.steps(101)  # parts of 25 and 26
+    assert steps == 4
     for part in (25, 26):
-        batches = split_batches(np.arange(part), steps)
-        assert len(batches) == steps and min(map(len, batches)) >= 1
-        assert max(map(len, batches)) <= 8 and np.array_equal(
-            np.sort(np.concatenate(batches)), np.arange(part)
-        )
+        batches = split_batches(np.arange(part), steps, plan.per_rank)
+        assert [len(b) for b in batches[:-1]] == [8, 8, 8] and 1 <= len(batches[-1]) <= 8
+        assert np.array_equal(np.concatenate(batches), np.arange(part))
+    assert sum(partition_takes(101, plan, steps)) == 101
+
+
+@pytest.mark.parametrize(
+    "total, size, batch, passes", [(2000, 2, 64, 1), (1001, 2, 50, 1), (101, 4, 8, 2), (7, 3, 4, 1)]
+)
+def test_one_batch_plan_for_fixed_and_elastic_epochs(total, size, batch, passes) -> None:
+    """The plan's steps are what both cuts run, every step but the last takes the per-rank
+    batch on every rank, and an epoch's samples add up to the split."""
+    plan = BatchPlan(batch, world_size=size, passes=passes)
+    assert plan.global_batch == batch * size * passes and plan.scale == size * passes
+    steps = plan.steps(total)
+    takes = partition_takes(total, plan, steps)
+    assert len(takes) == steps and sum(takes) == total == plan.epoch_samples(total)
+    assert all(t >= size for t in takes) and all(t == plan.per_step for t in takes[:-2])
+    for rank in range(size):
+        count = np.subtract(*rank_range(total, rank, size)[::-1])
+        sizes = [len(b) for b in split_batches(np.arange(count), steps, batch)]
+        assert min(sizes) >= 1 and sizes[: max(steps - 2, 0)] == [batch] * max(steps - 2, 0)
+    # The elastic global order: batch x size per step, a remainder under size merged.
+    consumed, elastic_steps = 0, 0
+    while consumed < total:
+        consumed += global_step_take(total - consumed, batch, size)
+        elastic_steps += 1
+    assert elastic_steps == steps
 
 
 @pytest.mark.parametrize("cache", ["memory", "none"])
@@ -43,12 +70,12 @@ def test_ranks_see_every_training_sample_once_per_epoch(shards_v1: Path, cache: 
         RankData(shards_v1, manifest, "train", labels=19, rank=r, size=size, cache=cache)
         for r in range(size)
     ]
-    steps = steps_per_epoch(parts[0].total, size, batch)
+    steps = BatchPlan(batch, size).steps(parts[0].total)
     seen_by_epoch = []
     for epoch in range(2):
         names = []
         for part in parts:
-            batches = list(part.batches(steps, epoch=epoch, seed=1, shuffle=True))
+            batches = list(part.batches(steps, epoch=epoch, seed=1, shuffle=True, batch_size=batch))
             assert len(batches) == steps
             all_names = part.names()
             for images, _labels in batches:

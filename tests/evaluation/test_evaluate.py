@@ -103,7 +103,9 @@ def test_console_table_and_return_value(trained_run: Path, tmp_path: Path, capsy
     assert result["split"] == "val" and f"on val: {result['count']} patches" in table
     assert f"micro_f1 {result['micro_f1']:.4f}" in table
     assert sum(line.startswith("  Urban fabric ") for line in table.splitlines()) == 1
-    assert len(table.splitlines()) == 6 + len(constants.CLASSES_19) + 5
+    assert len(table.splitlines()) == 7 + len(constants.CLASSES_19) + 5
+    classes = result["macro_classes"]  # the classes with positives in val
+    assert f"macro averages over the {classes} of 19 classes with positives" in table
     # The four card metrics beside reBEN's published ResNet-50 (S1+S2), with the gap.
     assert "beside reBEN's ResNet-50 S1+S2 card" in table and "this run: bands s2" in table
     gap = result["macro_map"] - 0.70

@@ -41,13 +41,17 @@ def random_case(seed: int, n: int = 200, c: int = 9) -> tuple[np.ndarray, np.nda
 
 
 def sklearn_scores(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
+    """scikit-learn's figures under the project's rule: macro over the classes that have
+    positives (``labels``), micro over all."""
+    supported = np.flatnonzero(np.asarray(y_true).sum(axis=0) > 0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out = {}
-        for avg in ("micro", "macro"):
-            out[f"{avg}_f1"] = f1_score(y_true, y_pred, average=avg, zero_division=0)
-            out[f"{avg}_precision"] = precision_score(y_true, y_pred, average=avg, zero_division=0)
-            out[f"{avg}_recall"] = recall_score(y_true, y_pred, average=avg, zero_division=0)
+        out: dict[str, float] = {"macro_classes": len(supported)}
+        for avg, labels in (("micro", None), ("macro", supported)):
+            kw = {"average": avg, "zero_division": 0, "labels": labels}
+            out[f"{avg}_f1"] = f1_score(y_true, y_pred, **kw)
+            out[f"{avg}_precision"] = precision_score(y_true, y_pred, **kw)
+            out[f"{avg}_recall"] = recall_score(y_true, y_pred, **kw)
     return out
 
 
@@ -75,7 +79,7 @@ def test_f1_from_counts_equals_sklearn(seed: int) -> None:
     assert set(got) == set(want)
     for key, value in want.items():
         assert got[key] == pytest.approx(value, **TIGHT), key
-        assert type(got[key]) is float
+        assert type(got[key]) is (int if key == "macro_classes" else float)
 
 
 @pytest.mark.parametrize("seed", SEEDS[:3])
@@ -174,7 +178,7 @@ def test_full_report_matches_sklearn(seed: int) -> None:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for avg in ("micro", "macro", "samples", "weighted"):
+        for avg in ("micro", "samples", "weighted"):
             want = f1_score(y_true, pred, average=avg, zero_division=0)
             assert report[f"{avg}_f1"] == pytest.approx(want, **TIGHT), avg
         for key, value in sklearn_scores(y_true, pred).items():
@@ -221,9 +225,34 @@ def test_full_report_per_class_thresholds() -> None:
     assert report["threshold"] == pytest.approx(list(thr))
     assert isinstance(report["threshold"], list)
     assert all(type(t) is float for t in report["threshold"])
-    want = f1_score(y_true, y_score >= thr, average="macro", zero_division=0)
+    supported = np.flatnonzero(y_true.any(axis=0))
+    want = f1_score(y_true, y_score >= thr, labels=supported, average="macro", zero_division=0)
     assert report["macro_f1"] == pytest.approx(want, **TIGHT)
     json.dumps(report, allow_nan=False)
+
+
+def test_one_rule_for_every_macro_average() -> None:
+    """On a split where most classes have no positive, macro F1, precision, recall and AP
+    all average over the same classes (those with positives), as scikit-learn does with
+    ``labels``; before, F1 counted the absent classes as 0 while AP skipped them."""
+    rng = np.random.default_rng(5)
+    y_true = np.zeros((300, 19), dtype=int)
+    present = [0, 3, 7, 8, 11, 15, 18]
+    y_true[:, present] = rng.random((300, len(present))) < 0.4
+    y_score = np.clip(0.7 * y_true + 0.4 * rng.random(y_true.shape), 0, 1)
+    report = full_report(y_true, y_score)
+    assert report["macro_classes"] == len(present)
+    pred = y_score >= 0.5
+    for name, score in (("f1", f1_score), ("precision", precision_score), ("recall", recall_score)):
+        want = score(y_true, pred, labels=present, average="macro", zero_division=0)
+        assert report[f"macro_{name}"] == pytest.approx(want, **TIGHT), name
+    assert report["macro_map"] == pytest.approx(
+        average_precision_score(y_true[:, present], y_score[:, present], average="macro"), **TIGHT
+    )
+    counts = f1_from_counts(class_counts(y_true, y_score))
+    assert counts["macro_f1"] == pytest.approx(report["macro_f1"], **TIGHT)
+    assert counts["macro_classes"] == len(present)
+    assert report["macro_f1"] > 0.9  # absent classes no longer drag it to ~0.35
 
 
 def test_full_report_rejects_wrong_number_of_names() -> None:

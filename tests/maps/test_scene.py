@@ -132,7 +132,7 @@ def _copy_scene(tmp_path: Path) -> Path:
         ("missing band", "no image of band(s) B8A"),
         ("other crs", "B05.tif: CRS EPSG:32634 differs from B02's"),
         ("too small", "smaller than one 120x120 window"),
-        ("corrupt band", "cannot read a band"),
+        ("corrupt band", "cannot read this band"),
         ("corrupt jp2", "_B04_10m.jp2: cannot read"),
         ("no scl", "--mask-clouds needs the scene classification band (SCL)"),
         ("bbox outside", "lies outside the scene"),

@@ -106,8 +106,11 @@ def test_every_configuration_stores_its_channels_in_order(
             if band in constants.S1_BANDS:  # decoded back to dB within the stored precision
                 decoded = image[..., i] * manifest.channel_scale[i] + manifest.channel_offset[i]
                 assert np.abs(decoded - want).max() <= HALF_STEP, (name, band)
-            else:
+            elif constants.BAND_RESOLUTION_M[band] == 10:  # stored as read: bit-exact
                 np.testing.assert_array_equal(image[..., i], want, err_msg=f"{name} {band}")
+            else:  # upsampled in float32: BLAS may round a sum differently by one DN
+                diff = np.abs(image[..., i].astype(int) - want.astype(int))
+                assert diff.max() <= 1 and (diff > 0).mean() < 0.01, (name, band)
 
 
 def test_s1_statistics_are_per_channel_over_the_train_split(s1_v2: Path, tmp_path: Path) -> None:

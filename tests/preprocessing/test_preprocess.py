@@ -297,8 +297,11 @@ def test_bad_patches_are_rejected_with_reasons(real_v1: Path, tmp_path: Path, ca
     m = manifest_json(out)
     assert m["summary"] == {"found": 11, "written": 1, "rejected": 10, "excluded": 0}
     assert "found 11 = written 1 + rejected 10 + excluded 0" in capsys.readouterr().out
-    # --strict: the same run is an error.
+    # --strict: the same run is an error, and leaves no manifest (nothing looks complete,
+    # so train.py refuses the folder); the rejects say why.
     assert preprocess(archive, tmp_path / "strict", "--strict") == 1
+    assert not (tmp_path / "strict" / "manifest.json").exists()
+    assert set(read_rejects(tmp_path / "strict")) == set(broken)
 
 
 def test_v2_patch_missing_on_disk_is_rejected(synth_v2: Path, tmp_path: Path) -> None:

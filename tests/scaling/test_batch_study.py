@@ -38,7 +38,7 @@ def test_points_split_the_global_batch_into_ranks_batches_and_passes(tmp_path: P
         (16, 2, 8, 1),
         (64, 2, 16, 2),  # 32 per rank > 16: two accumulated passes
     ]
-    with pytest.raises(ConfigError, match="9 is not a multiple of 2 rank"):
+    with pytest.raises(ConfigError, match="batch of 9 cannot be split over 2 rank"):
         plan_points(_settings(tmp_path, batches=(9,), ranks=2))
 
 
@@ -70,7 +70,9 @@ def test_command_gives_train_py_the_per_rank_lr_and_the_evaluation_interval(
     def value(flag: str) -> str:
         return command[command.index(flag) + 1]
 
-    assert float(value("--lr")) == pytest.approx(0.05)  # peak 0.1 over 2 ranks
+    # peak 0.1 over the plan's scale, 2 ranks x 2 passes: train.py multiplies it back
+    assert float(value("--lr")) == pytest.approx(0.025)
+    assert float(value("--lr")) * point.plan.scale == pytest.approx(point.peak_lr)
     assert value("--batch-size") == "16" and value("--backward-passes-per-step") == "2"
     assert value("--max-steps-per-epoch") == "10"  # 5 updates of 2 passes
     assert command[-2:] == ["--model", "tiny"]

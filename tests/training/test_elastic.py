@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -159,15 +158,10 @@ def test_grow_then_lose_a_worker_then_finish(tmp_path: Path, shards_v1: Path) ->
     assert {"1", "2"} <= {r["world_size"] for r in rows}
     assert all(np.isfinite(float(r["loss"])) for r in rows)
     assert json.loads((run / "checkpoints" / "latest.json").read_text())["epoch"] == epochs
-    evaluation = subprocess.run(
-        [sys.executable, "evaluate.py", "--run-dir", str(run)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"},
-    )
-    assert evaluation.returncode == 0, evaluation.stderr[-2000:]
-    assert json.loads((run / "eval-test" / "metrics.json").read_text())["count"] == 48
+    # Like a fixed-size run, the elastic run ends with the test evaluation of its best
+    # checkpoint, scored by the world that trained last.
+    metrics = json.loads((run / "eval-test" / "metrics.json").read_text())
+    assert metrics["count"] == 48 and metrics["checkpoint"] == "best"
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from helpers import (
 
 import train
 from bigearthnet.core import distributed
+from bigearthnet.formats.efficiency import read_efficiency
 from bigearthnet.formats.history import read_history
 from bigearthnet.training.gns import (
     NoiseEstimate,
@@ -150,7 +152,7 @@ def test_a_run_writes_the_noise_scale(tmp_path, shards_v1):
     rows = read_history(tmp_path / "acc")
     assert all(r.gns_b_simple is not None and r.gns_trace is not None for r in rows)
     assert all(r.global_batch == 16 for r in rows)
-    report = json.loads((tmp_path / "acc" / "efficiency.json").read_text())["gradient_noise"]
+    report = asdict(read_efficiency(tmp_path / "acc"))["gradient_noise"]
     assert report["measured"] and report["updates_averaged"] == 2 * 9
     assert train.main([*argv, "--run-dir", str(tmp_path / "one")]) == 0
     rows = read_history(tmp_path / "one")
@@ -193,7 +195,7 @@ def test_adascale_lr_follows_the_measured_gain(tmp_path, shards_v1):
     ]
     assert train.main([*argv, *TINY_RECIPE, *extra]) == 0
     base_lr = float(TINY_RECIPE[TINY_RECIPE.index("--lr") + 1])
-    report = json.loads((run / "efficiency.json").read_text())["gradient_noise"]
+    report = asdict(read_efficiency(run))["gradient_noise"]
     final = NoiseEstimate(report["grad_sq"], report["trace"], report["updates_averaged"])
     rank_batch = read_history(run)[-1].global_batch // 2
     gain = adascale_gain(final, base_batch=rank_batch, scale=2)

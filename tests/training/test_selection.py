@@ -75,20 +75,17 @@ def test_bad_values_are_refused(field: str, value: object, message: str) -> None
 @pytest.mark.parametrize("dropout", [0.0, 0.15])
 def test_dropout_reaches_the_model(dropout: float) -> None:
     """--dropout builds the registry model with a dropout layer before the classifier."""
-    import numpy as np
-
     from bigearthnet.core import constants
+    from bigearthnet.formats.model_inputs import ModelInputs
     from bigearthnet.training.replica import Replica
 
     cfg = TrainConfig(data="d", run_dir="r", model="tiny", dropout=dropout, epochs=1)
     bands = constants.BAND_CONFIGS["all"]
+    n = len(bands)
+    inputs = ModelInputs(bands, (0.0,) * n, (1.0,) * n, (1.0,) * n, (0.0,) * n, "bilinear",
+                         constants.CLASSES_19)  # fmt: skip
     replica = Replica(
-        cfg,
-        num_classes=19,
-        bands=bands,
-        band_mean=np.zeros(len(bands), np.float32),
-        band_std=np.ones(len(bands), np.float32),
-        schedule=make_schedule(cfg, world_size=1, updates_per_epoch=1),
+        cfg, inputs=inputs, schedule=make_schedule(cfg, world_size=1, updates_per_epoch=1)
     )
     layers = {layer.name: layer for layer in replica.model.layers}
     assert replica.model.input_shape == (None, 120, 120, 12)

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +29,10 @@ from helpers import (
 
 import train
 from bigearthnet.core import distributed
+from bigearthnet.core.batch import BatchPlan
 from bigearthnet.core.errors import RequeueRequested
 from bigearthnet.data.rank_data import RankData
+from bigearthnet.formats.efficiency import read_efficiency
 from bigearthnet.formats.history import read_history
 from bigearthnet.formats.shards import read_manifest
 
@@ -55,15 +58,22 @@ def test_single_process_learns_the_synthetic_rule(trained_run: Path, shards_v1: 
     best = json.loads((trained_run / "checkpoints" / "best.json").read_text())
     assert best["val_micro_f1"] == max(r.val_micro_f1 for r in rows)
     assert list((trained_run / "tensorboard").iterdir())
-    report = json.loads((trained_run / "efficiency.json").read_text())
+    report = asdict(read_efficiency(trained_run))
     assert report["per_rank"][0]["samples"] == read_manifest(shards_v1).count("train")
 
 
 def test_accumulation_and_fp16_allreduce_run(tmp_path: Path, shards_v1: Path) -> None:
+    """Also: a batch that does not divide the split. History reports what ran: the epoch
+    trained on the whole split, in the plan's steps, at the plan's global batch."""
     run = tmp_path / "run"
     extra = ["--backward-passes-per-step", "2", "--fp16-allreduce", "--cache", "none"]
-    assert train.main(train_argv(shards_v1, run, 1, *extra)) == 0
-    assert len(read_history(run)) == 1
+    assert train.main(train_argv(shards_v1, run, 1, *extra, "--batch-size", "10")) == 0
+    (row,) = read_history(run)
+    plan = BatchPlan(10, world_size=1, passes=2)
+    train_count = read_manifest(shards_v1).count("train")  # 144: 14 steps of 10, then 4
+    assert row.samples == train_count and plan.steps(train_count) == 15
+    assert row.steps == plan.updates(15) == 8  # optimizer updates, the last one of 1 step
+    assert row.global_batch == plan.global_batch == 20
 
 
 _train_cmd = train_command
@@ -185,7 +195,7 @@ def shards_v2(synth_v2: Path, tmp_path_factory) -> Path:
         ("no manifest", "no manifest"),
         ("corrupt shard", "differs from the manifest"),
         ("labels 43 on v2", "19-class labels only"),
-        ("unknown model", "unknown model 'resnet9000'"),
+        ("unknown model", "--model 'resnet9000' is not in the model registry"),
         ("batch size 0", "--batch-size must be a positive integer"),
         ("epochs 0", "--epochs must be a positive integer"),
         ("other model in run dir", "holds a run with model=tiny"),
@@ -273,7 +283,7 @@ def test_two_ranks_learn_with_identical_replicas(tmp_path: Path, shards_v1: Path
     assert {r.world_size for r in rows} == {2}
     labels = RankData(shards_v1, read_manifest(shards_v1), "val", labels=19, cache="none").labels
     assert rows[-1].val_micro_f1 > max(0.45, chance_micro_f1(labels) + 0.2)
-    report = json.loads((run / "efficiency.json").read_text())
+    report = asdict(read_efficiency(run))
     per_rank = [r["samples"] for r in report["per_rank"]]
     assert sum(per_rank) == read_manifest(shards_v1).count("train")  # each sample once
     assert abs(per_rank[0] - per_rank[1]) <= 1

@@ -1,0 +1,314 @@
+"""The bad-input table: each test gives one command one bad input and checks the promise -
+one line naming the file or option and the problem, exit 2 where the command cannot go on,
+and nothing lost: no input replaced, no partial output that looks complete. `make
+bad-input` runs them and prints the table (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import REPO, preprocess, train_argv
+
+import evaluate
+import train
+from bigearthnet.cli.batch_study import main as batch_study_main
+from bigearthnet.cli.export import main as export_main
+from bigearthnet.cli.map import main as map_main
+from bigearthnet.synthetic.scene import SceneTruth, write_scene
+
+pytestmark = pytest.mark.bad_input
+TRUTH = SceneTruth(size=240, block=240, border=36, classes=((0,),))
+
+
+@pytest.fixture
+def run(trained_run: Path, tmp_path: Path) -> Path:
+    """A copy of the session's trained run (tests damage it)."""
+    copy = tmp_path / "run"
+    shutil.copytree(trained_run, copy)
+    return copy
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+def _one_line(errors: list[str], *needles: str) -> str:
+    """The last reported error: one line, no traceback, naming every needle."""
+    line = errors[-1]
+    assert "\n" not in line and "Traceback" not in line, errors
+    for needle in needles:
+        assert needle in line, (needle, line)
+    return line
+
+
+# ----------------------------------------------------------------- data loss or silent change
+
+
+@pytest.mark.parametrize("where", ["the run", "its parent", "its checkpoints"])
+def test_export_over_its_own_run_is_refused(run, where, reported_errors, bad_input_row) -> None:
+    out = {"the run": run, "its parent": run.parent, "its checkpoints": run / "checkpoints"}[where]
+    before = _tree(run)
+    code = export_main([str(run), "--out", str(out), "--force"])
+    assert code == 2 and _tree(run) == before
+    _one_line(reported_errors(), str(out), "overlaps")
+    bad_input_row(f"--out = {where}, --force", "bigearthnet-export RUN --out X --force", code,
+                  "refused before anything is written; the run is intact")  # fmt: skip
+
+
+def test_an_unknown_v2_split_value_refuses_the_archive(
+    synth_v2, tmp_path, reported_errors, bad_input_row
+) -> None:
+    archive = tmp_path / "v2"
+    shutil.copytree(synth_v2, archive)
+    table = pd.read_parquet(archive / "metadata.parquet")
+    table.loc[3, "split"] = "Test "
+    table.to_parquet(archive / "metadata.parquet")
+    out = tmp_path / "out"
+    code = preprocess(archive, out)
+    assert code == 2 and not out.exists()
+    _one_line(reported_errors(), "metadata.parquet row 3", "'Test '", "--split-ratios")
+    bad_input_row("v2 metadata split 'Test '", "bigearthnet-preprocess ARCHIVE OUT", code,
+                  "refused with file, row and value; no silent random split")  # fmt: skip
+    # On purpose, a random split is one flag away.
+    assert preprocess(archive, out, "--split-ratios", "0.6,0.2,0.2") == 0
+
+
+def test_a_failed_strict_run_leaves_no_manifest(real_v1, tmp_path, bad_input_row) -> None:
+    archive = tmp_path / "archive"
+    shutil.copytree(real_v1, archive)
+    first = sorted(archive.iterdir())[0]
+    next(first.glob("*_B02.tif")).write_bytes(b"not a tiff")
+    out = tmp_path / "out"
+    code = preprocess(archive, out, "--strict")
+    assert code == 1 and not (out / "manifest.json").exists()
+    assert train.main(train_argv(out, tmp_path / "run", 1)) == 2  # nothing to train on
+    bad_input_row("a broken band with --strict", "bigearthnet-preprocess --strict", code,
+                  "exit 1, rejects.csv, no manifest: train.py refuses the folder")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "text, key",
+    [('eval_test: "false"', "eval_test"), ("augment: maybe", "augment"),
+     ('dropout: "0.2"', "dropout"), ("seed: abc", "seed")],
+)  # fmt: skip
+def test_yaml_values_are_type_checked(
+    shards_v1, tmp_path, text, key, reported_errors, bad_input_row
+) -> None:
+    config = tmp_path / "recipe.yaml"
+    config.write_text(text + "\n")
+    code = train.main([*train_argv(shards_v1, tmp_path / "run", 1), "--config", str(config)])
+    assert code == 2 and not (tmp_path / "run").exists()
+    _one_line(reported_errors(), str(config), key)
+    bad_input_row(f"YAML `{text}`", "train.py --config FILE", code, "file and key named")
+
+
+def test_a_copied_run_exports_its_test_metrics(run, tmp_path, shards_v1, bad_input_row) -> None:
+    assert evaluate.main(["--run-dir", str(run)]) == 0
+    copy = tmp_path / "copied"
+    shutil.copytree(run, copy)
+    out = tmp_path / "export"
+    code = export_main([str(copy.resolve()), "--out", str(out), "--format", "savedmodel"])
+    assert code == 0
+    card = (out / "model_card.md").read_text()
+    assert "Not evaluated" not in card and "micro" in card
+    bad_input_row("the run copied, named by an absolute path", "bigearthnet-export COPY",
+                  code, "the evaluation is matched by the checkpoint's digest")  # fmt: skip
+
+
+# ----------------------------------------------------------------- tracebacks, exit codes
+
+
+@pytest.mark.parametrize("damage", ["truncated data", "empty index"])
+@pytest.mark.parametrize("command", ["evaluate", "export", "map"])
+def test_a_damaged_checkpoint_is_one_line(
+    run, shards_v1, tmp_path, damage, command, reported_errors, bad_input_row
+) -> None:
+    best = json.loads((run / "checkpoints" / "best.json").read_text())["folder"]
+    folder = run / "checkpoints" / best
+    if damage == "truncated data":
+        data = next(folder.glob("ckpt.data-*"))
+        data.write_bytes(data.read_bytes()[:100])
+    else:
+        (folder / "ckpt.index").write_bytes(b"")
+    argv = {
+        "evaluate": lambda: evaluate.main(["--run-dir", str(run)]),
+        "export": lambda: export_main([str(run), "--out", str(tmp_path / "x")]),
+        "map": lambda: map_main(
+            ["--shards", str(shards_v1), "--run-dir", str(run), "--out", str(tmp_path / "m")]
+        ),  # fmt: skip
+    }
+    code = argv[command]()
+    assert code == 2
+    _one_line(reported_errors(), best)
+    bad_input_row(f"checkpoint: {damage}", command, code, "one line naming the checkpoint")
+
+
+def test_a_run_config_is_validated(run, reported_errors, bad_input_row) -> None:
+    path = run / "config.yaml"
+    path.write_text(path.read_text().replace("batch_size: 8", "batch_size: abc"))
+    code = evaluate.main(["--run-dir", str(run)])
+    assert code == 2
+    _one_line(reported_errors(), str(path), "batch_size")
+    bad_input_row("RUN/config.yaml `batch_size: abc`", "evaluate.py --run-dir RUN", code,
+                  "file and key named")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "flag, value", [("--threads", "-2"), ("--max-steps-per-epoch", "0"), ("--momentum", "nan")]
+)
+def test_out_of_range_flags(shards_v1, tmp_path, flag, value, reported_errors, bad_input_row):
+    code = train.main([*train_argv(shards_v1, tmp_path / "run", 1), flag, value])
+    assert code == 2
+    _one_line(reported_errors(), flag)
+    bad_input_row(f"`{flag} {value}`", "train.py", code, "refused before any rank starts")
+
+
+def test_a_damaged_history_stops_the_resume_before_training(
+    run, shards_v1, reported_errors, bad_input_row
+) -> None:
+    history = run / "history.csv"
+    history.write_text(history.read_text().replace("\n2,", "\n2x,", 1))
+    before = history.read_bytes()
+    code = train.main(train_argv(shards_v1, run, 8))
+    assert code == 2 and history.read_bytes() == before  # no epoch trained, nothing lost
+    _one_line(reported_errors(), str(history), "line 3")
+    bad_input_row("a damaged history.csv on resume", "train.py (resume)", code,
+                  "refused before an epoch trains; file and line named")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["rün 1", "run(1)"])
+def test_odd_run_folder_names_export(run, tmp_path, name, bad_input_row) -> None:
+    odd = tmp_path / name
+    run.rename(odd)
+    out = tmp_path / "export"
+    code = export_main([str(odd), "--out", str(out), "--format", "savedmodel"])
+    assert code == 0 and (out / "item.json").is_file()
+    bad_input_row(f"run folder `{name}`", "bigearthnet-export RUN", code,
+                  "exported under a sanitised default name")  # fmt: skip
+
+
+def test_batch_study_refuses_bad_train_options_first(
+    shards_v1, tmp_path, reported_errors, bad_input_row
+) -> None:
+    argv = ["--data", str(shards_v1), "--out", str(tmp_path / "study"), "--batches", "16",
+            "--ranks", "1", "--launcher", "none", "--target-f1", "0.5",
+            "--", "--model", "nosuch"]  # fmt: skip
+    code = batch_study_main(argv)
+    assert code == 2 and not (tmp_path / "study" / "runs").exists()
+    _one_line(reported_errors(), "--model 'nosuch'")
+    bad_input_row("`-- --model nosuch`", "bigearthnet-batch-study", code,
+                  "refused before any run starts")  # fmt: skip
+
+
+# ----------------------------------------------------------------- messages and leftovers
+
+
+def test_a_truncated_shard_is_named(shards_v1, run, tmp_path, reported_errors, bad_input_row):
+    shards = tmp_path / "shards"
+    shutil.copytree(shards_v1, shards)
+    victim = sorted(shards.glob("train-*.h5"))[0]
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 3])
+    code = train.main([*train_argv(shards, tmp_path / "r", 1), "--no-verify-data"])
+    assert code == 2
+    _one_line(reported_errors(), victim.name)
+    out = tmp_path / "m"
+    code = map_main(["--shards", str(shards), "--run-dir", str(run), "--out", str(out)])
+    assert code == 2 and not out.exists()
+    _one_line(reported_errors(), victim.name)
+    bad_input_row("a truncated shard (--no-verify-data; map --shards)", "train.py, map", code,
+                  "one line naming the shard")  # fmt: skip
+
+
+def test_a_failed_companion_leaves_no_map(run, tmp_path, monkeypatch, bad_input_row) -> None:
+    from bigearthnet.maps import scene_output
+
+    scene = tmp_path / "bands"
+    write_scene(scene, TRUTH, seed=1, layout="tif")
+    out = tmp_path / "map.tif"
+    argv = ["scene", str(scene), "--run-dir", str(run), "--out", str(out), "--no-progress"]
+    assert map_main(argv) == 0 and out.is_file()  # an older, complete map
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(scene_output, "write_csv", full_disk)
+    code = map_main(argv)
+    assert code == 1 and not out.exists()  # nothing that looks complete
+    bad_input_row("disk full while writing a map's areas", "bigearthnet-map scene", code,
+                  "exit 1; the map (the mark of completeness) is not left")  # fmt: skip
+
+
+def test_a_failed_evaluation_write_leaves_no_metrics(run, monkeypatch, bad_input_row) -> None:
+    from bigearthnet.evaluation import report
+
+    assert evaluate.main(["--run-dir", str(run)]) == 0
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report, "write_predictions", full_disk)
+    code = evaluate.main(["--run-dir", str(run)])
+    assert code == 1 and not (run / "eval-test" / "metrics.json").exists()
+    bad_input_row("disk full while writing predictions.h5", "evaluate.py", code,
+                  "exit 1; no metrics.json vouches for the folder")  # fmt: skip
+
+
+def test_nan_split_ratio_names_the_flag(synth_v1, tmp_path, reported_errors, bad_input_row):
+    code = preprocess(synth_v1, tmp_path / "out", "--split-ratios", "nan,0.5,0.5")
+    assert code == 2 and not (tmp_path / "out").exists()
+    _one_line(reported_errors(), "--split-ratios")
+    bad_input_row("`--split-ratios nan,0.5,0.5`", "bigearthnet-preprocess", code,
+                  "flag named; no OUT left behind")  # fmt: skip
+
+
+def test_a_mistyped_run_folder_is_not_created(tmp_path, reported_errors, bad_input_row) -> None:
+    typo = tmp_path / "TYPO"
+    code = evaluate.main(["--run-dir", str(typo)])
+    assert code == 2 and not typo.exists()
+    _one_line(reported_errors(), str(typo))
+    bad_input_row("`--run-dir TYPO`", "evaluate.py", code, "refused; no TYPO/.lock created")
+
+
+def test_other_bands_never_advise_deleting_the_run(
+    run, synth_v1, tmp_path, reported_errors, bad_input_row
+) -> None:
+    other = tmp_path / "s2-10"
+    assert preprocess(synth_v1, other, "--bands", "s2-10", "--shard-size", "64") == 0
+    before = _tree(run / "checkpoints")
+    code = train.main([*train_argv(other, run, 8), "--allow-new-data"])
+    assert code == 2 and _tree(run / "checkpoints") == before
+    line = _one_line(reported_errors(), "another band configuration")
+    assert "--no-resume" not in line
+    bad_input_row("`--allow-new-data` on shards of other bands", "train.py (resume)", code,
+                  "refused; no advice that would delete the checkpoints")  # fmt: skip
+
+
+def test_a_header_only_band_is_named(run, tmp_path, reported_errors, bad_input_row) -> None:
+    scene = tmp_path / "bands"
+    write_scene(scene, TRUTH, seed=1, layout="tif")
+    band = next(scene.glob("*B03*"))
+    band.write_bytes(band.read_bytes()[:200])
+    code = map_main(["scene", str(scene), "--run-dir", str(run), "--out", str(tmp_path / "m.tif")])
+    assert code == 2
+    _one_line(reported_errors(), band.name)
+    bad_input_row("a band file cut after its header", "bigearthnet-map scene", code,
+                  "one line naming the band file")  # fmt: skip
+
+
+def test_the_documented_strides_are_accepted() -> None:
+    from bigearthnet.maps.windows import STRIDES
+
+    docs = (REPO / "docs" / "maps.md").read_text()
+    assert ", ".join(map(str, STRIDES[:-1])) + f" or {STRIDES[-1]}" in docs
+
+
+def test_train_help_states_the_batch_once() -> None:
+    done = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert "samples PER RANK in each step" in done.stdout
