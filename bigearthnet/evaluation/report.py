@@ -59,6 +59,7 @@ class EvalSummary:
     micro_recall: float
     macro_precision: float
     macro_recall: float
+    macro_classes: int | None  # classes the macro averages ran over (None: older files)
     threshold: float | None  # None: per-class thresholds (``tuned_thresholds``)
     tuned_thresholds: tuple[float, ...] | None
     per_class: tuple[ClassScores, ...]
@@ -81,6 +82,7 @@ def read_metrics(eval_dir: Path) -> EvalSummary:
             checkpoint_digest=body.get("checkpoint_digest"),
             count=int(body["count"]),
             **{key: body[key] for key in _HEADLINE},
+            macro_classes=body.get("macro_classes"),
             threshold=float(threshold) if isinstance(threshold, (int, float)) else None,
             tuned_thresholds=tuned,
             per_class=tuple(
