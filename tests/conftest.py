@@ -183,8 +183,13 @@ def bad_input_row(request):
     bad-input table (recorded once the test's checks have passed)."""
     test = request.node.nodeid.split("::")[-1]
     return lambda bad_input, command, exit_code, verdict: BAD_INPUT_ROWS.append(
-        {"input": bad_input, "command": command, "exit": exit_code, "verdict": verdict,
-         "test": test}  # fmt: skip
+        {
+            "input": bad_input,
+            "command": command,
+            "exit": exit_code,
+            "verdict": verdict,
+            "test": test,
+        }  # fmt: skip
     )
 
 

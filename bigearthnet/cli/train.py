@@ -24,8 +24,9 @@ import sys
 
 from bigearthnet.cli.common import Parser, run
 from bigearthnet.cli.report import write_quietly
-from bigearthnet.core.config import TrainConfig, add_config_arguments, default_threads, resolve
+from bigearthnet.core.config import TrainConfig, default_threads, resolve
 from bigearthnet.core.errors import EXIT_REQUEUE, ConfigError
+from bigearthnet.core.options import add_config_arguments
 from bigearthnet.core.signals import STOP, remember_warnings
 
 PROG = "train.py"

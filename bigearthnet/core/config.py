@@ -27,7 +27,15 @@ from bigearthnet.core.errors import (
 )
 from bigearthnet.core.util import atomic_write_text
 
-__all__ = ["ConfigError", "TrainConfig", "load_run_config", "resolve", "save_yaml"]
+__all__ = [
+    "ConfigError",
+    "TrainConfig",
+    "flag_of",
+    "field_type",
+    "load_run_config",
+    "resolve",
+    "save_yaml",
+]
 RUN_CONFIG = "config.yaml"  # the resolved options, saved beside every run
 # Validation metrics a run can select its best checkpoint and stop early by (history.csv's
 # column names: F1 from summed counts, mAP from gathered scores).
@@ -232,15 +240,15 @@ class TrainConfig:
         if self.elastic and self.backward_passes_per_step > 1:
             raise ConfigError("--elastic works with --backward-passes-per-step 1 only")
         for name in ("epochs", "batch_size", "backward_passes_per_step", "commit_every"):
-            require_positive_int(f"--{_flag(_field(name))}", getattr(self, name))
+            require_positive_int(f"--{flag_of(_field(name))}", getattr(self, name))
         for name in ("loader_threads", "threads", "max_steps_per_epoch"):
             if getattr(self, name) is not None:
-                require_positive_int(f"--{_flag(_field(name))}", getattr(self, name))
+                require_positive_int(f"--{flag_of(_field(name))}", getattr(self, name))
         for name in ("fusion_threshold_mb", "cycle_time_ms"):
             if getattr(self, name) is not None:
-                require_positive(f"--{_flag(_field(name))}", getattr(self, name))
+                require_positive(f"--{flag_of(_field(name))}", getattr(self, name))
         for name in ("momentum", "min_lr", "gamma"):
-            require_non_negative(f"--{_flag(_field(name))}", getattr(self, name))
+            require_non_negative(f"--{flag_of(_field(name))}", getattr(self, name))
         require_positive("--lr", self.lr)
         require_positive("--trust-coefficient", self.trust_coefficient)
         require_non_negative("--weight-decay", self.weight_decay)
@@ -262,7 +270,7 @@ class TrainConfig:
         for f in fields(self):
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
-                raise ConfigError(f"--{_flag(f)} must be one of {', '.join(map(str, choices))}")
+                raise ConfigError(f"--{flag_of(f)} must be one of {', '.join(map(str, choices))}")
 
     @property
     def effective_warmup_epochs(self) -> float:
@@ -279,14 +287,15 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-def _flag(f: dataclasses.Field) -> str:
+def flag_of(f: dataclasses.Field) -> str:
+    """The option's command-line name without the dashes."""
     return f.metadata.get("flag") or f.name.replace("_", "-")
 
 
 def _check_type(f: dataclasses.Field, value: Any) -> None:
     """ConfigError (naming the option) unless ``value`` has the field's type: YAML gives
     strings where a flag would have been parsed, and ``eval_test: "false"`` is truthy."""
-    kind = _field_type(f, f.default)
+    kind = field_type(f, f.default)
     if value is None and f.default is None:
         return
     if f.name == "step_epochs":
@@ -303,121 +312,18 @@ def _check_type(f: dataclasses.Field, value: Any) -> None:
         wanted = {bool: "true or false", int: "an integer", float: "a number"}.get(kind, "text")
         if f.name == "step_epochs":
             wanted = "a list of epochs"
-        raise ConfigError(f"--{_flag(f)} must be {wanted}, got {value!r}", key=f.name)
+        raise ConfigError(f"--{flag_of(f)} must be {wanted}, got {value!r}", key=f.name)
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-# --help shows the options by concern, the same groups in every command that takes them.
-OPTION_GROUPS: dict[str, tuple[str, ...]] = {
-    "data": ("data", "run_dir", "labels", "cache", "loader_threads", "verify_data"),
-    "model": ("model", "dropout", "amp", "xla"),
-    "optimisation": (
-        "epochs",
-        "batch_size",
-        "lr",
-        "warmup_epochs",
-        "warmup_steps",
-        "lr_scaling",
-        "schedule",
-        "min_lr",
-        "step_epochs",
-        "gamma",
-        "optimizer",
-        "momentum",
-        "weight_decay",
-        "trust_coefficient",
-        "mixup_alpha",
-        "augment",
-        "seed",
-        "precise_bn_samples",
-        "backward_passes_per_step",
-    ),
-    "distribution": (
-        "fp16_allreduce",
-        "grouped_allreduce",
-        "fusion_threshold_mb",
-        "cycle_time_ms",
-        "threads",
-        "elastic",
-        "commit_every",
-    ),
-    "monitoring": (
-        "threshold",
-        "select_metric",
-        "early_stopping_patience",
-        "target_f1",
-        "max_steps_per_epoch",
-        "gns",
-        "gns_decay",
-        "comm_timing",
-        "timeline",
-        "progress",
-        "eval_test",
-    ),
-    "faults and resume": ("resume", "force_unlock", "allow_new_data"),
-}
-
-
-def option_group(name: str) -> str:
-    """The --help group of the option of field ``name``."""
-    return next(group for group, names in OPTION_GROUPS.items() if name in names)
-
-
 def _field(name: str) -> dataclasses.Field:
     return next(f for f in fields(TrainConfig) if f.name == name)
 
 
-def add_config_arguments(
-    parser: argparse.ArgumentParser, cls: type[TrainConfig] = TrainConfig
-) -> None:
-    """One option per field. Defaults are SUPPRESSed so only flags given override YAML."""
-    parser.add_argument(
-        "--config",
-        help="YAML file of options (keys as in RUN/config.yaml); command-line flags override it",
-    )
-    defaults = cls()
-    groups = {name: parser.add_argument_group(f"{name} options") for name in OPTION_GROUPS}
-    for f in fields(cls):
-        default = getattr(defaults, f.name)
-        shown = "" if default in ("", None) else f" (default: {default})"
-        help_text = f"{f.metadata['help']}{shown}"
-        flag = f"--{_flag(f)}"
-        group = groups[option_group(f.name)]
-        if isinstance(default, bool):
-            group.add_argument(
-                flag,
-                dest=f.name,
-                action=argparse.BooleanOptionalAction,
-                default=argparse.SUPPRESS,
-                help=help_text,
-            )
-        elif f.name == "step_epochs":
-            group.add_argument(
-                flag, dest=f.name, type=float, nargs="+", default=argparse.SUPPRESS, help=help_text
-            )
-        else:
-            kind = _field_type(f, default)
-            group.add_argument(
-                flag,
-                dest=f.name,
-                type=kind,
-                default=argparse.SUPPRESS,
-                choices=f.metadata.get("choices"),
-                help=help_text,
-                **_bare_flag(f),
-            )
-
-
-def _bare_flag(f: dataclasses.Field) -> dict[str, Any]:
-    """``--amp`` alone means ``--amp fp16``: the flag was a switch before it took a value."""
-    const = f.metadata.get("const")
-    return {} if const is None else {"nargs": "?", "const": const}
-
-
-def _field_type(f: dataclasses.Field, default: Any) -> type:
+def field_type(f: dataclasses.Field, default: Any) -> type:
     if default is not None:
         return type(default)
     return {
@@ -465,7 +371,7 @@ def _key_of(message: str) -> str | None:
     flag = message.split(" ", 1)[0]
     if not flag.startswith("--"):
         return None
-    return next((f.name for f in fields(TrainConfig) if _flag(f) == flag[2:]), None)
+    return next((f.name for f in fields(TrainConfig) if flag_of(f) == flag[2:]), None)
 
 
 def load_yaml(path: Path, cls: type[TrainConfig] = TrainConfig) -> dict[str, Any]:

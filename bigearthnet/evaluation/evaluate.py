@@ -49,6 +49,7 @@ from bigearthnet.evaluation.plots import (
     write_plots,
 )
 from bigearthnet.evaluation.report import Predictions, clear_metrics, format_table, write_outputs
+from bigearthnet.evaluation.summary import EvalSummary, summary_of
 from bigearthnet.formats import checkpoints, run_folder
 from bigearthnet.formats.history import HistoryRow, read_history
 from bigearthnet.formats.shards import Manifest, read_manifest
@@ -201,13 +202,13 @@ def evaluate_run(
     tune_thresholds: bool = False,
     stop: Callable[[], bool] | None = None,
     stats_from: str | Path | None = None,
-) -> dict:
+) -> EvalSummary:
     """Collective: evaluate a checkpoint of ``run_dir`` on ``split``; returns the metrics.
 
     Every rank of the job must call it. ``data_dir``, ``threshold`` and ``batch_size``
     default to the run's config.yaml. With ``tune_thresholds`` per-class thresholds are
     chosen on the val split and applied to ``split``. Rank 0 writes the report to ``out``
-    (default ``RUN/eval-<split>/``); every rank returns the same dict. Raises ConfigError,
+    (default ``RUN/eval-<split>/``); every rank returns the same record. Raises ConfigError,
     ShardError or CheckpointError on bad input (on every rank), EvaluationError when the
     split is not covered exactly once. ``stop``: asked before each batch (every rank
     votes); when it says so on some rank, all raise RequeueRequested and nothing is written.
@@ -229,33 +230,34 @@ def evaluate_run(
         for name, part in setup.parts.items()
     }
     predictions, history = scored[split], read_history(run_dir)
-    report, thresholds = None, None
+    summary, thresholds = None, None
     if distributed.is_root():
         if tune_thresholds:
             if split == "val":
                 log.warning("thresholds tuned and reported on val: optimistic numbers")
             thresholds = metrics.tune_thresholds(scored["val"].labels, scored["val"].scores)
-        report = build_report(setup, predictions, split, checkpoint, thresholds)
+        summary = build_report(setup, predictions, split, checkpoint, thresholds)
         out_dir = Path(out) if out else run_folder.eval_dir(run_dir, split)
         out_dir.mkdir(parents=True, exist_ok=True)
         clear_metrics(out_dir)  # then plots, files, and metrics.json last
-        write_plots(out_dir, draw_plots(_renderers(report, predictions, setup, history)))
-        write_outputs(out_dir, report, predictions, thresholds)
+        write_plots(out_dir, draw_plots(_renderers(summary, predictions, setup, history)))
+        write_outputs(out_dir, summary, predictions, thresholds)
         log.info("evaluation report written to %s", out_dir)
-        print(format_table(report, run_dir))
+        print(format_table(summary, run_dir))
     # Horovod: only rank 0 computed the report; broadcast it so every rank returns the same.
-    return distributed.broadcast_object(report, name="eval_report")
+    return distributed.broadcast_object(summary, name="eval_report")
 
 
-def _renderers(report: dict, predictions: Predictions, setup, history: list[HistoryRow]) -> dict:
+def _renderers(
+    summary: EvalSummary, predictions: Predictions, setup, history: list[HistoryRow]
+) -> dict:
     """The report's plots, by file name (drawn on rank 0: a few seconds, once per run)."""
     names = setup.loaded.class_names
     return {
         "pr_curves.png": lambda: plot_pr_curves(predictions.labels, predictions.scores, names),
         "training_curves.png": lambda: plot_training_curves(history) if history else None,
-        "f1_per_class.png": lambda: plot_f1_per_class(report),
+        "f1_per_class.png": lambda: plot_f1_per_class(summary),
     }
-    return report
 
 
 def build_report(
@@ -264,14 +266,15 @@ def build_report(
     split: str,
     checkpoint: str,
     thresholds: np.ndarray | None,
-) -> dict:
+) -> EvalSummary:
     """metrics.full_report plus where the numbers come from."""
     loaded = setup.loaded
     threshold = setup.threshold if thresholds is None else thresholds
     report = metrics.full_report(
         predictions.labels, predictions.scores, threshold, loaded.class_names
     )
-    report.update(
+    return summary_of(
+        report,
         split=split,
         checkpoint=checkpoint,
         checkpoint_path=str(loaded.prefix),
@@ -281,6 +284,4 @@ def build_report(
         model=loaded.record.model,
         bands=list(loaded.bands),
         data=str(setup.data_dir),
-        thresholds_tuned_on="val" if thresholds is not None else None,
     )
-    return report

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from bigearthnet.core.util import atomic_path, first_line
+from bigearthnet.evaluation.summary import EvalSummary
 from bigearthnet.formats.history import HistoryRow
 
 log = logging.getLogger("bigearthnet")
@@ -63,21 +64,21 @@ def _short(name: str, width: int = 40) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
-def plot_f1_per_class(report: dict) -> bytes:
+def plot_f1_per_class(summary: EvalSummary) -> bytes:
     from matplotlib.figure import Figure
 
-    rows = report["per_class"]
+    rows = summary.per_class
     fig = Figure(figsize=(8, 1.5 + 0.28 * len(rows)))
     ax = fig.add_subplot()
     positions = np.arange(len(rows))
-    ax.barh(positions, [r["f1"] for r in rows], color="tab:blue")
-    ax.set_yticks(positions, [f"{_short(r['class'])} ({r['support']})" for r in rows])
+    ax.barh(positions, [r.f1 for r in rows], color="tab:blue")
+    ax.set_yticks(positions, [f"{_short(r.name)} ({r.support})" for r in rows])
     ax.invert_yaxis()  # class 0 at the top, as in the tables
-    ax.axvline(report["micro_f1"], color="tab:red", ls="--", label="micro F1")
-    ax.axvline(report["macro_f1"], color="tab:green", ls=":", label="macro F1")
+    ax.axvline(summary.micro_f1, color="tab:red", ls="--", label="micro F1")
+    ax.axvline(summary.macro_f1, color="tab:green", ls=":", label="macro F1")
     ax.set_xlim(0, 1)
     ax.set_xlabel("F1 (class support in brackets)")
-    ax.set_title(f"per-class F1 on {report['split']} ({report['count']} patches)")
+    ax.set_title(f"per-class F1 on {summary.split} ({summary.count} patches)")
     ax.legend(loc="lower right")
     return png_bytes(fig)
 

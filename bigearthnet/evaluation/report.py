@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import atomic_path, atomic_write_json, write_csv
 from bigearthnet.evaluation import metrics
+from bigearthnet.evaluation.summary import THRESHOLDS_FILE, EvalSummary, write_metrics
 from bigearthnet.formats import run_folder
 
 PER_CLASS_FIELDS = ("class", "index", "support", "precision", "recall", "f1", "ap")
@@ -29,89 +29,9 @@ class Predictions:
     scores: np.ndarray  # (N, C) float32 sigmoid
 
 
-@dataclass(frozen=True)
-class ClassScores:
-    """One class's row of metrics.json."""
-
-    name: str
-    support: int
-    precision: float
-    recall: float
-    f1: float
-    ap: float | None  # None: no positive in the split
-
-
-@dataclass(frozen=True)
-class EvalSummary:
-    """What an evaluation folder says of a checkpoint (read back by exports and reports)."""
-
-    folder: Path
-    split: str
-    epoch: int | None
-    checkpoint_path: str
-    checkpoint_digest: str | None  # formats.checkpoints.digest (None: older evaluations)
-    count: int
-    micro_f1: float
-    macro_f1: float
-    micro_map: float | None
-    macro_map: float | None
-    micro_precision: float
-    micro_recall: float
-    macro_precision: float
-    macro_recall: float
-    macro_classes: int | None  # classes the macro averages ran over (None: older files)
-    threshold: float | None  # None: per-class thresholds (``tuned_thresholds``)
-    tuned_thresholds: tuple[float, ...] | None
-    per_class: tuple[ClassScores, ...]
-
-
-def read_metrics(eval_dir: Path) -> EvalSummary:
-    """``metrics.json`` (and ``thresholds.json`` if tuned) of an evaluation folder."""
-    path = eval_dir / run_folder.METRICS
-    try:
-        body = json.loads(path.read_text())
-        tuned = None
-        if (eval_dir / "thresholds.json").is_file():
-            tuned = tuple(json.loads((eval_dir / "thresholds.json").read_text())["thresholds"])
-        threshold = body["threshold"]
-        return EvalSummary(
-            folder=eval_dir,
-            split=body["split"],
-            epoch=body.get("epoch"),
-            checkpoint_path=body["checkpoint_path"],
-            checkpoint_digest=body.get("checkpoint_digest"),
-            count=int(body["count"]),
-            **{key: body[key] for key in _HEADLINE},
-            macro_classes=body.get("macro_classes"),
-            threshold=float(threshold) if isinstance(threshold, (int, float)) else None,
-            tuned_thresholds=tuned,
-            per_class=tuple(
-                ClassScores(
-                    row["class"],
-                    row["support"],
-                    row["precision"],
-                    row["recall"],
-                    row["f1"],
-                    row["ap"],
-                )
-                for row in body["per_class"]
-            ),
-        )
-    except OSError as err:
-        raise InputError(f"{path}: unreadable: {err.strerror or err}") from None
-    except (ValueError, KeyError, TypeError) as err:
-        raise InputError(f"{path}: not an evaluation's metrics ({err!r})") from None
-
-
-_HEADLINE = (
-    "micro_f1", "macro_f1", "micro_map", "macro_map",
-    "micro_precision", "micro_recall", "macro_precision", "macro_recall",
-)  # fmt: skip
-
-
 def write_outputs(
     out_dir: Path,
-    report: dict,
+    summary: EvalSummary,
     predictions: Predictions,
     thresholds: np.ndarray | None,
 ) -> None:
@@ -119,19 +39,19 @@ def write_outputs(
     last: its presence says the evaluation folder is complete (an export trusts it)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_metrics(out_dir)
-    write_csv(out_dir / "per_class.csv", PER_CLASS_FIELDS, per_class_rows(report))
-    write_predictions(out_dir / "predictions.h5", predictions, report)
+    write_csv(out_dir / "per_class.csv", PER_CLASS_FIELDS, per_class_rows(summary))
+    write_predictions(out_dir / "predictions.h5", predictions, summary)
     if thresholds is not None:
         atomic_write_json(
-            out_dir / "thresholds.json",
+            out_dir / THRESHOLDS_FILE,
             {
                 "tuned_on": "val",
                 "grid": metrics.DEFAULT_GRID.tolist(),
-                "classes": report["classes"],
+                "classes": summary.classes,
                 "thresholds": [float(t) for t in thresholds],
             },
         )
-    atomic_write_json(out_dir / run_folder.METRICS, report)
+    write_metrics(out_dir, summary)
 
 
 def clear_metrics(out_dir: Path) -> None:
@@ -139,24 +59,24 @@ def clear_metrics(out_dir: Path) -> None:
     (out_dir / run_folder.METRICS).unlink(missing_ok=True)
 
 
-def per_class_rows(report: dict) -> list[dict]:
+def per_class_rows(summary: EvalSummary) -> list[dict]:
     """The rows of per_class.csv (an AP that cannot be computed is an empty cell)."""
     return [
-        {k: "" if row[k] is None else row[k] for k in PER_CLASS_FIELDS}
-        for row in report["per_class"]
+        {k: "" if v is None else v for k, v in row.to_json().items()} for row in summary.per_class
     ]
 
 
-def write_predictions(path: Path, predictions: Predictions, report: dict) -> None:
+def write_predictions(path: Path, predictions: Predictions, summary: EvalSummary) -> None:
     """names, scores and labels, so anyone can recompute every metric."""
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f.create_dataset("names", data=predictions.names, dtype=h5py.string_dtype("utf-8"))
         f.create_dataset("scores", data=predictions.scores.astype(np.float32))
         f.create_dataset("labels", data=predictions.labels.astype(np.uint8))
-        f.attrs["classes"] = report["classes"]
-        f.attrs["split"] = report["split"]
-        f.attrs["threshold"] = report["threshold"]
-        f.attrs["checkpoint"] = report["checkpoint_path"]
+        body = summary.to_json()
+        f.attrs["classes"] = body["classes"]
+        f.attrs["split"] = summary.split
+        f.attrs["threshold"] = body["threshold"]
+        f.attrs["checkpoint"] = summary.checkpoint_path
 
 
 def read_predictions(path: Path) -> Predictions:
@@ -185,47 +105,46 @@ REBEN_CARD: dict[str, float] = {
 }
 
 
-def card_comparison(report: dict) -> list[str]:
+def card_comparison(summary: EvalSummary) -> list[str]:
     """The four card metrics of a 19-class evaluation beside reBEN's card, with the gap;
     [] for a 43-class one (the card has none)."""
-    if len(report["classes"]) != 19:
+    if len(summary.per_class) != 19:
         return []
+    bands = constants.band_config_name(summary.bands or constants.BANDS)
     lines = [
         "  beside reBEN's ResNet-50 S1+S2 card (its 119,825 test patches, threshold 0.5; "
-        f"this run: bands {constants.band_config_name(report.get('bands') or constants.BANDS)}"
-        f", {report['count']} {report['split']} patches):"
+        f"this run: bands {bands}, {summary.count} {summary.split} patches):"
     ]
     for key, card in REBEN_CARD.items():
-        mine = report[key]
+        mine = getattr(summary, key)
         gap = "" if mine is None else f"{mine - card:+.4f}"
         lines.append(f"    {key:<10} {format_score(mine):>8}  card {card:.2f}  gap {gap}")
     return lines
 
 
-def format_table(report: dict, run_dir: Path) -> str:
+def format_table(summary: EvalSummary, run_dir: Path) -> str:
     """Headline metrics, then one line per class."""
-    threshold = report["threshold"]
-    shown = f"{threshold:g}" if isinstance(threshold, float) else "per class (tuned on val)"
+    s = summary
+    shown = f"{s.threshold:g}" if s.threshold is not None else "per class (tuned on val)"
+
+    def scores(*keys: str) -> str:
+        return "  " + "  ".join(f"{k} {format_score(getattr(s, k))}" for k in keys)
+
     lines = [
-        f"evaluation of {run_dir} ({report['model']}, checkpoint {report['checkpoint']}, "
-        f"epoch {report['epoch']}) on {report['split']}: {report['count']} patches, "
-        f"{report['world_size']} rank(s), threshold {shown}",
-        "  " + "  ".join(f"{k} {format_score(report[k])}" for k in ("micro_f1", "macro_f1")),
-        "  " + "  ".join(f"{k} {format_score(report[k])}" for k in ("samples_f1", "weighted_f1")),
-        "  "
-        + "  ".join(
-            f"{k} {format_score(report[k])}"
-            for k in ("micro_precision", "micro_recall", "macro_precision", "macro_recall")
-        ),
-        "  " + "  ".join(f"{k} {format_score(report[k])}" for k in ("micro_map", "macro_map")),
-        f"  macro averages over the {report['macro_classes']} of {len(report['classes'])} "
-        "classes with positives in the split",
+        f"evaluation of {run_dir} ({s.model}, checkpoint {s.checkpoint}, epoch {s.epoch}) on "
+        f"{s.split}: {s.count} patches, {s.world_size} rank(s), threshold {shown}",
+        scores("micro_f1", "macro_f1"),
+        scores("samples_f1", "weighted_f1"),
+        scores("micro_precision", "micro_recall", "macro_precision", "macro_recall"),
+        scores("micro_map", "macro_map"),
+        f"  macro averages over the {s.macro_classes} of {len(s.per_class)} classes with "
+        "positives in the split",
         f"  {'class':<48} {'support':>7} {'precision':>9} {'recall':>7} {'f1':>7} {'ap':>7}",
     ]
-    for row in report["per_class"]:
-        name = row["class"] if len(row["class"]) <= 48 else row["class"][:45] + "..."
+    for row in s.per_class:
+        name = row.name if len(row.name) <= 48 else row.name[:45] + "..."
         lines.append(
-            f"  {name:<48} {row['support']:>7d} {row['precision']:>9.4f} {row['recall']:>7.4f} "
-            f"{row['f1']:>7.4f} {format_score(row['ap']):>7}"
+            f"  {name:<48} {row.support:>7d} {row.precision:>9.4f} {row.recall:>7.4f} "
+            f"{row.f1:>7.4f} {format_score(row.ap):>7}"
         )
-    return "\n".join(lines + card_comparison(report))
+    return "\n".join(lines + card_comparison(summary))

@@ -25,7 +25,7 @@ import tensorflow as tf
 from bigearthnet.core import distributed
 from bigearthnet.core.errors import InputError, RunFailed
 from bigearthnet.core.util import atomic_write_text, fsync_tree, overlapping
-from bigearthnet.evaluation.report import EvalSummary, read_metrics
+from bigearthnet.evaluation.summary import EvalSummary, read_metrics
 from bigearthnet.export.card import RunFacts, render_card
 from bigearthnet.export.onnx_model import OnnxModel, OnnxUnavailable, export_onnx
 from bigearthnet.export.serving import ServingModule, probe_batch, save_savedmodel

@@ -10,7 +10,8 @@ import jinja2
 
 from bigearthnet.core import constants
 from bigearthnet.core.config import TrainConfig
-from bigearthnet.evaluation.report import EvalSummary, format_score
+from bigearthnet.evaluation.report import format_score
+from bigearthnet.evaluation.summary import EvalSummary
 from bigearthnet.formats.exported import MLM_VERSION, ExportInfo
 from bigearthnet.formats.shards import Manifest, describe_encoding
 

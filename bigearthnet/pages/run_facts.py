@@ -12,7 +12,7 @@ from pathlib import Path
 
 from bigearthnet.core.config import TrainConfig, load_run_config
 from bigearthnet.core.errors import InputError
-from bigearthnet.evaluation.report import EvalSummary, read_metrics
+from bigearthnet.evaluation.summary import EvalSummary, read_metrics
 from bigearthnet.formats import checkpoints, run_folder
 from bigearthnet.formats.checkpoints import CheckpointError, CheckpointRecord
 from bigearthnet.formats.efficiency import EfficiencyReport, read_efficiency

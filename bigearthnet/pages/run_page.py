@@ -7,7 +7,8 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
-from bigearthnet.evaluation.report import EvalSummary, format_score, read_predictions
+from bigearthnet.evaluation.report import format_score, read_predictions
+from bigearthnet.evaluation.summary import EvalSummary
 from bigearthnet.formats import run_folder
 from bigearthnet.pages import run_figures
 from bigearthnet.pages.render import svg, write_page
@@ -27,6 +28,8 @@ def write_run_page(run_dir: Path, out: Path | None = None) -> Path:
     }
     pr_curves = {}
     for evaluation in facts.evaluations:
+        if evaluation.folder is None:  # records read from a folder always name it
+            continue
         predictions = evaluation.folder / "predictions.h5"
         if predictions.is_file():
             names = [c.name for c in evaluation.per_class]

@@ -224,7 +224,7 @@ def run_study(settings: StudySettings, *, log=print) -> list[StudyResult]:
             raise ConfigError(f"{run_dir}: train.py refused its input (its line is above)")
         if done.returncode not in (0, EXIT_FAILED):
             raise RunFailed(f"{run_dir}: train.py exited {done.returncode}; rerun resumes")
-        rows = read_history(run_dir) if (run_dir / "history.csv").exists() else []
+        rows = read_history(run_dir)  # [] when the run wrote no epoch
         results.append(summarise(settings, point, rows, exit_code=done.returncode))
         log(f"study: {format_result(results[-1])}")
     analysis = analyse(settings, results)
@@ -239,7 +239,8 @@ def check_train_options(settings: StudySettings, point: StudyPoint) -> None:
     study's and those after ``--``) are ones it refuses: checked as train.py checks them,
     the model against its registry, without TensorFlow."""
     from bigearthnet import models
-    from bigearthnet.core.config import TrainConfig, add_config_arguments, resolve
+    from bigearthnet.core.config import TrainConfig, resolve
+    from bigearthnet.core.options import add_config_arguments
 
     parser = _RaisingParser(prog="train.py", add_help=False)
     add_config_arguments(parser, TrainConfig)

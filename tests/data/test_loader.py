@@ -11,8 +11,9 @@ import pytest
 from helpers import TINY_RECIPE, train_argv
 
 import train
-from bigearthnet.core.config import TrainConfig, add_config_arguments, load_run_config, resolve
+from bigearthnet.core.config import TrainConfig, load_run_config, resolve
 from bigearthnet.core.errors import ConfigError
+from bigearthnet.core.options import add_config_arguments
 from bigearthnet.data.cache import choose_cache
 from bigearthnet.data.loader import RowGather, aligned_empty, loader_threads
 from bigearthnet.data.rank_data import RankData

@@ -22,6 +22,7 @@ from bigearthnet.core import constants, distributed
 from bigearthnet.core.errors import EvaluationError
 from bigearthnet.evaluation import evaluate as evaluation
 from bigearthnet.evaluation import metrics, plots, report
+from bigearthnet.evaluation.summary import read_metrics
 from bigearthnet.formats.shards import Manifest, read_manifest, write_manifest
 
 PLOTS = ("f1_per_class.png", "pr_curves.png", "training_curves.png")
@@ -97,9 +98,12 @@ def test_per_class_csv_and_plots(test_eval: Path) -> None:
 
 
 def test_console_table_and_return_value(trained_run: Path, tmp_path: Path, capsys) -> None:
-    result = evaluation.evaluate_run(trained_run, split="val", out=tmp_path, batch_size=16)
+    summary = evaluation.evaluate_run(trained_run, split="val", out=tmp_path, batch_size=16)
     table = capsys.readouterr().out
-    assert result == json.loads((tmp_path / "metrics.json").read_text())
+    # The record returned is what metrics.json holds, and what its one reader gives back.
+    result = json.loads((tmp_path / "metrics.json").read_text())
+    assert summary.to_json() == result
+    assert dataclasses.replace(read_metrics(tmp_path), folder=None) == summary
     assert result["split"] == "val" and f"on val: {result['count']} patches" in table
     assert f"micro_f1 {result['micro_f1']:.4f}" in table
     assert sum(line.startswith("  Urban fabric ") for line in table.splitlines()) == 1

@@ -23,6 +23,7 @@ from bigearthnet.formats import checkpoints
 from bigearthnet.formats.exported import read_export_info
 from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import read_manifest
+from bigearthnet.inference.exported_model import ExportedModel
 from bigearthnet.inference.trained_run import load_model
 from bigearthnet.synthetic.scene import SceneTruth, write_scene
 
@@ -66,6 +67,8 @@ def _outputs(world: dict[str, Path], tag: str, *extra: str) -> dict[str, object]
     export = out / "export"
     assert export_main([str(run), "--out", str(export), "--format", "savedmodel", *extra]) == 0
     info = read_export_info(export)
+    probe = np.random.default_rng(3).integers(0, 4000, (8, 120, 120, 12), dtype=np.uint16)
+    exported_scores = ExportedModel(export).predict(probe)
     metrics = json.loads((scored / "metrics.json").read_text())
     return {
         "scene": _digest(scene_map),
@@ -75,6 +78,7 @@ def _outputs(world: dict[str, Path], tag: str, *extra: str) -> dict[str, object]
         "scores": _digest(scored / "predictions.h5"),
         "export": (info.bands, info.band_mean, info.band_std, info.resampling),
         "savedmodel variables": _digest(export / "savedmodel" / "variables" / "variables.index"),
+        "savedmodel scores": hashlib.sha256(exported_scores.tobytes()).hexdigest(),
     }
 
 

@@ -1,0 +1,158 @@
+"""An evaluation's ``metrics.json`` as a typed record: :class:`EvalSummary`, written by
+:func:`write_metrics` (its one writer, called last by :func:`bigearthnet.evaluation.report.
+write_outputs`: its presence marks a complete evaluation folder) and read by
+:func:`read_metrics` (its one reader: exports, run pages, the model card)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bigearthnet.core.errors import InputError
+from bigearthnet.core.util import atomic_write_json
+from bigearthnet.formats import run_folder
+
+THRESHOLDS_FILE = "thresholds.json"  # per-class thresholds tuned on val, when asked for
+
+
+@dataclass(frozen=True)
+class ClassScores:
+    """One class's row of metrics.json."""
+
+    name: str
+    support: int
+    precision: float
+    recall: float
+    f1: float
+    ap: float | None  # None: no positive in the split
+    index: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"class": self.name, "index": self.index, "support": self.support,
+                "precision": self.precision, "recall": self.recall, "f1": self.f1,
+                "ap": self.ap}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class EvalSummary:
+    """What an evaluation says of a checkpoint on a split: the headline metrics (from
+    :func:`bigearthnet.evaluation.metrics.full_report`), per class, and where they come
+    from."""
+
+    split: str
+    epoch: int | None
+    checkpoint_path: str
+    checkpoint_digest: str | None  # formats.checkpoints.digest (None: older evaluations)
+    count: int
+    micro_f1: float
+    macro_f1: float
+    micro_map: float | None
+    macro_map: float | None
+    micro_precision: float
+    micro_recall: float
+    macro_precision: float
+    macro_recall: float
+    macro_classes: int | None  # classes the macro averages ran over (None: older files)
+    threshold: float | None  # None: per-class thresholds (``tuned_thresholds``)
+    tuned_thresholds: tuple[float, ...] | None
+    per_class: tuple[ClassScores, ...]
+    samples_f1: float | None = None
+    weighted_f1: float | None = None
+    checkpoint: str = ""  # as asked: best, latest or a path
+    model: str = ""
+    bands: tuple[str, ...] = ()
+    data: str = ""
+    world_size: int | None = None
+    folder: Path | None = None  # where it was read from (not written)
+
+    @property
+    def classes(self) -> list[str]:
+        return [row.name for row in self.per_class]
+
+    def to_json(self) -> dict[str, Any]:
+        body = {k: v for k, v in dataclasses.asdict(self).items() if k not in _NOT_WRITTEN}
+        body["threshold"] = (
+            list(self.tuned_thresholds) if self.tuned_thresholds is not None else self.threshold
+        )
+        body["thresholds_tuned_on"] = "val" if self.tuned_thresholds is not None else None
+        body["bands"] = list(self.bands)
+        body["classes"] = self.classes
+        body["per_class"] = [row.to_json() for row in self.per_class]
+        return body
+
+
+_NOT_WRITTEN = ("folder", "tuned_thresholds", "per_class")
+
+
+def summary_of(report: dict[str, Any], **source: Any) -> EvalSummary:
+    """The record of a :func:`~bigearthnet.evaluation.metrics.full_report` dict and its
+    ``source`` (split, checkpoint, checkpoint_path, checkpoint_digest, epoch, model, bands,
+    data, world_size)."""
+    threshold = report["threshold"]
+    tuned = tuple(float(t) for t in threshold) if isinstance(threshold, list) else None
+    return _summary(report, tuned, **source)
+
+
+def write_metrics(out_dir: Path, summary: EvalSummary) -> None:
+    atomic_write_json(out_dir / run_folder.METRICS, summary.to_json())
+
+
+def read_metrics(eval_dir: Path) -> EvalSummary:
+    """``metrics.json`` (and ``thresholds.json`` if tuned) of an evaluation folder;
+    InputError naming the file when it cannot be read."""
+    path = eval_dir / run_folder.METRICS
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+        tuned = None
+        if (eval_dir / THRESHOLDS_FILE).is_file():
+            raw = json.loads((eval_dir / THRESHOLDS_FILE).read_text(encoding="utf-8"))
+            tuned = tuple(float(t) for t in raw["thresholds"])
+        return dataclasses.replace(_summary(body, tuned), folder=eval_dir)
+    except OSError as err:
+        raise InputError(f"{path}: unreadable: {err.strerror or err}") from None
+    except (ValueError, KeyError, TypeError) as err:
+        raise InputError(f"{path}: not an evaluation's metrics ({err!r})") from None
+
+
+def _summary(body: dict[str, Any], tuned: tuple[float, ...] | None, **source: Any) -> EvalSummary:
+    body = {**body, **source}
+    threshold = body["threshold"]
+    return EvalSummary(
+        split=body["split"],
+        epoch=body.get("epoch"),
+        checkpoint_path=body["checkpoint_path"],
+        checkpoint_digest=body.get("checkpoint_digest"),
+        count=int(body["count"]),
+        **{key: body[key] for key in _HEADLINE},
+        macro_classes=body.get("macro_classes"),
+        threshold=float(threshold) if isinstance(threshold, (int, float)) else None,
+        tuned_thresholds=tuned,
+        per_class=tuple(
+            ClassScores(
+                row["class"],
+                row["support"],
+                row["precision"],
+                row["recall"],
+                row["f1"],
+                row["ap"],
+                row.get("index", i),
+            )  # fmt: skip
+            for i, row in enumerate(body["per_class"])
+        ),
+        samples_f1=body.get("samples_f1"),
+        weighted_f1=body.get("weighted_f1"),
+        checkpoint=str(body.get("checkpoint", "")),
+        model=str(body.get("model", "")),
+        bands=tuple(body.get("bands") or ()),
+        data=str(body.get("data", "")),
+        world_size=body.get("world_size"),
+    )
+
+
+_HEADLINE = (
+    "micro_f1", "macro_f1", "micro_map", "macro_map",
+    "micro_precision", "micro_recall", "macro_precision", "macro_recall",
+)  # fmt: skip
