@@ -44,7 +44,7 @@ from bigearthnet.formats.shards import (
     Manifest,
     ShardEntry,
     ShardError,
-    open_shard,
+    read_rows,
     split_shards,
     verify_shard,
 )
@@ -145,8 +145,7 @@ class RankData:
         for file in self.files:
             lo, hi = max(start, file.start), min(stop, file.start + file.count)
             if lo < hi:
-                with open_shard(file.path) as f:
-                    parts.append(f[key][lo - file.start : hi - file.start])
+                parts.append(read_rows(file.path, key, lo - file.start, hi - file.start))
         if not parts:
             shape = self.image_shape if key == "images" else ()
             return np.zeros((0, *shape), dtype=np.uint16 if key == "images" else np.uint8)
@@ -159,9 +158,8 @@ class RankData:
         for file in self.files:
             lo, hi = max(self.start, file.start), min(self.stop, file.start + file.count)
             if lo < hi:
-                with open_shard(file.path) as f:
-                    source = np.s_[lo - file.start : hi - file.start]
-                    f["images"].read_direct(out, source, np.s_[pos : pos + hi - lo])
+                rows = out[pos : pos + hi - lo]  # a contiguous view: read straight into it
+                read_rows(file.path, "images", lo - file.start, hi - file.start, out=rows)
                 pos += hi - lo
         return out
 

@@ -336,18 +336,31 @@ class ShardLocations:
     ulxy: np.ndarray  # (N, 2) float64, metres in each patch's CRS
 
 
-def read_locations(data_dir: str | Path, entry: ShardEntry) -> ShardLocations:
-    """The names, CRS and corners of one shard's patches; ShardError if unreadable."""
-    path = entry.path(data_dir)
-    try:
-        with h5py.File(path, "r") as f:
-            return ShardLocations(
-                [_text(v) for v in f["names"][:]],
-                [_text(v) for v in f["crs"][:]],
-                np.asarray(f["ulxy"][:], dtype=np.float64),
-            )
-    except (OSError, KeyError) as err:
-        raise ShardError(f"{path}: cannot read the patch locations: {first_line(err)}") from None
+def read_rows(
+    path: str | Path, key: str, start: int, stop: int, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Rows [start, stop) of one shard's dataset ``key`` (images, labels19, labels43), read
+    straight into ``out`` when given (a C-contiguous array of that many rows): the one
+    reader of shard contents (training, evaluation and patch maps read through it)."""
+    with open_shard(path) as f:
+        if out is None:
+            return f[key][start:stop]
+        f[key].read_direct(out, np.s_[start:stop])
+        return out
+
+
+def read_locations(
+    data_dir: str | Path, entry: ShardEntry, start: int = 0, stop: int | None = None
+) -> ShardLocations:
+    """The names, CRS and corners of one shard's patches [start, stop); ShardError if
+    unreadable."""
+    with open_shard(entry.path(data_dir)) as f:
+        rows = np.s_[start:stop]
+        return ShardLocations(
+            [_text(v) for v in f["names"][rows]],
+            [_text(v) for v in f["crs"][rows]],
+            np.asarray(f["ulxy"][rows], dtype=np.float64),
+        )
 
 
 def _text(value: bytes | str) -> str:

@@ -144,7 +144,7 @@ def shard_batches(
     data_dir: Path, manifest: Manifest, splits: list[str], batch_size: int
 ) -> tuple[int, Iterator[tuple[np.ndarray, list[Place]]]]:
     """Number of patches, and batches of (uint16 images, places) read from the shards."""
-    from bigearthnet.formats.shards import open_shard, split_shards, verify_shard
+    from bigearthnet.formats.shards import read_locations, read_rows, split_shards, verify_shard
 
     entries = [entry for split in splits for entry in split_shards(manifest, split)]
     for entry in entries:  # a changed or truncated shard: one line naming it, before any map
@@ -152,22 +152,16 @@ def shard_batches(
 
     def batches():
         for entry in entries:
-            with open_shard(entry.path(data_dir)) as f:
-                for lo in range(0, entry.count, batch_size):
-                    hi = min(lo + batch_size, entry.count)
-                    places = [
-                        Place(_text(name), _text(crs), float(x), float(y))
-                        for name, crs, (x, y) in zip(
-                            f["names"][lo:hi], f["crs"][lo:hi], f["ulxy"][lo:hi]
-                        )
-                    ]
-                    yield f["images"][lo:hi], places
+            for lo in range(0, entry.count, batch_size):
+                hi = min(lo + batch_size, entry.count)
+                where = read_locations(data_dir, entry, lo, hi)
+                places = [
+                    Place(name, crs, float(x), float(y))
+                    for name, crs, (x, y) in zip(where.names, where.crs, where.ulxy)
+                ]
+                yield read_rows(entry.path(data_dir), "images", lo, hi), places
 
     return sum(e.count for e in entries), batches()
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def predict_places(loaded, batches, total: int, progress: bool) -> tuple[list[Place], np.ndarray]:
