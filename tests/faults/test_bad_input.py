@@ -290,15 +290,15 @@ def test_other_bands_never_advise_deleting_the_run(
 
 
 def test_a_header_only_band_is_named(run, tmp_path, reported_errors, bad_input_row) -> None:
-    scene = tmp_path / "bands"
-    write_scene(scene, TRUTH, seed=1, layout="tif")
-    band = next(scene.glob("*B03*"))
-    band.write_bytes(band.read_bytes()[:200])
+    scene = tmp_path / "S2B_MSIL2A_X.SAFE"
+    write_scene(scene, TRUTH, seed=1, layout="safe")
+    band = next(scene.rglob("*_B03_10m.jp2"))
+    band.write_bytes(band.read_bytes()[:120])  # the JP2 signature and header boxes only
     code = map_main(["scene", str(scene), "--run-dir", str(run), "--out", str(tmp_path / "m.tif")])
     assert code == 2
-    _one_line(reported_errors(), band.name)
-    bad_input_row("a band file cut after its header", "bigearthnet-map scene", code,
-                  "one line naming the band file")  # fmt: skip
+    _one_line(reported_errors(), f"error: {band}: ")  # the band file is the subject
+    bad_input_row("a JPEG 2000 band cut after its header", "bigearthnet-map scene", code,
+                  "one line naming the band file, not the scene")  # fmt: skip
 
 
 def test_the_documented_strides_are_accepted() -> None:
