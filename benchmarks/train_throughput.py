@@ -133,7 +133,7 @@ def run(args, work: Path) -> list[Figure]:
         ),
     ]
     notes = {
-        "xla": "XLA on CPU: forward and backward fused into one cluster (allreduce, update outside)",
+        "xla": "XLA on CPU: forward and backward as one cluster (allreduce, update outside)",
         "amp": "float16 is emulated on this CPU (no AVX512-FP16): a GPU knob",
     }
     if other:
