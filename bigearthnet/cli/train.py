@@ -91,13 +91,13 @@ def _train(args: argparse.Namespace, command: list[str]) -> int:
             elastic=cfg.elastic,
         )
         if cfg.elastic:
+            from bigearthnet.formats.shards import read_manifest
             from bigearthnet.training.elastic import ElasticTrainer
 
             # The evaluation runs inside the elastic function, in whatever world trained
             # last: a worker lost during it resets the world, which evaluates again.
-            elastic = ElasticTrainer(cfg, command, then=lambda: _evaluate_test(cfg, test_count))
-            test_count = elastic.manifest.count("test")
-            elastic.run()
+            test_count = read_manifest(cfg.data).count("test")
+            ElasticTrainer(cfg, command, then=lambda: _evaluate_test(cfg, test_count)).run()
         else:
             _train_then_evaluate(cfg, command)
         write_quietly(cfg.run_dir)

@@ -94,15 +94,15 @@ class TrainConfig:
         "batch / --batch-size (ranks x backward passes)",
     )
     warmup_epochs: float = _opt(
-        5.0, "linear warm-up from the base LR to base LR x ranks (Goyal et al.)"
+        5.0, "linear warm-up from the base LR to the scaled peak (base LR x ranks x passes; Goyal)"
     )
     warmup_steps: int | None = _opt(
         None, "the warm-up in optimizer updates instead of epochs (reBEN's recipe: 1000)"
     )
     lr_scaling: str = _opt(
         "linear",
-        "how the LR grows with the global batch: linear (base LR x ranks, with the warm-up; "
-        "Goyal et al.) or adascale (base LR x the AdaScale gain r in [1, ranks x passes], "
+        "how the LR grows with the global batch: linear (base LR x ranks x passes, with the "
+        "warm-up; Goyal et al.) or adascale (base LR x the AdaScale gain r in [1, ranks x passes], "
         "recomputed every update from the measured gradient noise; needs --gns)",
         ("linear", "adascale"),
     )

@@ -71,7 +71,7 @@ class ElasticTrainer(RunHooks):
         # Collective work after the last epoch (the test evaluation), run inside the elastic
         # function: a worker lost during it resets the world, which then runs it again.
         self.then = then
-        self.manifest = manifest = read_manifest(cfg.data)
+        manifest = read_manifest(cfg.data)
         self.source = GlobalOrderSource(cfg, manifest)
         self.replica = build_replica(cfg, manifest, self.source)
         self.world_size = distributed.size()
