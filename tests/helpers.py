@@ -82,10 +82,17 @@ DISCOVER = REPO / "jobs" / "elastic" / "discover_hosts.sh"
 
 
 def elastic_command(
-    data: Path, run: Path, np_: int, epochs: int, *extra: str, discover: str | Path = DISCOVER
+    data: Path,
+    run: Path,
+    np_: int,
+    epochs: int,
+    *extra: str,
+    discover: str | Path = DISCOVER,
+    eval_test: bool = False,
 ) -> list[str]:
     """horovodrun of an elastic train.py on this machine (1 to 2 workers, hosts from
-    ``discover``: a command line, Gloo over loopback)."""
+    ``discover``: a command line, Gloo over loopback); the final test evaluation only with
+    ``eval_test``."""
     return [
         str(Path(sys.executable).with_name("horovodrun")),
         "-np",
@@ -113,6 +120,7 @@ def elastic_command(
         *TINY_RECIPE,
         "--batch-size",
         "2",
+        *([] if eval_test else ["--no-eval-test"]),
         *extra,
     ]
 

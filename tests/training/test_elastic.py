@@ -90,7 +90,7 @@ def test_discovery_with_no_holders_prints_nothing(tmp_path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _grown_to_two(tmp_path: Path, shards: Path, epochs: int, *extra: str):
+def _grown_to_two(tmp_path: Path, shards: Path, epochs: int, *extra: str, eval_test: bool = False):
     """An elastic run on 1 worker that a holder grows to 2 after its second epoch. Yields
     (run folder, horovodrun, the holder's hosts file, the second host) once the world is
     2; the run is killed if it still runs when the block ends. Horovod blacklists the
@@ -102,7 +102,7 @@ def _grown_to_two(tmp_path: Path, shards: Path, epochs: int, *extra: str):
     second = socket.gethostname().split(".")[0]
     assert second != "localhost"
     run, log_path = tmp_path / "run", tmp_path / "horovodrun.log"
-    cmd = elastic_command(shards, run, 1, epochs, *extra)
+    cmd = elastic_command(shards, run, 1, epochs, *extra, eval_test=eval_test)
     env = {**os.environ, "ELASTIC_HOSTS_DIR": str(hosts), "TF_CPP_MIN_LOG_LEVEL": "1"}
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -138,7 +138,8 @@ def test_grow_then_lose_a_worker_then_finish(tmp_path: Path, shards_v1: Path) ->
     """1 worker -> a holder adds a host -> 2 workers -> that worker is SIGKILLed and its
     holder file removed -> 1 worker continues from the last commit -> all epochs done."""
     epochs = 14
-    with _grown_to_two(tmp_path, shards_v1, epochs) as (run, proc, holder, second):
+    grown = _grown_to_two(tmp_path, shards_v1, epochs, eval_test=True)
+    with grown as (run, proc, holder, second):
         # Two epochs finished at 2 ranks: the first of them is committed, so the rollback
         # after the kill cannot rewrite it at 1 rank (one epoch alone could be).
         _wait_for_epochs_at(run, 2, 2, proc, tmp_path / "horovodrun.log", 240)
