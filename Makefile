@@ -21,7 +21,7 @@ SHARED ?= ../shared
 STACK_TESTS := tests/test_stacks.py tests/models tests/training tests/data tests/evaluation \
 	tests/maps/test_scene.py tests/export
 
-.PHONY: help setup demo test test-slow test-all test-stack faults bad-input lint bench bench-stacks clean-demo
+.PHONY: help setup demo test test-slow test-all test-stack test-reference faults bad-input lint bench bench-stacks clean-demo
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -51,6 +51,10 @@ faults: $(STAMP)  ## inject each fault into real runs; prints the fault table (F
 
 bad-input: $(STAMP)  ## one bad input per test, every command; prints the bad-input table (BAD_INPUT_TABLE=file writes it)
 	SHARED_DIR=$(SHARED) BEN_BAD_INPUT_TABLE=$(BAD_INPUT_TABLE) $(PY) -m pytest -m bad_input
+
+test-reference: $(STAMP)  ## imported weights against PyTorch's own forward pass (installs .[torch]: PyTorch, timm)
+	$(VENV)/bin/pip install -q -e '.[torch]'
+	SHARED_DIR=$(SHARED) $(PY) -m pytest -m reference -rs
 
 test-all: $(STAMP)  ## every test, the slow multi-process and Slurm ones included
 	SHARED_DIR=$(SHARED) $(PY) -m pytest -m "slow or not slow"

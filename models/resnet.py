@@ -35,10 +35,16 @@ import tensorflow as tf
 from bigearthnet.models import DEFAULT_INPUT_SHAPE
 
 layers = tf.keras.layers
+STEM_WIDTH = 64
 STAGE_WIDTHS: tuple[int, ...] = (64, 128, 256, 512)
 BOTTLENECK_EXPANSION = 4
 BN_EPSILON = 1.001e-5
 BN_MOMENTUM = 0.99
+LAYOUTS: dict[str, tuple[tuple[int, ...], bool]] = {
+    "resnet18": ((2, 2, 2, 2), False),
+    "resnet50": ((3, 4, 6, 3), True),
+}
+"""Registry name -> (blocks per stage, bottleneck): what an imported state dict is matched to."""
 
 
 def l2_regularizer(weight_decay: float) -> tf.keras.regularizers.Regularizer | None:
@@ -115,30 +121,38 @@ def build_resnet(
     name: str = "resnet",
     dropout: float = 0.0,
     weight_decay: float = 0.0,
+    stem_width: int = STEM_WIDTH,
+    widths: Sequence[int] = STAGE_WIDTHS,
+    head: bool = True,
 ) -> tf.keras.Model:
     """Build a ResNet that maps ``(batch, *input_shape)`` images to ``(batch, num_classes)`` logits.
 
     ``dropout`` is applied to the pooled features before the head; ``weight_decay`` regularises
     every conv and dense kernel (not biases or BN parameters), see :func:`l2_regularizer`.
+    ``stem_width`` and ``widths`` (the stages' inner widths) are the registry's 64 and
+    (64, 128, 256, 512) except for narrow networks of the same layout (the weight import's
+    test fixture); ``head=False`` ends at the pooled features (weights without a classifier).
     """
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     if num_classes < 1:
         raise ValueError(f"num_classes must be >= 1, got {num_classes}")
-    if len(blocks_per_stage) != len(STAGE_WIDTHS):
+    if len(blocks_per_stage) != len(STAGE_WIDTHS) or len(widths) != len(STAGE_WIDTHS):
         raise ValueError(f"expected {len(STAGE_WIDTHS)} stages, got {list(blocks_per_stage)}")
     regularizer = l2_regularizer(weight_decay)
 
     inputs = tf.keras.Input(shape=tuple(input_shape), name="image")
-    x = _conv_bn(inputs, 64, 7, 2, "conv1", regularizer)
+    x = _conv_bn(inputs, stem_width, 7, 2, "conv1", regularizer)
     x = layers.ZeroPadding2D(1, name="pool1_pad")(x)  # zeros are safe: inputs are post-ReLU
     x = layers.MaxPooling2D(3, strides=2, name="pool1_pool")(x)
-    for stage, (width, n_blocks) in enumerate(zip(STAGE_WIDTHS, blocks_per_stage)):
+    for stage, (width, n_blocks) in enumerate(zip(widths, blocks_per_stage)):
         for block in range(n_blocks):
             stride = 2 if stage > 0 and block == 0 else 1
             block_name = f"conv{stage + 2}_block{block + 1}"
             x = _residual_block(x, width, stride, bottleneck, block_name, regularizer)
     x = layers.GlobalAveragePooling2D(name="avg_pool")(x)
+    if not head:
+        return tf.keras.Model(inputs, x, name=name)
     return tf.keras.Model(
         inputs, classification_head(x, num_classes, dropout, regularizer), name=name
     )
@@ -169,8 +183,7 @@ def resnet18(
 ) -> tf.keras.Model:
     """ResNet-18: basic blocks, stages [2, 2, 2, 2], 512 pooled features."""
     return build_resnet(
-        (2, 2, 2, 2),
-        bottleneck=False,
+        *LAYOUTS["resnet18"],
         input_shape=input_shape,
         num_classes=num_classes,
         name=name,
@@ -189,8 +202,7 @@ def resnet50(
 ) -> tf.keras.Model:
     """ResNet-50: bottleneck blocks, stages [3, 4, 6, 3], 2048 pooled features."""
     return build_resnet(
-        (3, 4, 6, 3),
-        bottleneck=True,
+        *LAYOUTS["resnet50"],
         input_shape=input_shape,
         num_classes=num_classes,
         name=name,

@@ -291,3 +291,36 @@ def study_result(batch: int, steps: int | None, *, diverged: bool = False):
         late_b_simple=25.0 + batch / 1000,
         samples_per_s_per_rank=50.0,
     )
+
+
+def torch_state_dict(model: tf.keras.Model, *, prefix: str = "") -> dict[str, np.ndarray]:
+    """A Keras ResNet of the registry written as the timm/torchvision state dict it would
+    be imported from (the inverse of bigearthnet.weights.convert; biases must be zero), so
+    tests make published-style files of any size without PyTorch."""
+    from bigearthnet.weights import convert
+
+    bottleneck = any(layer.name.endswith("_3_conv") for layer in model.layers)
+    blocks = tuple(
+        len({layer.name.split("_")[1] for layer in model.layers
+             if layer.name.startswith(f"conv{stage + 2}_block")})
+        for stage in range(4)
+    )  # fmt: skip
+    layout = convert.Layout("", blocks, bottleneck, 0, (), 0, None)
+    out: dict[str, np.ndarray] = {}
+    for torch_name, keras_name, kind in convert.layer_names(layout):
+        try:
+            weights = model.get_layer(keras_name).get_weights()
+        except ValueError:
+            continue  # a block without a projection shortcut
+        if kind.startswith("conv"):
+            out[f"{torch_name}.weight"] = weights[0].transpose(3, 2, 0, 1).copy()
+        else:
+            gamma, beta, mean, var = weights
+            var = var + convert.KERAS_BN_EPSILON - 1e-5
+            for name, value in zip(convert.BN_PARAMS, (gamma, beta, mean, var)):
+                out[f"{torch_name}.{name}"] = value
+            out[f"{torch_name}.num_batches_tracked"] = np.array(0, np.int64)
+    if any(layer.name == "logits" for layer in model.layers):
+        kernel, bias = model.get_layer("logits").get_weights()
+        out["fc.weight"], out["fc.bias"] = kernel.T.copy(), bias
+    return {prefix + key: np.ascontiguousarray(value) for key, value in out.items()}

@@ -82,6 +82,18 @@ class TrainConfig:
     verify_data: bool = _opt(True, "check the sha256 of this rank's shards against the manifest")
     # --- model and optimisation
     model: str = _opt("resnet50", "model name from the registry (models/)")
+    init_weights: str = _opt(
+        "",
+        "start from these weights instead of random ones: a folder made by bigearthnet-weights "
+        "import (published reBEN/SSL4EO/timm weights; the run then normalises as they were "
+        "trained) or a run folder (its best checkpoint); a head of another class count is "
+        "left random",
+    )
+    freeze_backbone: bool = _opt(
+        False,
+        "train the classifier head only (linear probing): every other layer, BatchNorm "
+        "statistics included, keeps its initial weights; needs --init-weights",
+    )
     epochs: int = _opt(50, "total number of epochs (a resumed run stops at the same count)")
     batch_size: int = _opt(
         64,
@@ -255,6 +267,8 @@ class TrainConfig:
         require_non_negative("--precise-bn-samples", self.precise_bn_samples)
         if not 0.0 <= self.gns_decay < 1.0:
             raise ConfigError(f"--gns-decay must be in [0, 1), got {self.gns_decay}")
+        if self.freeze_backbone and not self.init_weights:
+            raise ConfigError("--freeze-backbone needs --init-weights (a backbone to keep)")
         if self.lr_scaling == "adascale" and not self.gns:
             raise ConfigError("--lr-scaling adascale needs the noise monitor: drop --no-gns")
         require_non_negative("--warmup-epochs", self.warmup_epochs)

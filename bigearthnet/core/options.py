@@ -15,7 +15,7 @@ __all__ = ["OPTION_GROUPS", "add_config_arguments", "option_group"]
 
 OPTION_GROUPS: dict[str, tuple[str, ...]] = {
     "data": ("data", "run_dir", "labels", "cache", "loader_threads", "verify_data"),
-    "model": ("model", "dropout", "amp", "xla"),
+    "model": ("model", "init_weights", "freeze_backbone", "dropout", "amp", "xla"),
     "optimisation": (
         "epochs",
         "batch_size",

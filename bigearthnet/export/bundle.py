@@ -229,6 +229,7 @@ def _export_info(
             epoch=loaded.epoch,
             data=str(loaded.record.data or loaded.config.data),
             data_id=loaded.record.data_id,
+            init_weights=loaded.initial_weights,
         ),
         formats=tuple(f for f in FORMATS if f in sizes),
         tensorflow=tf.__version__,

@@ -225,7 +225,8 @@ def _add_unmodelled_fields(properties: dict[str, Any], info: ExportInfo) -> None
         f"classes); a class is present at probability >= {info.threshold}."
     )
     properties["mlm:accelerator"] = None  # runs on CPUs and GPUs alike
-    properties["mlm:pretrained_source"] = None  # trained from scratch
+    # None: trained from scratch; else the weights training started from.
+    properties["mlm:pretrained_source"] = info.source.init_weights
 
 
 def _add_assets(item: pystac.Item, info: ExportInfo, bands: list[dict[str, Any]]) -> None:

@@ -43,6 +43,7 @@ class ExportSource:
     epoch: int | None
     data: str  # the shards the run trained on
     data_id: str | None  # their identity (shards.Manifest.data_id)
+    init_weights: str | None = None  # where training started: imported weights or a run
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ import tensorflow as tf
 from bigearthnet import models
 from bigearthnet.core import constants, distributed
 from bigearthnet.core.config import TrainConfig, load_run_config
+from bigearthnet.core.errors import InputError
 from bigearthnet.data.normalization import model_inputs, normalize
-from bigearthnet.formats import checkpoints
+from bigearthnet.formats import checkpoints, weights_record
 from bigearthnet.formats.checkpoints import CheckpointError, CheckpointRecord
 from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import Manifest, ShardError, read_manifest
@@ -88,6 +89,21 @@ class LoadedModel:
             "checkpoint": str(self.prefix),
             "epoch": str(self.epoch),
         }
+
+    @property
+    def initial_weights(self) -> str | None:
+        """Where training started, in words (model card, STAC item); None: from scratch."""
+        start = self.config.init_weights
+        if not start:
+            return None
+        for folder in (self.run_dir, Path(start)):  # a published run, or imported weights
+            if folder is not None and weights_record.is_record_folder(folder):
+                try:
+                    record = weights_record.read_record(folder)
+                except InputError:
+                    continue
+                return f"{record.source} weights {record.file} (sha256 {record.sha256[:16]})"
+        return f"the run {start}"
 
     def scores(self, images: tf.Tensor) -> tf.Tensor:
         """uint16 images -> sigmoid scores, as a TensorFlow computation (the one formula

@@ -91,6 +91,8 @@ class EpochEnd:
         """Precise BN from this rank's share of training samples, else the moving averages
         averaged over ranks; what it took (samples 0: the moving averages)."""
         bn_started = time.perf_counter()
+        if self.cfg.freeze_backbone:  # a frozen backbone keeps its statistics too
+            return {"samples": 0, "seconds": 0.0}
         if self.cfg.precise_bn_samples:
             samples = self.replica.recompute_batchnorm(self.source.bn_batches(epoch))
         else:

@@ -36,6 +36,7 @@ from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import image_shape
 from bigearthnet.training import optimizers
 from bigearthnet.training.gns import NoiseSample, NoiseScaleMonitor, adascale_gain
+from bigearthnet.training.initial import load_initial_weights
 from bigearthnet.training.precise_bn import PreciseBatchNorm
 from bigearthnet.training.schedules import GainedSchedule, LRSchedule, WarmupSchedule
 
@@ -94,6 +95,8 @@ class Replica:
             weight_decay=cfg.weight_decay if optimizers.decay_in_loss(cfg.optimizer) else 0.0,
             dropout=cfg.dropout,
         )
+        if cfg.init_weights:  # before the optimizer: --freeze-backbone sets what trains
+            load_initial_weights(self.model, cfg)
         self.schedule = schedule
         # AdaScale's gain (--lr-scaling adascale), set after every update; 1 otherwise.
         self.lr_gain = tf.Variable(1.0, trainable=False, dtype=tf.float32, name="lr_gain")

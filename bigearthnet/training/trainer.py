@@ -19,11 +19,11 @@ import tensorflow as tf
 from bigearthnet.core import distributed
 from bigearthnet.core.config import TrainConfig
 from bigearthnet.core.errors import InputError
-from bigearthnet.data.normalization import model_inputs
 from bigearthnet.formats.checkpoints import CheckpointRecord, Position
 from bigearthnet.formats.history import HistoryRow
 from bigearthnet.formats.shards import Manifest, read_manifest
 from bigearthnet.training.driver import EpochDriver
+from bigearthnet.training.initial import initial_inputs
 from bigearthnet.training.outputs import RunOutputs
 from bigearthnet.training.replica import Replica
 from bigearthnet.training.schedules import LRSchedule
@@ -59,7 +59,7 @@ def build_replica(cfg: TrainConfig, manifest: Manifest, source: EpochSource) -> 
     schedule = make_schedule(
         cfg, world_size=distributed.size(), updates_per_epoch=source.updates_per_epoch()
     )
-    return Replica(cfg, inputs=model_inputs(manifest, cfg.labels), schedule=schedule)
+    return Replica(cfg, inputs=initial_inputs(cfg, manifest), schedule=schedule)
 
 
 class Trainer:

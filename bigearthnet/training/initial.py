@@ -1,0 +1,102 @@
+"""Where a run's weights start: random (the default), imported published weights
+(``bigearthnet-weights import``) or another run's best checkpoint (``--init-weights``), and
+``--freeze-backbone`` for linear probing.
+
+A run started from weights normalises its inputs as those weights were trained (the imported
+record's statistics, or the other run's recorded inputs), not with its own shards'
+statistics: the features the backbone learned expect them. The run's checkpoints record
+that normalisation like any other. Every rank loads the same file; rank 0's state is then
+broadcast as at every start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import tensorflow as tf
+
+from bigearthnet.core import constants, distributed
+from bigearthnet.core.config import RUN_CONFIG, TrainConfig
+from bigearthnet.core.errors import InputError
+from bigearthnet.data.normalization import model_inputs
+from bigearthnet.formats import weights_record
+from bigearthnet.formats.model_inputs import ModelInputs
+from bigearthnet.formats.shards import Manifest
+from bigearthnet.inference.trained_run import load_model
+from bigearthnet.weights.importer import check_registry_fit
+
+log = distributed.log
+HEAD = "logits"  # the classifier layer of every registry model
+
+
+def initial_inputs(cfg: TrainConfig, manifest: Manifest) -> ModelInputs:
+    """The run's inputs: the shards' statistics, or those its initial weights expect."""
+    own = model_inputs(manifest, cfg.labels)
+    if not cfg.init_weights:
+        return own
+    path = Path(cfg.init_weights)
+    if not (path / RUN_CONFIG).is_file() and not weights_record.is_weights_folder(path):
+        raise InputError(
+            f"--init-weights {path}: neither a folder of bigearthnet-weights import "
+            f"({weights_record.RECORD_FILE}, {weights_record.WEIGHTS_FILE}) nor a run folder "
+            f"({RUN_CONFIG})"
+        )
+    if weights_record.is_weights_folder(path):
+        record = weights_record.read(path)
+        check_registry_fit(record, path)
+        _check_fit(path, record.model, record.bands, cfg, manifest)
+        inputs = record.model_inputs(constants.CLASS_SETS[cfg.labels])
+    else:
+        loaded = load_model(path)
+        _check_fit(path, loaded.record.model, loaded.bands, cfg, manifest)
+        inputs = dataclasses.replace(
+            loaded.inputs,
+            classes=constants.CLASS_SETS[cfg.labels],
+            stats=f"as the initial weights' run {path} ({loaded.inputs.stats})",
+        )
+    if inputs.resampling != manifest.resampling:
+        log.warning("%s were trained on %s-resampled bands, the data is %s-resampled",
+                    path, inputs.resampling, manifest.resampling)  # fmt: skip
+    return inputs
+
+
+def load_initial_weights(model: tf.keras.Model, cfg: TrainConfig) -> None:
+    """Set ``model``'s weights from ``cfg.init_weights`` (a head that does not fit stays
+    random); with ``cfg.freeze_backbone`` make every layer but the head untrainable."""
+    path = Path(cfg.init_weights)
+    if weights_record.is_weights_folder(path):
+        model.load_weights(str(path / weights_record.WEIGHTS_FILE), by_name=True,
+                           skip_mismatch=True)  # fmt: skip
+        head = weights_record.read(path).num_classes == cfg.labels
+    else:
+        source = load_model(path).model
+        for layer in model.layers:
+            if layer.weights and _same_shapes(layer, source, layer.name):
+                layer.set_weights(source.get_layer(layer.name).get_weights())
+        head = _same_shapes(model.get_layer(HEAD), source, HEAD)
+    log.info("initial weights from %s (%s)", path,
+             "with its head" if head else "head initialised at random")  # fmt: skip
+    if cfg.freeze_backbone:
+        for layer in model.layers:
+            layer.trainable = layer.name == HEAD
+
+
+def _same_shapes(layer: tf.keras.layers.Layer, source: tf.keras.Model, name: str) -> bool:
+    try:
+        other = source.get_layer(name)
+    except ValueError:
+        return False
+    return [w.shape for w in layer.get_weights()] == [w.shape for w in other.get_weights()]
+
+
+def _check_fit(
+    path: Path, model: str, bands: tuple[str, ...], cfg: TrainConfig, manifest: Manifest
+) -> None:
+    if model != cfg.model:
+        raise InputError(f"--init-weights {path}: weights of a {model}, not --model {cfg.model}")
+    if tuple(bands) != tuple(manifest.bands):
+        raise InputError(
+            f"--init-weights {path}: takes {constants.describe_bands(bands)}, the data "
+            f"{cfg.data} holds {constants.describe_bands(manifest.bands)}"
+        )

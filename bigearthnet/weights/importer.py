@@ -1,0 +1,232 @@
+"""``bigearthnet-weights import``: a published ResNet state dict -> an imported weights
+folder (:mod:`bigearthnet.formats.weights_record`) the registry's models load.
+
+Reading, layout, channels, normalisation, head: each step refuses what does not fit in one
+line naming the file, and every adaptation is kept in the record and printed. The folder is
+written beside ``out`` and renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bigearthnet.core import constants
+from bigearthnet.core.errors import InputError
+from bigearthnet.core.util import overlapping, sha256_file
+from bigearthnet.formats import weights_record
+from bigearthnet.formats.weights_record import WeightsRecord
+from bigearthnet.weights import convert
+from bigearthnet.weights.sources import SourceFacts, published_stats, source_facts
+from bigearthnet.weights.state_dict import StateDict, read_state_dict
+
+
+@dataclass(frozen=True)
+class Converted:
+    """A state dict turned into Keras layer weights, with its record."""
+
+    record: WeightsRecord
+    layout: convert.Layout
+    layers: dict[str, list[np.ndarray]]  # Keras layer name -> weights, the head included
+
+
+def convert_file(
+    src: str | Path,
+    source: str,
+    bands: str | None = None,
+    *,
+    head: bool = True,
+    labels: int | None = None,
+) -> Converted:
+    """Read ``src`` and convert it for the ``bands`` configuration (default: the source's own
+    channels where they are one). ``head=False`` drops a classifier; ``labels`` (19/43)
+    requires one of that size."""
+    file = str(src)
+    state = read_state_dict(src)
+    layout = convert.layout_of(state.tensors, file)
+    facts = source_facts(source, layout.in_channels, file)
+    target = _target_bands(facts, bands, file)
+    stem, notes = convert.adapt_stem(state.tensors["conv1.weight"], facts.channels, target)
+    notes = _prefix_notes(state) + notes
+    layers = convert.keras_weights(state.tensors, layout, stem, file)
+    classes = _head_classes(layout, facts, head, labels, file, notes)
+    if classes:
+        layers["logits"] = convert.head_rows(state.tensors, facts.head_order, classes)
+        if facts.head_order is not None and facts.head_order != classes:
+            notes.append(
+                "reordered the head's rows from the source's class order to the official one"
+            )
+    mean, std, norm_notes = _normalisation(facts, target)
+    record = WeightsRecord(
+        source=source,
+        file=file,
+        sha256=sha256_file(src),
+        model=layout.model,
+        stem_width=layout.stem_width,
+        widths=layout.widths,
+        bands=target,
+        mean=mean,
+        std=std,
+        resampling=facts.resampling,
+        classes=classes,
+        adaptations=tuple(notes + norm_notes),
+        normalisation=facts.normalisation,
+    )
+    return Converted(record, layout, layers)
+
+
+def import_weights(
+    src: str | Path,
+    out: str | Path,
+    source: str,
+    bands: str | None = None,
+    *,
+    head: bool = True,
+    force: bool = False,
+) -> WeightsRecord:
+    """Convert ``src`` and write the weights folder ``out``; returns its record."""
+    check_out(src, out, force)
+    converted = convert_file(src, source, bands, head=head)
+
+    def write(folder: Path) -> None:
+        keras_model(converted).save_weights(str(folder / weights_record.WEIGHTS_FILE))
+        weights_record.write(folder, converted.record)
+
+    write_beside(Path(out), write)
+    return converted.record
+
+
+def check_out(src: str | Path, out: str | Path, force: bool) -> None:
+    """InputError when writing ``out`` could overwrite ``src`` or a folder not asked for."""
+    clash = overlapping(out, {"SRC": src}, replaces=force)
+    if clash:
+        raise InputError(f"--out {out} would overwrite {clash}")
+    if Path(out).exists() and any(Path(out).iterdir()) and not force:
+        raise InputError(f"{out}: exists and is not empty (--force replaces it)")
+
+
+def write_beside(out: Path, write: Callable[[Path], None]) -> None:
+    """``write`` a folder beside ``out`` and rename it into place when complete: an
+    interrupted import leaves no folder that looks whole."""
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        write(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+
+
+def keras_model(converted: Converted):  # -> tf.keras.Model (TensorFlow imported here only)
+    """The converted network as a Keras model with its weights set (no head without one)."""
+    from bigearthnet.models.resnet import build_resnet
+
+    record, layout = converted.record, converted.layout
+    model = build_resnet(
+        layout.blocks,
+        layout.bottleneck,
+        input_shape=(constants.PATCH_SIZE, constants.PATCH_SIZE, len(record.bands)),
+        num_classes=max(len(record.classes), 1),
+        name=record.model,
+        stem_width=layout.stem_width,
+        widths=layout.widths,
+        head=record.has_head,
+    )
+    for name, weights in converted.layers.items():
+        layer = model.get_layer(name)
+        expected = [tuple(w.shape) for w in layer.get_weights()]
+        if expected != [w.shape for w in weights]:
+            raise InputError(
+                f"{record.file}: {name} has shapes {[w.shape for w in weights]}, "
+                f"the model's are {expected}"
+            )
+        layer.set_weights(weights)
+    return model
+
+
+def check_registry_fit(record: WeightsRecord, where: str | Path) -> None:
+    """InputError unless the weights fit the registry's model of their name (a narrow
+    network of the same layout imports, but only its own builder takes it)."""
+    from bigearthnet.models.resnet import STAGE_WIDTHS, STEM_WIDTH
+
+    if (record.stem_width, record.widths) != (STEM_WIDTH, STAGE_WIDTHS):
+        raise InputError(
+            f"{where}: a {record.model} of stem {record.stem_width} and widths "
+            f"{list(record.widths)}; the registry's {record.model} has {STEM_WIDTH} and "
+            f"{list(STAGE_WIDTHS)}"
+        )
+
+
+def _target_bands(facts: SourceFacts, bands: str | None, file: str) -> tuple[str, ...]:
+    if bands is None:
+        if constants.band_config_name(facts.channels) is not None:
+            return facts.channels
+        return constants.BAND_CONFIGS[constants.DEFAULT_BAND_CONFIG]
+    if bands not in constants.BAND_CONFIGS:
+        raise InputError(f"--bands {bands!r}: expected one of {', '.join(constants.BAND_CONFIGS)}")
+    target = constants.BAND_CONFIGS[bands]
+    if not set(target) & set(facts.channels):
+        raise InputError(
+            f"{file}: weights of {','.join(facts.channels)} cannot serve --bands {bands} "
+            f"({','.join(target)}): no channel in common"
+        )
+    return target
+
+
+def _head_classes(
+    layout: convert.Layout,
+    facts: SourceFacts,
+    head: bool,
+    labels: int | None,
+    file: str,
+    notes: list[str],
+) -> tuple[str, ...]:
+    outputs = layout.head_outputs
+    if outputs is None or not head:
+        if labels is not None:
+            raise InputError(f"{file}: has no classifier head of {labels} classes to use")
+        if outputs is not None:
+            notes.append(f"dropped the head of {outputs} outputs (--no-head)")
+        return ()
+    if outputs not in constants.CLASS_SETS or (labels is not None and outputs != labels):
+        wanted = labels or "19 or 43"
+        raise InputError(
+            f"{file}: a head of {outputs} classes, not {wanted}; --no-head imports the "
+            "backbone only"
+        )
+    if facts.head_order is not None and len(facts.head_order) != outputs:
+        raise InputError(
+            f"{file}: a head of {outputs} classes; the source's has {len(facts.head_order)}"
+        )
+    return constants.CLASS_SETS[outputs]
+
+
+def _normalisation(
+    facts: SourceFacts, target: tuple[str, ...]
+) -> tuple[tuple[float, ...], tuple[float, ...], list[str]]:
+    missing = tuple(b for b in target if b not in facts.mean)
+    mean, std = dict(facts.mean), dict(facts.std)
+    notes = []
+    if missing:
+        fill_mean, fill_std = published_stats(missing)
+        mean.update(fill_mean)
+        std.update(fill_std)
+        notes.append(f"normalised {', '.join(missing)} with the published BigEarthNet statistics")
+    return tuple(mean[b] for b in target), tuple(std[b] for b in target), notes
+
+
+def _prefix_notes(state: StateDict) -> list[str]:
+    notes = []
+    if state.prefix:
+        notes.append(f"took the key prefix {state.prefix!r} off")
+    if state.dropped:
+        notes.append(f"ignored {len(state.dropped)} tensors outside it (e.g. {state.dropped[0]})")
+    return notes

@@ -1,0 +1,67 @@
+"""``bigearthnet-weights run``: a published classifier (weights with a head) as a trained-run
+folder, so ``evaluate.py``, every map command and ``bigearthnet-export`` use it unchanged.
+
+The folder holds what a training run leaves for them: ``config.yaml`` (model, label set, the
+source file as ``init_weights``), one checkpoint whose pointer (``best.json``, epoch 0)
+records the model's inputs - channels, the source's normalisation in the shards' codes,
+resampling, classes - and ``weights.json``, the import's record (source, file digest,
+adaptations). It is written beside ``out`` and renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bigearthnet.core.config import RUN_CONFIG, TrainConfig, save_yaml
+from bigearthnet.core.errors import InputError
+from bigearthnet.formats import checkpoints, weights_record
+from bigearthnet.formats.checkpoints import CheckpointRecord
+from bigearthnet.formats.shards import image_shape
+from bigearthnet.formats.weights_record import WeightsRecord
+from bigearthnet.weights.importer import (
+    check_out,
+    check_registry_fit,
+    convert_file,
+    keras_model,
+    write_beside,
+)
+
+
+def make_run(
+    src: str | Path, out: str | Path, source: str, bands: str | None = None, *, force: bool = False
+) -> WeightsRecord:
+    """Write the run folder ``out`` for the classifier in ``src``; returns the import record."""
+    check_out(src, out, force)
+    converted = convert_file(src, source, bands)
+    record = converted.record
+    if not record.has_head:
+        raise InputError(
+            f"{src}: has no classifier head; a run needs one (use import and train.py "
+            "--init-weights to train a head)"
+        )
+    check_registry_fit(record, src)
+    final = Path(out)
+    write_beside(final, lambda folder: _write_run(folder, final, keras_model(converted), record))
+    return record
+
+
+def _write_run(folder: Path, final: Path, model, record: WeightsRecord) -> None:
+    inputs = record.model_inputs()
+    config = TrainConfig(
+        data=record.file,
+        run_dir=str(final),
+        model=record.model,
+        labels=inputs.num_classes,
+        init_weights=record.file,
+        epochs=1,
+    )
+    save_yaml(config, folder / RUN_CONFIG)
+    pointer = CheckpointRecord(
+        model=record.model,
+        num_classes=inputs.num_classes,
+        input_shape=image_shape(len(record.bands)),
+        bands=record.bands,
+        inputs=inputs,
+    )
+    checkpoints.save(folder, "best", {"model": model}, pointer)
+    weights_record.write(folder, record)

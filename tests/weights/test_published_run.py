@@ -1,0 +1,141 @@
+"""bigearthnet-weights run: a published classifier becomes a run folder that evaluate.py,
+the maps and the export take unchanged, normalising as the source did; train.py
+--init-weights starts from imported weights or another run, --freeze-backbone trains the
+head only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from helpers import torch_state_dict, train_argv
+from safetensors.numpy import save_file
+
+import evaluate
+import train
+from bigearthnet import models
+from bigearthnet.cli.export import main as export_main
+from bigearthnet.cli.map import main as map_main
+from bigearthnet.cli.weights import main as weights_main
+from bigearthnet.core import constants
+from bigearthnet.core.config import load_run_config
+from bigearthnet.formats import checkpoints, weights_record
+from bigearthnet.formats.shards import read_manifest, read_rows
+from bigearthnet.inference.trained_run import load_model
+from bigearthnet.weights.sources import published_stats
+
+
+def _published(path: Path, *, head: bool, seed: int = 0, prefix: str = "") -> tf.keras.Model:
+    """A ResNet-18 written as a timm state dict; returns the Keras model it came from."""
+    tf.keras.utils.set_random_seed(seed)
+    model = models.get_model("resnet18", (120, 120, 12), 19)
+    rng = np.random.default_rng(seed)
+    for layer in model.layers:  # BatchNorm statistics that are not the identity
+        if isinstance(layer, tf.keras.layers.BatchNormalization):
+            gamma, beta, mean, var = layer.get_weights()
+            layer.set_weights([gamma, beta, rng.normal(0, 0.1, mean.shape).astype(np.float32),
+                               rng.uniform(0.5, 1.5, var.shape).astype(np.float32)])  # fmt: skip
+    tensors = torch_state_dict(model, prefix=prefix)
+    if not head:
+        tensors = {k: v for k, v in tensors.items() if ".fc." not in f".{k}"}
+    save_file(tensors, str(path))
+    return model
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory) -> dict[str, object]:
+    root = tmp_path_factory.mktemp("published")
+    with_head = _published(root / "classifier.safetensors", head=True, prefix="model.")
+    _published(root / "backbone.safetensors", head=False, seed=1)
+    return {"root": root, "model": with_head}
+
+
+def test_a_published_classifier_is_a_run(published, shards_v1, tmp_path):
+    run = tmp_path / "run"
+    src = published["root"] / "classifier.safetensors"  # type: ignore[operator]
+    assert weights_main(["run", str(src), "--out", str(run), "--source", "timm"]) == 0
+    loaded = load_model(run)
+    assert loaded.bands == constants.BANDS and loaded.class_names == list(constants.CLASSES_19)
+    mean, std = published_stats(constants.BANDS)
+    assert loaded.inputs.mean == tuple(mean.values()) and "timm" in loaded.inputs.stats
+    # The run predicts what the source model predicts on inputs normalised the source's way.
+    shard = next(e for e in read_manifest(shards_v1).shards if e.split == "test")
+    images = read_rows(shard.path(shards_v1), "images", 0, 8)
+    x = (images.astype(np.float32) - np.array(list(mean.values()), np.float32)) / np.array(
+        list(std.values()), np.float32
+    )
+    source_scores = tf.sigmoid(published["model"](x, training=False)).numpy()  # type: ignore[operator]
+    np.testing.assert_allclose(loaded.predict(images), source_scores, atol=1e-5)
+    assert load_run_config(run).init_weights == str(src)
+    assert weights_record.read_record(run).sha256  # the import's record beside the checkpoint
+    # Unchanged commands take it.
+    assert evaluate.main(["--run-dir", str(run), "--data", str(shards_v1)]) == 0
+    assert (run / "eval-test" / "metrics.json").is_file()
+    out = tmp_path / "map"
+    argv = ["--shards", str(shards_v1), "--run-dir", str(run), "--out", str(out), "--no-progress"]
+    assert map_main(argv) == 0 and list(out.glob("*.tif"))
+    assert export_main([str(run), "--out", str(tmp_path / "export"), "--format", "savedmodel"]) == 0
+    card = (tmp_path / "export" / "model_card.md").read_text()
+    assert "classifier.safetensors" in card
+
+
+def test_init_weights_with_a_frozen_backbone(published, shards_v1, tmp_path):
+    weights = tmp_path / "weights"
+    src = published["root"] / "backbone.safetensors"  # type: ignore[operator]
+    assert weights_main(["import", str(src), "--out", str(weights)]) == 0
+    run = tmp_path / "run"
+    flags = ("--model", "resnet18", "--init-weights", str(weights), "--freeze-backbone",
+             "--max-steps-per-epoch", "2")  # fmt: skip
+    assert train.main(train_argv(shards_v1, run, 1, *flags)) == 0
+    start = models.get_model("resnet18", (120, 120, 12), 19)
+    start.load_weights(str(weights / weights_record.WEIGHTS_FILE), by_name=True, skip_mismatch=True)
+    trained = load_model(run).model
+    for layer in start.layers:
+        after = trained.get_layer(layer.name).get_weights()
+        if layer.name == "logits":
+            continue  # the head trained from its random start
+        for before_w, after_w in zip(layer.get_weights(), after):
+            np.testing.assert_array_equal(before_w, after_w, err_msg=layer.name)
+    record = checkpoints.read_pointer(run, "best")
+    assert record is not None and record.inputs is not None
+    assert "published with the timm weights" in record.inputs.stats
+    assert record.inputs.mean != tuple(read_manifest(shards_v1).band_mean or ())
+
+
+def test_init_from_another_run(trained_run, shards_v1, tmp_path):
+    """A run folder as --init-weights: its best checkpoint, its normalisation."""
+    run = tmp_path / "run"
+    flags = ("--init-weights", str(trained_run), "--freeze-backbone", "--max-steps-per-epoch", "2")
+    assert train.main(train_argv(shards_v1, run, 1, *flags)) == 0
+    before, after = load_model(trained_run), load_model(run)
+    for layer in before.model.layers:
+        if layer.weights and layer.name != "logits":
+            for a, b in zip(layer.get_weights(), after.model.get_layer(layer.name).get_weights()):
+                np.testing.assert_array_equal(a, b, err_msg=layer.name)
+    head_before = before.model.get_layer("logits").get_weights()[0]
+    assert not np.array_equal(head_before, after.model.get_layer("logits").get_weights()[0])
+    assert after.inputs.mean == before.inputs.mean and "initial weights" in after.inputs.stats
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("freeze_alone", "--freeze-backbone needs --init-weights"),
+        ("other_model", "weights of a resnet18, not --model tiny"),
+        ("missing", "nothing: neither a folder of bigearthnet-weights import"),
+    ],
+)
+def test_init_weights_refusals(published, shards_v1, tmp_path, reported_errors, case, message):
+    weights = tmp_path / "weights"
+    src = published["root"] / "backbone.safetensors"  # type: ignore[operator]
+    assert weights_main(["import", str(src), "--out", str(weights)]) == 0
+    flags = {
+        "freeze_alone": ("--freeze-backbone",),
+        "other_model": ("--init-weights", str(weights)),
+        "missing": ("--init-weights", str(tmp_path / "nothing")),
+    }[case]
+    assert train.main(train_argv(shards_v1, tmp_path / "run", 1, *flags)) == 2
+    lines = reported_errors()
+    assert len(lines) == 1 and message in lines[0], lines
