@@ -19,7 +19,7 @@ SHARED ?= ../shared
 # export). The rest of the
 # suite is Python that a second TensorFlow does not change.
 STACK_TESTS := tests/test_stacks.py tests/models tests/training tests/data tests/evaluation \
-	tests/maps/test_scene.py tests/export
+	tests/maps/test_scene.py tests/export tests/weights
 
 .PHONY: help setup demo test test-slow test-all test-stack test-reference faults bad-input lint bench bench-stacks clean-demo
 
