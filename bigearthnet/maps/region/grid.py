@@ -1,0 +1,157 @@
+"""One grid for a region whose tiles lie in several UTM zones: the output grid (default the
+European LAEA grid, EPSG:3035, in cells of ``--cell`` metres), scene maps reprojected onto
+it, and the rule that takes each cell from one scene where tiles overlap.
+
+* **Grid**: the union of the scenes' footprints in the output CRS, its corners snapped to
+  whole cells of the CRS's origin, so two runs over overlapping regions share cell edges.
+* **Reprojection** (``rasterio.warp.reproject``): class probabilities bilinearly, a class
+  or a mask by nearest neighbour. A cell no source pixel covers is NaN.
+* **Overlap rule**: among the scenes of one acquisition date that observe a cell (covered
+  and not masked), the cell is taken from the scene whose footprint centre is nearest the
+  cell's centre. Every cell some scene observes gets a value (no gap at a seam) and no
+  observation is counted twice (tiles of one date overlap by ~5 km: the same pixels).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from rasterio.crs import CRS
+from rasterio.transform import Affine
+from rasterio.warp import Resampling, reproject, transform_bounds, transform_geom
+
+from bigearthnet.core.errors import InputError
+
+DEFAULT_CRS = "EPSG:3035"
+DEFAULT_CELL_M = 600.0
+MAX_CELLS = 40_000 * 40_000  # a continent at 100 m; more is a CRS that cannot hold the region
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """A scene map's extent: its CRS and bounds (left, bottom, right, top)."""
+
+    crs: str
+    bounds: tuple[float, float, float, float]
+
+    def centre_in(self, crs: str) -> tuple[float, float]:
+        left, bottom, right, top = self.bounds
+        point = {"type": "Point", "coordinates": ((left + right) / 2, (bottom + top) / 2)}
+        x, y = transform_geom(self.crs, crs, point)["coordinates"]
+        return float(x), float(y)
+
+
+@dataclass(frozen=True)
+class RegionGrid:
+    """The output grid: ``width`` x ``height`` cells of ``cell`` metres in ``crs``."""
+
+    crs: str
+    transform: Affine
+    width: int
+    height: int
+
+    @property
+    def cell(self) -> float:
+        return float(self.transform.a)
+
+    @property
+    def cell_km2(self) -> float:
+        return self.cell * self.cell / 1e6
+
+    @classmethod
+    def covering(
+        cls, footprints: list[Footprint], crs: str = DEFAULT_CRS, cell: float = DEFAULT_CELL_M
+    ) -> RegionGrid:
+        """The grid that holds every footprint; InputError when ``crs`` cannot hold them."""
+        if not footprints:
+            raise InputError("no scene to make a region of")
+        if not cell > 0:
+            raise InputError(f"--cell {cell}: must be positive metres")
+        target = _checked_crs(crs)
+        boxes = []
+        for fp in footprints:
+            try:
+                box = transform_bounds(fp.crs, target, *fp.bounds, densify_pts=21)
+            except Exception as err:  # PROJ errors come in several kinds
+                raise InputError(f"--crs {crs}: cannot hold a scene in {fp.crs} ({err})") from None
+            if not all(math.isfinite(v) for v in box):
+                raise InputError(f"--crs {crs}: a scene in {fp.crs} falls outside its domain")
+            boxes.append(box)
+        left = math.floor(min(b[0] for b in boxes) / cell) * cell
+        bottom = math.floor(min(b[1] for b in boxes) / cell) * cell
+        right = math.ceil(max(b[2] for b in boxes) / cell) * cell
+        top = math.ceil(max(b[3] for b in boxes) / cell) * cell
+        width, height = round((right - left) / cell), round((top - bottom) / cell)
+        if width * height > MAX_CELLS:
+            raise InputError(
+                f"--crs {crs} --cell {cell:g}: the region needs {width} x {height} cells; "
+                "a CRS that cannot hold the region, or a cell too small"
+            )
+        return cls(str(crs), Affine(cell, 0.0, left, 0.0, -cell, top), width, height)
+
+    def centres(self) -> tuple[np.ndarray, np.ndarray]:
+        """(height, width) x and y of every cell's centre."""
+        cols = self.transform.c + (np.arange(self.width) + 0.5) * self.cell
+        rows = self.transform.f - (np.arange(self.height) + 0.5) * self.cell
+        xs, ys = np.meshgrid(cols, rows)
+        return xs, ys
+
+
+def warp(
+    values: np.ndarray,
+    src_crs: str,
+    src_transform: Affine,
+    grid: RegionGrid,
+    *,
+    nodata: float,
+    categorical: bool,
+) -> np.ndarray:
+    """(B, H, W) source bands -> (B, height, width) float32 on ``grid``, NaN where no source
+    pixel (or only ``nodata``) lies. Classes and masks by nearest, values bilinearly."""
+    out = np.full((values.shape[0], grid.height, grid.width), np.nan, np.float32)
+    source = values.astype(np.float32)
+    reproject(
+        source=source,
+        destination=out,
+        src_transform=src_transform,
+        src_crs=src_crs,
+        src_nodata=float(nodata),
+        dst_transform=grid.transform,
+        dst_crs=grid.crs,
+        dst_nodata=np.nan,
+        resampling=Resampling.nearest if categorical else Resampling.bilinear,
+    )
+    return out
+
+
+def nearest_observation(
+    observations: list[np.ndarray], centres: list[tuple[float, float]], grid: RegionGrid
+) -> tuple[np.ndarray, np.ndarray]:
+    """The overlap rule for one acquisition date: ``observations`` are (B, height, width)
+    arrays on ``grid`` (NaN: not observed), ``centres`` their footprints' centres in the
+    grid's CRS. Returns the (B, height, width) values taken cell by cell from the observing
+    scene nearest the cell, and the (height, width) index of that scene (-1: none)."""
+    xs, ys = grid.centres()
+    distance = np.full((len(observations), grid.height, grid.width), np.inf)
+    for i, (obs, (cx, cy)) in enumerate(zip(observations, centres)):
+        seen = ~np.isnan(obs).any(axis=0)
+        distance[i][seen] = np.hypot(xs - cx, ys - cy)[seen]
+    chosen = distance.argmin(axis=0)
+    chosen[~np.isfinite(distance.min(axis=0))] = -1
+    stacked = np.stack(observations)  # (S, B, h, w)
+    rows, cols = np.indices(chosen.shape)
+    taken = stacked[np.maximum(chosen, 0), :, rows, cols].transpose(2, 0, 1)
+    taken[:, chosen < 0] = np.nan
+    return taken, chosen
+
+
+def _checked_crs(crs: str) -> CRS:
+    try:
+        parsed = CRS.from_user_input(crs)
+    except Exception as err:
+        raise InputError(f"--crs {crs!r}: not a coordinate reference system ({err})") from None
+    if not parsed.is_projected:
+        raise InputError(f"--crs {crs}: not a projected CRS in metres (cells are metres)")
+    return parsed

@@ -1,0 +1,120 @@
+"""The region series' time axis and its temporal consistency: periods from product names,
+and the HMM smoother on class-score sequences with known stable cells, lasting changes,
+one-period look-alikes, classifier errors and unobserved periods."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pytest
+
+from bigearthnet.core.errors import InputError
+from bigearthnet.maps.region import periods, series
+
+PRODUCT = "/data/S2B_MSIL2A_20201201T100559_N0400_R022_T32UQU_20201201T130116.SAFE"
+
+
+def test_tile_and_date_from_the_product_name():
+    acq = periods.from_product_name(PRODUCT)
+    assert (acq.tile, acq.date, acq.utm_zone) == ("32UQU", dt.date(2020, 12, 1), 32)
+    with pytest.raises(InputError, match="--scenes-csv"):
+        periods.from_product_name("/data/scene.tif")
+
+
+@pytest.mark.parametrize(
+    ("day", "kind", "label"),
+    [
+        (dt.date(2021, 2, 3), "scene-date", "2021-02-03"),
+        (dt.date(2021, 2, 3), "month", "2021-02"),
+        (dt.date(2021, 2, 3), "season", "2020-DJF"),  # a winter is named by its December
+        (dt.date(2020, 12, 1), "season", "2020-DJF"),
+        (dt.date(2021, 6, 30), "season", "2021-JJA"),
+        (dt.date(2021, 6, 30), "year", "2021"),
+    ],
+)
+def test_periods(day, kind, label):
+    assert periods.period_of(day, kind) == label
+    assert periods.period_start(label) <= day
+
+
+def test_groups_are_in_time_order_and_duplicates_found():
+    make = periods.Acquisition
+    scenes = [
+        make("c", "33UXP", dt.date(2021, 3, 2)),
+        make("a", "32UQU", dt.date(2020, 12, 20)),
+        make("b", "33UXP", dt.date(2021, 1, 5)),
+        make("d", "33UXP", dt.date(2021, 3, 2)),
+    ]
+    groups = periods.group_by_period(scenes, "season")
+    assert list(groups) == ["2020-DJF", "2021-MAM"]
+    assert [a.path for a in groups["2020-DJF"]] == ["a", "b"]
+    assert periods.duplicates(scenes) == [(scenes[0], scenes[3])]
+
+
+CLASSES, PERIODS, CELLS = 19, 8, 3000
+
+
+def _truth(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(T, N) true classes: 70 % stable cells, 20 % one lasting change (at period 2-5: two
+    periods before it, three after),
+    10 % a one-period look-alike that reverts (a flooded field). Also the change periods."""
+    start = rng.integers(0, CLASSES, CELLS)
+    truth = np.repeat(start[None], PERIODS, axis=0)
+    kind = rng.choice(3, CELLS, p=[0.7, 0.2, 0.1])
+    change_at = np.full(CELLS, -1)
+    for cell in np.flatnonzero(kind == 1):
+        at = rng.integers(2, PERIODS - 2)
+        truth[at:, cell] = (start[cell] + rng.integers(1, CLASSES)) % CLASSES
+        change_at[cell] = at
+    for cell in np.flatnonzero(kind == 2):
+        at = rng.integers(1, PERIODS - 1)
+        truth[at, cell] = (start[cell] + rng.integers(1, CLASSES)) % CLASSES
+    return truth, kind, change_at
+
+
+def _observe(truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Scores as a classifier gives them: the true class high, 5 % of observations wrong,
+    10 % of cell-periods unobserved (NaN: clouds)."""
+    scores = rng.uniform(0.0, 0.08, (PERIODS, CELLS, CLASSES))
+    top = truth.copy()
+    wrong = rng.random(truth.shape) < 0.05
+    top[wrong] = (truth[wrong] + rng.integers(1, CLASSES, wrong.sum())) % CLASSES
+    t, n = np.indices(truth.shape)
+    scores[t, n, top] = rng.uniform(0.6, 0.95, truth.shape)
+    scores[rng.random(truth.shape) < 0.10] = np.nan
+    return scores
+
+
+def test_the_smoother_removes_flicker_and_keeps_lasting_changes():
+    rng = np.random.default_rng(0)
+    truth, kind, change_at = _truth(rng)
+    scores = _observe(truth, rng)
+    observed = ~np.isnan(scores).any(axis=2)
+    raw = np.where(observed, np.nan_to_num(scores, nan=0).argmax(axis=2), -1)
+    smooth = series.viterbi(scores)
+    raw_c = series.consistency(raw, observed)
+    smooth_c = series.consistency(smooth, observed)
+    assert smooth_c.flicker_rate <= 0.5 * raw_c.flicker_rate
+    # A change is observable when two observations lie on each side of it: with one, no
+    # method can tell it from a classifier error.
+    before = np.array([observed[:at, n].sum() for n, at in enumerate(change_at)])
+    after = np.array([observed[at:, n].sum() if at >= 0 else 0 for n, at in enumerate(change_at)])
+    observable = (kind == 1) & (before >= 2) & (after >= 2)
+    kept = np.abs(smooth_c.first_lasting[observable] - change_at[observable]) <= 1
+    assert kept.mean() >= 0.9, kept.mean()
+    stable = kind == 0  # marked changed: a lasting change found (first_change.tif)
+    assert (smooth_c.first_lasting[stable] >= 0).mean() <= 0.02
+    # Unobserved periods are bridged: every period of an observed cell has a class.
+    assert (smooth >= 0).all()
+
+
+def test_a_never_observed_cell_stays_unknown_and_blocks_agree():
+    rng = np.random.default_rng(1)
+    truth, _, _ = _truth(rng)
+    scores = _observe(truth, rng)
+    scores[:, 7] = np.nan
+    whole = series.viterbi(scores)
+    assert (whole[:, 7] == -1).all()
+    halves = np.concatenate([series.viterbi(scores[:, :1000]), series.viterbi(scores[:, 1000:])], 1)
+    np.testing.assert_array_equal(whole, halves)  # cells are independent: blocks are exact
