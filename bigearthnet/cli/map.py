@@ -168,6 +168,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(build_scene_parser(), _map_scene, args[1:])
     if args[:1] == ["change"]:
         return run(build_change_parser(), _map_change, args[1:])
+    if args[:1] == ["region"]:
+        from bigearthnet.cli.map_region import build_region_parser, map_region_command
+
+        return run(build_region_parser(add_model_options), map_region_command, args[1:])
     if args[:1] == ["patches"]:
         args = args[1:]
     return run(build_parser(), _map, args)

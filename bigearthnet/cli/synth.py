@@ -1,6 +1,8 @@
 """``bigearthnet-synth OUT``: write a small synthetic BigEarthNet archive (see
 :mod:`bigearthnet.synthetic.archive`); ``bigearthnet-synth scene OUT``: a synthetic
-Sentinel-2 L2A scene of known land cover (see :mod:`bigearthnet.synthetic.scene`)."""
+Sentinel-2 L2A scene of known land cover (see :mod:`bigearthnet.synthetic.scene`);
+``bigearthnet-synth region OUT``: scenes of a region across two UTM zones over several dates,
+with known changes and clouds (see :mod:`bigearthnet.synthetic.region`)."""
 
 from __future__ import annotations
 
@@ -117,11 +119,49 @@ def _scene(args: argparse.Namespace) -> None:
         print("  " + " | ".join(names[c] for c in row))
 
 
+def build_region_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="bigearthnet-synth region",
+        description="Write the scenes of a synthetic region for bigearthnet-map region: "
+        "TILES tiles in UTM zones 32 and 33 (overlapping), DATES dates 30 days apart, land "
+        "cover in LAEA blocks that changes lastingly or for one date in known places, clouds "
+        "marked in SCL; OUT/scenes/<product name>/ and the truth in OUT/truth.json.",
+    )
+    parser.add_argument("out", metavar="OUT", type=Path, help="folder to create")
+    parser.add_argument("--tiles", type=_positive_int, default=4, metavar="N",
+                        help="an even number of tiles, half in each zone (default: 4)")  # fmt: skip
+    parser.add_argument("--dates", type=_positive_int, default=6, metavar="M",
+                        help="acquisition dates, at least 5 (default: 6)")  # fmt: skip
+    parser.add_argument("--size", type=_positive_int, default=720, metavar="PX",
+                        help="tile side in 10 m px, a multiple of 120 (default: 720)")  # fmt: skip
+    parser.add_argument("--block", type=float, default=3600.0, metavar="M",
+                        help="side of a land-cover block in metres (default: 3600)")  # fmt: skip
+    parser.add_argument("--layout", choices=("tif", "safe"), default="tif",
+                        help="band GeoTIFF or L2A product folders (default: tif)")  # fmt: skip
+    parser.add_argument("--seed", type=_non_negative_int, default=0, metavar="S")
+    return parser
+
+
+def _region(args: argparse.Namespace) -> None:
+    from bigearthnet.synthetic.region import RegionSpec, generate_region
+
+    spec = RegionSpec(tiles=args.tiles, dates=args.dates, size=args.size,
+                      block=args.block, seed=args.seed)  # fmt: skip
+    truth = generate_region(args.out, spec, layout=args.layout)
+    lasting = sum(e["kind"] == "lasting" for e in truth["events"])
+    transient = len(truth["events"]) - lasting
+    print(f"wrote {len(truth['scenes'])} scenes ({args.tiles} tiles x {args.dates} dates) to "
+          f"{args.out}/scenes; {lasting} blocks change lastingly, {transient} for one date; "
+          f"truth in {args.out}/truth.json")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit status (0 ok, 2 bad arguments)."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] == ["scene"]:
         return run(build_scene_parser(), _scene, args[1:])
+    if args[:1] == ["region"]:
+        return run(build_region_parser(), _region, args[1:])
     return run(build_parser(), _generate, args)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bigearthnet.core import constants, distributed
 from bigearthnet.core.config import default_threads
@@ -12,6 +13,9 @@ from bigearthnet.core.progress import progress_bar
 from bigearthnet.maps.scene_input import Scene, SceneError
 from bigearthnet.maps.scene_output import write_scene_map
 from bigearthnet.maps.windows import StageTimes, predict_scene, window_origins
+
+if TYPE_CHECKING:
+    from bigearthnet.inference.predictor import Predictor
 
 log = distributed.log
 
@@ -32,17 +36,19 @@ def map_scene(
     band_order: list[str] | None = None,
     mask_clouds: bool = False,
     labels: int | None = None,
+    predictor: Predictor | None = None,
 ) -> dict:
     """Collective: map ``scene_dir`` (a SAFE folder, band GeoTIFFs or a band stack) with the
     model of a run (``run_dir``, ``checkpoint``) or of an export (``model_dir``); rank 0
-    writes ``out``. Returns a summary (windows, cells, seconds,
-    windows/s, and this rank's seconds reading and in the model)."""
+    writes ``out``. ``predictor``: a model already open (a region maps many scenes with one).
+    Returns a summary (windows, cells, seconds, windows/s, and this rank's seconds reading
+    and in the model)."""
     from rasterio.transform import Affine
 
     from bigearthnet.inference.predictor import open_predictor
 
     distributed.init(threads=default_threads())
-    loaded = open_predictor(
+    loaded = predictor or open_predictor(
         run_dir=run_dir, model_dir=model_dir, checkpoint=checkpoint, stats_from=stats_from
     )
     if labels is not None and loaded.num_classes != labels:

@@ -43,20 +43,9 @@ def write_scene_map(
     """Write ``path`` (top class, colour table), ``<path>.probabilities.tif`` and
     ``<path>.areas.csv``; returns the bands written (top class first)."""
     bands = map_bands(sums)
-    colours = constants.class_colours(len(classes))
     grid = {"crs": crs, "transform": transform}
     all_tags = dict(tags, classes=json.dumps(classes))
-
-    def top_class(dst) -> None:
-        dst.write_colormap(1, {c: (*map(int, colours[c]), 255) for c in range(len(classes))})
-        dst.update_tags(1, **{str(c): name for c, name in enumerate(classes)})
-        dst.set_band_description(1, "top class index (255 = nodata)")
-
-    def probabilities(dst) -> None:
-        for c, name in enumerate(classes, start=1):
-            dst.set_band_description(c, f"P({name}) x {PROB_SCALE}")
-        dst.scales = (1.0 / PROB_SCALE,) * len(classes)
-        dst.offsets = (0.0,) * len(classes)
+    top_class, probabilities = describe_classes(classes), describe_probabilities(classes)
 
     path.parent.mkdir(parents=True, exist_ok=True)
     # The map itself last: its presence says every companion is there. A companion that
@@ -73,6 +62,30 @@ def write_scene_map(
         raise
     write_cog(path, bands[:1], grid, all_tags, top_class)
     return bands
+
+
+def describe_classes(classes: Sequence[str], what: str = "top class index"):
+    """Band 1 of a class map: the CORINE colour table, class names as tags, a description."""
+    colours = constants.class_colours(len(classes))
+
+    def describe(dst) -> None:
+        dst.write_colormap(1, {c: (*map(int, colours[c]), 255) for c in range(len(classes))})
+        dst.update_tags(1, **{str(c): name for c, name in enumerate(classes)})
+        dst.set_band_description(1, f"{what} (255 = nodata)")
+
+    return describe
+
+
+def describe_probabilities(classes: Sequence[str]):
+    """A probability file: one band per class, round(p x 250) with its scale."""
+
+    def describe(dst) -> None:
+        for c, name in enumerate(classes, start=1):
+            dst.set_band_description(c, f"P({name}) x {PROB_SCALE}")
+        dst.scales = (1.0 / PROB_SCALE,) * len(classes)
+        dst.offsets = (0.0,) * len(classes)
+
+    return describe
 
 
 def write_category_names(path: Path, names: Sequence[str]) -> None:

@@ -51,41 +51,45 @@ class SceneTruth:
 
 def render_scene(truth: SceneTruth, seed: int) -> dict[str, np.ndarray]:
     """Band -> uint16 image at the band's native resolution."""
+    grid = np.kron(np.asarray(truth.classes), np.ones((truth.block, truth.block), int))
+    cloud = np.zeros(grid.shape, bool)
+    if truth.cloud is not None:
+        row0, col0, row1, col1 = truth.cloud
+        cloud[row0:row1, col0:col1] = True
+    return render_classes(grid, cloud, truth.border, seed)
+
+
+def render_classes(
+    grid: np.ndarray, cloud: np.ndarray, border: int, seed: int
+) -> dict[str, np.ndarray]:
+    """A (size, size) 10 m grid of 19-class indices -> band -> uint16 image at the band's
+    native resolution, and ``SCL``: bright in every band and SCL cloud where ``cloud`` (a
+    mask of even-aligned 2 x 2 blocks), nodata in a ``border`` of px at every edge."""
     rng = np.random.default_rng(seed)
     signatures = class_signatures(19)
-    grid = np.kron(np.asarray(truth.classes), np.ones((truth.block, truth.block), int))
-    texture = 1.0 + 0.05 * _smooth(rng, truth.size)
+    size = grid.shape[0]
+    texture = 1.0 + 0.05 * _smooth(rng, size)
     bands = {}
     for index, band in enumerate(constants.BANDS):
         field = signatures[grid, index] * texture
-        if truth.cloud is not None:
-            row0, col0, row1, col1 = truth.cloud
-            field[row0:row1, col0:col1] = CLOUD_REFLECTANCE
+        field[cloud] = CLOUD_REFLECTANCE
         factor = constants.BAND_RESOLUTION_M[band] // 10
-        native = truth.size // factor
+        native = size // factor
         coarse = field.reshape(native, factor, native, factor).mean(axis=(1, 3))
         noisy = coarse * (1 + 0.01 * rng.standard_normal(coarse.shape)) + 8 * rng.standard_normal(
             coarse.shape
         )
         image = np.clip(np.rint(noisy), 1, 20000).astype(np.uint16)
-        edge = truth.border // factor
+        edge = border // factor
         if edge:
             image[:edge], image[-edge:], image[:, :edge], image[:, -edge:] = 0, 0, 0, 0
         bands[band] = image
-    bands["SCL"] = scene_classification(truth)
-    return bands
-
-
-def scene_classification(truth: SceneTruth) -> np.ndarray:
-    """The SCL band (uint8, 20 m): cloud in the cloud rectangle, 0 in the border."""
-    scl = np.full((truth.size // 2, truth.size // 2), SCL_LAND, dtype=np.uint8)
-    if truth.cloud is not None:
-        row0, col0, row1, col1 = (v // 2 for v in truth.cloud)
-        scl[row0:row1, col0:col1] = SCL_CLOUD
-    edge = truth.border // 2
+    scl = np.where(cloud[::2, ::2], SCL_CLOUD, SCL_LAND).astype(np.uint8)
+    edge = border // 2
     if edge:
         scl[:edge], scl[-edge:], scl[:, :edge], scl[:, -edge:] = 0, 0, 0, 0
-    return scl
+    bands["SCL"] = scl
+    return bands
 
 
 def _smooth(rng: np.random.Generator, size: int, knots: int = 8) -> np.ndarray:
@@ -98,7 +102,14 @@ def _smooth(rng: np.random.Generator, size: int, knots: int = 8) -> np.ndarray:
     return rows[:, lo] * (1 - frac) + rows[:, lo + 1] * frac
 
 
-def _profile(size: int, factor: int, driver: str, dtype: str = "uint16") -> dict:
+def _profile(
+    size: int,
+    factor: int,
+    driver: str,
+    dtype: str = "uint16",
+    epsg: int = EPSG,
+    origin: tuple[float, float] = ORIGIN,
+) -> dict:
     from rasterio.crs import CRS
     from rasterio.transform import Affine
 
@@ -109,8 +120,8 @@ def _profile(size: int, factor: int, driver: str, dtype: str = "uint16") -> dict
         "height": size // factor,
         "count": 1,
         "dtype": dtype,
-        "crs": CRS.from_epsg(EPSG),
-        "transform": Affine(res, 0.0, ORIGIN[0], 0.0, -res, ORIGIN[1]),
+        "crs": CRS.from_epsg(epsg),
+        "transform": Affine(res, 0.0, origin[0], 0.0, -res, origin[1]),
         "nodata": 0,
     }
     if driver == "JP2OpenJPEG":
@@ -124,11 +135,25 @@ def write_scene(
     """Write the scene as ``layout`` ``tif`` (band GeoTIFFs in ``out``), ``safe`` (an
     L2A product folder ``out``) or ``stack`` (one 12-band GeoTIFF ``out`` at 10 m, the
     20/60 m bands repeated, bands described by name); returns band -> file."""
-    import rasterio
-
     bands = render_scene(truth, seed)
     if layout == "stack":
         return write_stack(out, truth, bands)
+    return write_bands(out, bands, truth.size, layout)
+
+
+def write_bands(
+    out: Path,
+    bands: dict[str, np.ndarray],
+    size: int,
+    layout: str,
+    epsg: int = EPSG,
+    origin: tuple[float, float] = ORIGIN,
+) -> dict[str, Path]:
+    """Write rendered ``bands`` of a ``size`` px scene whose upper-left corner is ``origin``
+    in EPSG ``epsg``: ``tif`` (band GeoTIFFs in ``out``) or ``safe`` (an L2A product
+    folder ``out``); returns band -> file."""
+    import rasterio
+
     files = {}
     for band, image in bands.items():
         res = 20 if band == "SCL" else constants.BAND_RESOLUTION_M[band]
@@ -143,7 +168,7 @@ def write_scene(
         else:
             folder, path, driver = out, out / f"{band}.tif", "GTiff"
         folder.mkdir(parents=True, exist_ok=True)
-        profile = _profile(truth.size, factor, driver, image.dtype.name)
+        profile = _profile(size, factor, driver, image.dtype.name, epsg, origin)
         with rasterio.open(path, "w", **profile) as dst:
             dst.write(image, 1)
         files[band] = path

@@ -1,0 +1,265 @@
+"""The products of a region series, built from its scene maps on one grid.
+
+Per period ``P`` (in time order):
+
+* ``periods/P.tif`` (COG, top class with the colour table and category names) and
+  ``periods/P.tif.probabilities.tif``: the period's observations combined. Each acquisition
+  date's scenes are put on the grid (:mod:`.grid`: nearest tile centre where tiles
+  overlap); the period's probabilities are the mean over its dates of the cells observed
+  (masked clouds and nodata are not observations);
+* ``consistent/P.tif``: the smoothed series (:mod:`.series`), unobserved periods bridged.
+
+And once: ``changes.tif`` (class changes per cell in the smoothed series, over its observed
+periods), ``first_change.tif`` (1 + the index of the period of the first lasting change; 0
+none; the period labels in its tags), ``areas.csv`` (km² per class per period, raw and
+smoothed), ``transitions.csv`` (km² per from -> to class between consecutive periods and
+first -> last, smoothed), and ``consistency.json``, written last: its presence says the
+products are complete. The series is decoded in blocks of grid rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bigearthnet.core.util import atomic_write_json, write_csv
+from bigearthnet.maps.patches import NODATA, PROB_SCALE
+from bigearthnet.maps.region import series
+from bigearthnet.maps.region.grid import Footprint, RegionGrid, nearest_observation, warp
+from bigearthnet.maps.region.periods import Acquisition, group_by_period
+from bigearthnet.maps.scene_output import (
+    describe_classes,
+    describe_probabilities,
+    write_category_names,
+    write_cog,
+)
+
+CONSISTENCY = "consistency.json"
+ROW_BLOCK = 256  # grid rows decoded at a time
+
+
+@dataclass(frozen=True)
+class SceneMap:
+    """A mapped scene: its acquisition and its map file (probabilities beside it)."""
+
+    acquisition: Acquisition
+    path: Path
+
+    @property
+    def probabilities(self) -> Path:
+        return Path(f"{self.path}.probabilities.tif")
+
+
+def footprint(scene: SceneMap) -> Footprint:
+    import rasterio
+
+    with rasterio.open(scene.path) as src:
+        return Footprint(str(src.crs), tuple(src.bounds))  # type: ignore[arg-type]
+
+
+def scene_classes(scene: SceneMap) -> list[str]:
+    import rasterio
+
+    with rasterio.open(scene.probabilities) as src:
+        return json.loads(src.tags()["classes"])
+
+
+def period_scores(scenes: list[SceneMap], grid: RegionGrid, classes: int) -> np.ndarray:
+    """(C, height, width) mean probabilities of the scenes' dates, NaN where unobserved."""
+    import rasterio
+
+    total = np.zeros((classes, grid.height, grid.width), np.float64)
+    count = np.zeros((grid.height, grid.width), np.int32)
+    dates = sorted({s.acquisition.date for s in scenes})
+    for date in dates:
+        observations, centres = [], []
+        for scene in (s for s in scenes if s.acquisition.date == date):
+            with rasterio.open(scene.probabilities) as src:
+                scaled = src.read()
+                crs, transform = str(src.crs), src.transform
+            values = np.where(scaled == NODATA, NODATA, scaled / PROB_SCALE)
+            observations.append(warp(values, crs, transform, grid, nodata=NODATA,
+                                     categorical=False))  # fmt: skip
+            centres.append(footprint(scene).centre_in(grid.crs))
+        taken, chosen = nearest_observation(observations, centres, grid)
+        seen = chosen >= 0
+        total[:, seen] += taken[:, seen]
+        count[seen] += 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = total / count
+    mean[:, count == 0] = np.nan
+    return mean.astype(np.float32)
+
+
+def top_class(scores: np.ndarray) -> np.ndarray:
+    """(C, h, w) scores -> (h, w) uint8 top class, NODATA where unobserved."""
+    observed = ~np.isnan(scores).any(axis=0)
+    return np.where(observed, np.nan_to_num(scores, nan=-1).argmax(axis=0), NODATA).astype(np.uint8)
+
+
+def write_class_map(
+    path: Path, labels: np.ndarray, grid: RegionGrid, classes: Sequence[str], tags: dict
+) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_category_names(path, classes)
+    write_cog(path, labels[None].astype(np.uint8), _grid(grid),
+              dict(tags, classes=json.dumps(list(classes))), describe_classes(classes))  # fmt: skip
+
+
+def write_period(
+    folder: Path, label: str, scores: np.ndarray, grid: RegionGrid, classes: Sequence[str],
+    tags: dict,
+) -> np.ndarray:  # fmt: skip
+    """``folder/label.tif`` and its probabilities (companion first); returns the top class."""
+    path = folder / f"{label}.tif"
+    scaled = np.where(np.isnan(scores), NODATA, np.rint(np.nan_to_num(scores) * PROB_SCALE))
+    folder.mkdir(parents=True, exist_ok=True)
+    all_tags = dict(tags, classes=json.dumps(list(classes)))
+    write_cog(Path(f"{path}.probabilities.tif"), scaled.astype(np.uint8), _grid(grid),
+              all_tags, describe_probabilities(classes))  # fmt: skip
+    labels = top_class(scores)
+    write_class_map(path, labels, grid, classes, tags)
+    return labels
+
+
+def area_rows(
+    labels: np.ndarray, periods: list[str], classes: Sequence[str], cell_km2: float, kind: str
+) -> list[list]:
+    """period, series, class, cells, km2 for each period and class present."""
+    rows = []
+    for t, period in enumerate(periods):
+        values, cells = np.unique(labels[t][labels[t] >= 0], return_counts=True)
+        for value, n in zip(values, cells):
+            rows.append([period, kind, classes[int(value)], int(n), f"{n * cell_km2:.4f}"])
+    return rows
+
+
+def transition_rows(
+    labels: np.ndarray, periods: list[str], classes: Sequence[str], cell_km2: float
+) -> list[list]:
+    """from_period, to_period, from_class, to_class, cells, km2 of every class pair between
+    consecutive periods and between the first and the last, cells known in both."""
+    pairs = [(t, t + 1) for t in range(len(periods) - 1)]
+    if len(periods) > 2:
+        pairs.append((0, len(periods) - 1))
+    rows = []
+    for a, b in pairs:
+        known = (labels[a] >= 0) & (labels[b] >= 0)
+        codes = labels[a][known].astype(np.int64) * len(classes) + labels[b][known]
+        values, cells = np.unique(codes, return_counts=True)
+        for code, n in zip(values, cells):
+            src, dst = divmod(int(code), len(classes))
+            rows.append([periods[a], periods[b], classes[src], classes[dst], int(n),
+                         f"{n * cell_km2:.4f}"])  # fmt: skip
+    return rows
+
+
+def build_products(
+    out: Path,
+    scenes: list[SceneMap],
+    *,
+    period: str,
+    crs: str,
+    cell: float,
+    persistence: float,
+    tags: dict,
+    skipped: list[dict],
+) -> dict:
+    """Every product of the series in ``out``; returns the consistency record."""
+    (out / CONSISTENCY).unlink(missing_ok=True)  # products being rebuilt are not complete
+    classes = scene_classes(scenes[0])
+    grid = RegionGrid.covering([footprint(s) for s in scenes], crs, cell)
+    groups = group_by_period([s.acquisition for s in scenes], period)
+    labels_of = list(groups)
+    scores = np.empty((len(groups), len(classes), grid.height, grid.width), np.float32)
+    raw = np.empty((len(groups), grid.height, grid.width), np.int16)
+    for t, (label, acquisitions) in enumerate(groups.items()):
+        members = [s for s in scenes if s.acquisition in acquisitions]
+        scores[t] = period_scores(members, grid, len(classes))
+        top = write_period(out / "periods", label, scores[t], grid, classes, tags)
+        raw[t] = np.where(top == NODATA, -1, top)
+    smooth = _decode(scores, persistence)
+    for t, label in enumerate(labels_of):
+        labels = np.where(smooth[t] < 0, NODATA, smooth[t]).astype(np.uint8)
+        write_class_map(out / "consistent" / f"{label}.tif", labels, grid, classes, tags)
+    observed = raw >= 0
+    flat = (len(groups), grid.height * grid.width)
+    raw_c = series.consistency(raw.reshape(flat), observed.reshape(flat))
+    smooth_c = series.consistency(smooth.reshape(flat), observed.reshape(flat))
+    ever = observed.any(axis=0)
+    _write_change_maps(out, grid, smooth_c, ever, labels_of, tags)
+    km2 = grid.cell_km2
+    write_csv(out / "areas.csv", ("period", "series", "class", "cells", "km2"),
+              area_rows(raw, labels_of, classes, km2, "raw")
+              + area_rows(smooth, labels_of, classes, km2, "consistent"))  # fmt: skip
+    write_csv(out / "transitions.csv",
+              ("from_period", "to_period", "from_class", "to_class", "cells", "km2"),
+              transition_rows(smooth, labels_of, classes, km2))  # fmt: skip
+    record = {
+        "periods": labels_of,
+        "period": period,
+        "grid": {
+            "crs": grid.crs,
+            "cell_m": grid.cell,
+            "width": grid.width,
+            "height": grid.height,
+            "transform": list(grid.transform)[:6],
+        },  # fmt: skip
+        "persistence": persistence,
+        "scenes": [
+            {
+                "path": s.acquisition.path,
+                "tile": s.acquisition.tile,
+                "date": s.acquisition.date.isoformat(),
+            }
+            for s in scenes
+        ],  # fmt: skip
+        "skipped": skipped,
+        "cells_observed": {label: int(observed[t].sum()) for t, label in enumerate(labels_of)},
+        "flicker_rate": {"raw": raw_c.flicker_rate, "consistent": smooth_c.flicker_rate},
+        "lasting_changes": int((smooth_c.first_lasting >= 0).sum()),
+        "cells_ever_observed": int(ever.sum()),
+        "cell_km2": km2,
+    }
+    atomic_write_json(out / CONSISTENCY, record)
+    return record
+
+
+def _decode(scores: np.ndarray, persistence: float) -> np.ndarray:
+    """(T, C, h, w) -> (T, h, w) smoothed labels, -1 where never observed; row blocks."""
+    periods, classes, height, width = scores.shape
+    labels = np.empty((periods, height, width), np.int16)
+    for row in range(0, height, ROW_BLOCK):
+        block = scores[:, :, row : row + ROW_BLOCK]  # (T, C, r, w)
+        rows = block.shape[2]
+        cells = block.transpose(0, 2, 3, 1).reshape(periods, rows * width, classes)
+        labels[:, row : row + rows] = series.viterbi(cells, persistence).reshape(
+            periods, rows, width
+        )
+    return labels
+
+
+def _write_change_maps(out, grid, smooth_c, ever, periods, tags) -> None:
+    changes = np.where(ever, np.minimum(smooth_c.changes.reshape(ever.shape), 254), NODATA)
+    first = np.where(ever, smooth_c.first_lasting.reshape(ever.shape) + 1, NODATA)
+    period_tags = dict(tags, periods=json.dumps(periods))
+
+    def counts(dst) -> None:
+        dst.set_band_description(1, "class changes in the consistent series (255 = nodata)")
+
+    def first_period(dst) -> None:
+        dst.set_band_description(
+            1, "1 + index of the period of the first lasting change, 0 none (255 = nodata)"
+        )
+
+    write_cog(out / "changes.tif", changes[None].astype(np.uint8), _grid(grid), tags, counts)
+    write_cog(out / "first_change.tif", first[None].astype(np.uint8), _grid(grid), period_tags,
+              first_period)  # fmt: skip
+
+
+def _grid(grid: RegionGrid) -> dict:
+    return {"crs": grid.crs, "transform": grid.transform}

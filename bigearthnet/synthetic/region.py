@@ -1,0 +1,203 @@
+"""A synthetic region to test region series against: Sentinel-2 scenes of several tiles on
+both sides of the UTM 32/33 boundary (12 E, 48 N), overlapping as MGRS tiles do, over
+several dates, with land cover that changes in known places at known dates and clouds
+marked in SCL.
+
+* **Truth** lives on the European LAEA grid (EPSG:3035) in blocks of ``block`` metres: each
+  block one of :data:`REGION_CLASSES` per date. About 15 % of blocks change lastingly (at
+  a date with at least two dates before and after it: a forest felled, a field built on),
+  about 8 % show a one-date look-alike that reverts (a flooded field: inland water).
+* **Tiles** are squares of ``size`` px at 10 m in their own UTM zone, in two columns (west
+  of 12 E in zone 32, east in zone 33) and ``tiles / 2`` rows, overlapping by ``overlap``
+  metres. Each pixel takes the class of the block its centre falls in, rendered with the
+  spectral signatures of the synthetic archive (:func:`.scene.render_classes`).
+* **Clouds**: in about a third of the scenes one rectangle, bright and SCL class 9.
+
+Written as ``OUT/scenes/<product name>/`` (band GeoTIFFs, or ``--layout safe``), named
+like L2A products (``S2B_MSIL2A_<date>T100559_N0400_R022_T<tile>_<date>T130116``) so tile
+and date come from the name, and ``OUT/truth.json``: the grid, the blocks' classes per date,
+the events and every scene's footprint.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from rasterio.warp import transform
+
+from bigearthnet.core.errors import InputError
+from bigearthnet.core.util import atomic_write_json
+from bigearthnet.synthetic.scene import render_classes, write_bands
+
+TRUTH_CRS = "EPSG:3035"
+CENTRE_LONLAT = (12.0, 48.0)  # on the boundary of UTM zones 32 and 33
+# Classes the synthetic archive's tiny model tells apart well (as bigearthnet-synth scene).
+REGION_CLASSES: tuple[int, ...] = (0, 2, 5, 8, 11, 13, 14, 16, 18, 9, 3)
+FLOOD_CLASS = 17  # inland waters: the look-alike that comes and goes
+FIRST_DATE = dt.date(2020, 3, 15)
+DAYS_BETWEEN = 30
+
+
+@dataclass(frozen=True)
+class RegionSpec:
+    tiles: int = 4
+    dates: int = 6
+    size: int = 720  # px at 10 m per tile side
+    overlap: float = 1200.0  # metres two neighbouring tiles share
+    block: float = 3600.0  # metres per truth block side
+    seed: int = 0
+
+
+def generate_region(out: Path, spec: RegionSpec, *, layout: str = "tif") -> dict:
+    """Write the region to ``out`` (which must not exist or be empty); returns the truth."""
+    _check(out, spec)
+    rng = np.random.default_rng(spec.seed)
+    tiles = _tiles(spec)
+    truth = _truth(spec, tiles, rng)
+    dates = [FIRST_DATE + dt.timedelta(days=DAYS_BETWEEN * d) for d in range(spec.dates)]
+    tmp = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        scenes = []
+        for tile in tiles:
+            block_of = _pixel_blocks(tile, spec, truth)
+            for d, date in enumerate(dates):
+                name = _product_name(tile["name"], date)
+                grid = truth["classes"][d][block_of[0], block_of[1]]
+                cloud = _cloud(spec.size, rng)
+                bands = render_classes(np.asarray(grid), cloud, 0, int(rng.integers(1 << 31)))
+                epsg, origin = tile["epsg"], (tile["left"], tile["top"])
+                write_bands(tmp / "scenes" / name, bands, spec.size, layout, epsg, origin)
+                scenes.append({"name": name, "tile": tile["name"], "date": date.isoformat(),
+                               "clouded_px": int(cloud.sum())})  # fmt: skip
+        body = _truth_json(spec, tiles, truth, dates, scenes)
+        atomic_write_json(tmp / "truth.json", body)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out.exists():
+        out.rmdir()
+    tmp.rename(out)
+    return body
+
+
+def _check(out: Path, spec: RegionSpec) -> None:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise InputError(f"{out}: exists and is not an empty folder")
+    if spec.tiles < 2 or spec.tiles % 2:
+        raise InputError(f"--tiles {spec.tiles}: an even number >= 2 (two UTM zones)")
+    if spec.dates < 5:
+        raise InputError(f"--dates {spec.dates}: at least 5 (changes need two dates each side)")
+    if spec.size % 120 or spec.size < 240:
+        raise InputError(f"--size {spec.size}: a multiple of 120 px, at least 240")
+
+
+def _tiles(spec: RegionSpec) -> list[dict]:
+    """Tile squares in LAEA placement, each in its own UTM zone, snapped to 60 m there."""
+    (cx,), (cy,) = transform("EPSG:4326", TRUTH_CRS, [CENTRE_LONLAT[0]], [CENTRE_LONLAT[1]])
+    side = spec.size * 10.0
+    step = side - spec.overlap
+    rows = spec.tiles // 2
+    tiles = []
+    for row in range(rows):
+        for column, (zone, letters) in enumerate(((32, "UQ"), (33, "UU"))):
+            x = cx + (column - 0.5) * step
+            y = cy + ((rows - 1) / 2 - row) * step
+            epsg = 32600 + zone
+            (ux,), (uy,) = transform(TRUTH_CRS, f"EPSG:{epsg}", [x], [y])
+            left = round((ux - side / 2) / 60) * 60
+            top = round((uy + side / 2) / 60) * 60
+            name = f"{zone}{letters}{'UVWXYZ'[row] if zone == 32 else 'PQRSTU'[row]}"
+            tiles.append({"name": name, "epsg": epsg, "left": float(left), "top": float(top),
+                          "side": side})  # fmt: skip
+    return tiles
+
+
+def _truth(spec: RegionSpec, tiles: list[dict], rng: np.random.Generator) -> dict:
+    """Blocks covering every tile, their classes per date, lasting changes and floods."""
+    from rasterio.warp import transform_bounds
+
+    boxes = [
+        transform_bounds(f"EPSG:{t['epsg']}", TRUTH_CRS, t["left"], t["top"] - t["side"],
+                         t["left"] + t["side"], t["top"], densify_pts=21)
+        for t in tiles
+    ]  # fmt: skip
+    b = spec.block
+    left = np.floor(min(x[0] for x in boxes) / b) * b
+    top = np.ceil(max(x[3] for x in boxes) / b) * b
+    cols = int(np.ceil((max(x[2] for x in boxes) - left) / b))
+    rows = int(np.ceil((top - min(x[1] for x in boxes)) / b))
+    start = rng.choice(REGION_CLASSES, (rows, cols))
+    classes = np.repeat(start[None], spec.dates, axis=0)
+    events = []
+    kind = rng.choice(3, (rows, cols), p=[0.77, 0.15, 0.08])
+    for r, c in zip(*np.nonzero(kind == 1)):
+        at = int(rng.integers(2, spec.dates - 1))
+        new = int(rng.choice([k for k in REGION_CLASSES if k != start[r, c]]))
+        classes[at:, r, c] = new
+        events.append({"block": [int(r), int(c)], "kind": "lasting", "date_index": at,
+                       "from": int(start[r, c]), "to": new})  # fmt: skip
+    for r, c in zip(*np.nonzero(kind == 2)):
+        at = int(rng.integers(1, spec.dates - 1))
+        classes[at, r, c] = FLOOD_CLASS
+        events.append({"block": [int(r), int(c)], "kind": "transient", "date_index": at,
+                       "from": int(start[r, c]), "to": FLOOD_CLASS})  # fmt: skip
+    return {"left": float(left), "top": float(top), "rows": rows, "cols": cols,
+            "classes": classes, "events": events}  # fmt: skip
+
+
+def _pixel_blocks(tile: dict, spec: RegionSpec, truth: dict) -> tuple[np.ndarray, ...]:
+    """(rows, cols) block indices of every 10 m pixel centre of ``tile``."""
+    centres = tile["left"] + 5.0 + 10.0 * np.arange(spec.size)
+    ys = tile["top"] - 5.0 - 10.0 * np.arange(spec.size)
+    px, py = np.meshgrid(centres, ys)
+    lx, ly = transform(f"EPSG:{tile['epsg']}", TRUTH_CRS, px.ravel(), py.ravel())
+    col = np.floor((np.asarray(lx) - truth["left"]) / spec.block).astype(int)
+    row = np.floor((truth["top"] - np.asarray(ly)) / spec.block).astype(int)
+    shape = (spec.size, spec.size)
+    row = row.clip(0, truth["rows"] - 1).reshape(shape)
+    return row, col.clip(0, truth["cols"] - 1).reshape(shape)
+
+
+def _cloud(size: int, rng: np.random.Generator) -> np.ndarray:
+    """Mostly clear; a third of the scenes one rectangle of cloud (even-aligned)."""
+    mask = np.zeros((size, size), bool)
+    if rng.random() < 1 / 3:
+        h, w = (int(v) * 2 for v in rng.integers(size // 10, size // 4, 2))
+        r, c = (int(v) * 2 for v in rng.integers(0, (size - max(h, w)) // 2, 2))
+        mask[r : r + h, c : c + w] = True
+    return mask
+
+
+def _product_name(tile: str, date: dt.date) -> str:
+    day = date.strftime("%Y%m%d")
+    return f"S2B_MSIL2A_{day}T100559_N0400_R022_T{tile}_{day}T130116"
+
+
+def _truth_json(spec: RegionSpec, tiles, truth, dates, scenes) -> dict:
+    return {
+        "crs": TRUTH_CRS,
+        "block_m": spec.block,
+        "left": truth["left"],
+        "top": truth["top"],
+        "rows": truth["rows"],
+        "cols": truth["cols"],
+        "dates": [d.isoformat() for d in dates],
+        "classes": truth["classes"].tolist(),  # [date][row][col], 19-class indices
+        "events": truth["events"],
+        "tiles": tiles,
+        "scenes": scenes,
+        "spec": {k: getattr(spec, k) for k in ("tiles", "dates", "size", "overlap", "seed")},
+    }
+
+
+def read_truth(region: Path) -> dict:
+    """``truth.json`` of a generated region, classes as an array [date, row, col]."""
+    body = json.loads((region / "truth.json").read_text(encoding="utf-8"))
+    body["classes"] = np.asarray(body["classes"], np.int16)
+    return body

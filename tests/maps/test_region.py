@@ -1,0 +1,119 @@
+"""bigearthnet-map region end to end on a synthetic region (4 tiles in UTM zones 32 and 33,
+5 dates, clouds): products on one LAEA grid, areas that add up with no cell counted twice,
+bad scenes skipped with their reasons, a rerun that reuses the scene maps and gives the
+same products."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rasterio
+
+from bigearthnet.cli.map import main as map_main
+from bigearthnet.synthetic.region import RegionSpec, generate_region, read_truth
+
+pytestmark = pytest.mark.slow
+SPEC = RegionSpec(tiles=4, dates=5, size=480, block=3600.0, seed=4)
+
+
+@pytest.fixture(scope="module")
+def region(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("region") / "synth"
+    generate_region(root, SPEC)
+    scenes = sorted((root / "scenes").iterdir())
+    first = scenes[0].name
+    # A second scene of the same tile and date, a truncated scene and one dated 2005.
+    shutil.copytree(scenes[0], root / "scenes" / first.replace("T130116", "T130117"))
+    broken = root / "scenes" / first.replace("T130116", "T140000").replace("T32UQU", "T32UQX")
+    shutil.copytree(scenes[0], broken)
+    (broken / "B02.tif").write_bytes((broken / "B02.tif").read_bytes()[:300])
+    shutil.copytree(scenes[0], root / "scenes" / first.replace("2020", "2005"))
+    return root
+
+
+def _run(region: Path, run: Path, out: Path, *extra: str) -> int:
+    scenes = [str(p) for p in sorted((region / "scenes").iterdir())]
+    argv = ["region", *scenes, "--run-dir", str(run), "--out", str(out),
+            "--period", "scene-date", "--no-progress", *extra]  # fmt: skip
+    return map_main(argv)
+
+
+def _read(path: Path) -> np.ndarray:
+    with rasterio.open(path) as src:
+        return src.read(1)
+
+
+def _truth_on_grid(region: Path, record: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(T, h, w) true classes at the grid's cell centres, and the cells wholly inside a block."""
+    truth = read_truth(region)
+    grid = record["grid"]
+    a, _, left, _, e, top = grid["transform"]
+    xs = left + (np.arange(grid["width"]) + 0.5) * a
+    ys = top + (np.arange(grid["height"]) + 0.5) * e
+    x, y = np.meshgrid(xs, ys)
+    col = np.clip(
+        np.floor((x - truth["left"]) / truth["block_m"]).astype(int), 0, truth["cols"] - 1
+    )
+    row = np.clip(np.floor((truth["top"] - y) / truth["block_m"]).astype(int), 0, truth["rows"] - 1)
+    fx = (x - truth["left"]) / truth["block_m"] - col
+    fy = (truth["top"] - y) / truth["block_m"] - row
+    margin = a / truth["block_m"]  # a cell and its windows wholly in one block
+    interior = (fx > margin) & (fx < 1 - margin) & (fy > margin) & (fy < 1 - margin)
+    return truth["classes"][:, row, col], interior
+
+
+def test_a_region_series(region, trained_run, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _run(region, trained_run, out) == 0
+    assert "[region] 20 scenes (3 skipped), 5 periods" in capsys.readouterr().out
+    record = json.loads((out / "consistency.json").read_text())
+    reasons = " | ".join(s["reason"] for s in record["skipped"])
+    assert "a second scene of tile 32UQU" in reasons and "outside the series' date range" in reasons
+    assert "T32UQX_20200315T140000" in reasons  # the truncated scene, named
+    periods = record["periods"]
+    assert len(periods) == SPEC.dates
+    width, height = record["grid"]["width"], record["grid"]["height"]
+    cell_km2 = record["cell_km2"]
+    with open(out / "areas.csv", newline="") as f:
+        areas = list(csv.DictReader(f))
+    for period in periods:
+        raw = [r for r in areas if r["period"] == period and r["series"] == "raw"]
+        cells = sum(int(r["cells"]) for r in raw)
+        assert cells == record["cells_observed"][period] <= width * height  # no cell twice
+        km2 = sum(float(r["km2"]) for r in raw)
+        assert km2 == pytest.approx(cells * cell_km2, rel=1e-3)
+        top = _read(out / "periods" / f"{period}.tif")
+        assert int((top != 255).sum()) == cells
+    assert record["flicker_rate"]["consistent"] <= record["flicker_rate"]["raw"]
+    truth, interior = _truth_on_grid(region, record)
+    agreement = []
+    for t, period in enumerate(periods):
+        top = _read(out / "periods" / f"{period}.tif")
+        seen = (top != 255) & interior
+        agreement.append(float((top[seen] == truth[t][seen]).mean()))
+    print("agreement inside the blocks per period:", [f"{a:.3f}" for a in agreement])
+    assert min(agreement) >= 0.8, agreement
+    # A rerun reuses every scene map and builds the same products.
+    maps = {p: p.stat().st_mtime_ns for p in (out / "scenes").glob("*.tif")}
+    before = {p.name: _read(p) for p in (out / "consistent").glob("*.tif")}
+    areas_before = (out / "areas.csv").read_bytes()
+    assert _run(region, trained_run, out) == 0
+    assert {p: p.stat().st_mtime_ns for p in (out / "scenes").glob("*.tif")} == maps
+    for name, labels in before.items():
+        np.testing.assert_array_equal(_read(out / "consistent" / name), labels)
+    assert (out / "areas.csv").read_bytes() == areas_before
+
+
+def test_nothing_mappable_is_exit_2(region, trained_run, tmp_path, reported_errors):
+    bad = tmp_path / "S2B_MSIL2A_20200315T100559_N0400_R022_T32UQU_20200315T130116"
+    bad.mkdir()
+    argv = ["region", str(bad), "--run-dir", str(trained_run), "--out", str(tmp_path / "o"),
+            "--no-progress"]  # fmt: skip
+    assert map_main(argv) == 2
+    assert "no scene of the region could be mapped" in reported_errors()[-1]
+    assert not (tmp_path / "o" / "consistency.json").exists()
