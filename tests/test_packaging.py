@@ -25,7 +25,7 @@ def test_the_wheel_carries_the_job_scripts(tmp_path):
     assert "bigearthnet/models/resnet.py" in names  # the registry, under the package's name
     # bigearthnet-export's card template and the bundled STAC schemas it validates against
     assert "bigearthnet/export/templates/model_card.md.j2" in names
-    assert "bigearthnet/export/schemas/mlm-v1.5.2.json" in names
+    assert "bigearthnet/formats/stac_schemas/mlm-v1.5.2.json" in names
     assert "bigearthnet/pages/templates/run.html.j2" in names  # the pages' templates
     top = {n.split("/")[0] for n in names if not n.startswith("bigearthnet_hpc-")}
     assert top == {"bigearthnet"}, top  # no top-level models, train or evaluate

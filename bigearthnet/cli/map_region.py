@@ -117,11 +117,14 @@ def map_region_command(args: argparse.Namespace) -> None:
     )  # fmt: skip
     record = map_region(acquisitions, options)
     if record is not None:
+        from bigearthnet.pages.region_page import write_region_page
+
+        page = write_region_page(args.out)
         flicker = record["flicker_rate"]
         print(
             f"[region] {len(record['scenes'])} scenes ({len(record['skipped'])} skipped), "
             f"{len(record['periods'])} periods on {record['grid']['width']} x "
             f"{record['grid']['height']} cells of {record['grid']['cell_m']:g} m; flicker "
             f"{flicker['raw']:.3f} raw -> {flicker['consistent']:.3f} consistent; "
-            f"{record['lasting_changes']} cells changed lastingly -> {args.out}"
+            f"{record['lasting_changes']} cells changed lastingly -> {args.out} ({page.name})"
         )

@@ -1,6 +1,6 @@
 """``item.json``: the export as a STAC item with the Machine Learning Model extension (MLM
 v1.5.2), built with ``pystac`` and the extension's ``stac-model`` package and validated
-offline against the published schemas bundled in ``schemas/`` (see its README).
+offline against the published schemas bundled in ``formats/stac_schemas/`` (see its README).
 
 The item's footprint and time range are those of the training patches (from the shards'
 corners and the acquisition dates in the patch names) when the training data is at hand,
@@ -10,16 +10,13 @@ else BigEarthNet's published coverage.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import pystac
-from pystac.validation import JsonSchemaSTACValidator, validate_dict
 from stac_model.input import InputStructure, ModelInput
 from stac_model.output import MLMClassification, ModelOutput, ModelResult
 from stac_model.schema import MLModelExtension, MLModelProperties
@@ -28,19 +25,8 @@ from bigearthnet.core import constants
 from bigearthnet.formats import exported
 from bigearthnet.formats.exported import ExportError, ExportInfo
 from bigearthnet.formats.shards import Manifest, describe_encoding, read_locations
+from bigearthnet.formats.stac_validation import MLM_SCHEMA, validate_stac
 
-MLM_SCHEMA = f"https://stac-extensions.github.io/mlm/v{exported.MLM_VERSION}/schema.json"
-# Published URL -> bundled copy; the MLM schema refers to the other three (processing's
-# file still names itself v1.0.0, so it answers to both).
-BUNDLED_SCHEMAS = {
-    MLM_SCHEMA: f"mlm-v{exported.MLM_VERSION}.json",
-    "https://stac-extensions.github.io/classification/v1.1.0/schema.json": (
-        "classification-v1.1.0.json"
-    ),
-    "https://stac-extensions.github.io/processing/v1.1.0/schema.json": "processing-v1.1.0.json",
-    "https://stac-extensions.github.io/processing/v1.0.0/schema.json": "processing-v1.1.0.json",
-    "https://stac-extensions.github.io/raster/v1.1.0/schema.json": "raster-v1.1.0.json",
-}
 # BigEarthNet's coverage (ten European countries) and acquisition period, for an export
 # whose training data is gone.
 BIGEARTHNET_BBOX = (-10.0, 36.9, 31.6, 70.1)
@@ -166,7 +152,7 @@ def _describe(band: str) -> str:
     )
 
 
-# The MLM extension's pattern of mlm:name (schemas/mlm-v1.5.2.json), which is also the id.
+# The MLM extension's pattern of mlm:name (formats/stac_schemas/mlm-v1.5.2.json), also the id.
 MODEL_NAME_PATTERN = r"[a-zA-Z][a-zA-Z0-9_.\-\s]+[a-zA-Z0-9]"
 
 
@@ -275,22 +261,15 @@ def _add_assets(item: pystac.Item, info: ExportInfo, bands: list[dict[str, Any]]
     )
 
 
-def bundled_schemas() -> dict[str, dict[str, Any]]:
-    folder = resources.files("bigearthnet.export") / "schemas"
-    return {url: json.loads((folder / name).read_text()) for url, name in BUNDLED_SCHEMAS.items()}
-
-
 def validate_item(body: dict[str, Any]) -> None:
     """ExportError unless ``body`` is a valid STAC item and a valid MLM item; no
     network: core schemas from pystac, the extension's from the bundled copies."""
     if MLM_SCHEMA not in body.get("stac_extensions", []):
         raise ExportError(f"the STAC item does not declare {MLM_SCHEMA}")
-    validator = JsonSchemaSTACValidator()
-    validator.schema_cache.update(bundled_schemas())
     try:
-        validate_dict(body, validator=validator)
-    except pystac.STACValidationError as err:
-        detail = err.source if err.source is not None else err
+        validate_stac(body, "the STAC item", ExportError)
+    except ExportError as err:
+        detail = str(err).split(": ", 1)[-1]
         raise ExportError(
             f"the STAC item is not valid MLM v{exported.MLM_VERSION}: {detail}"
         ) from None

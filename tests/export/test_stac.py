@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from bigearthnet.export.stac import MLM_SCHEMA, bundled_schemas, validate_item
+from bigearthnet.export.stac import MLM_SCHEMA, validate_item
 from bigearthnet.formats import exported
 from bigearthnet.formats.exported import ExportError, read_export_info
+from bigearthnet.formats.stac_validation import bundled_schemas
 
 
 @pytest.fixture

@@ -85,6 +85,16 @@ def period_start(label: str) -> dt.date:
     raise ValueError(f"not a period label: {label!r}")
 
 
+def period_end(label: str) -> dt.date:
+    """The last day of the period ``label`` (any kind)."""
+    start = period_start(label)
+    months = {10: 0, 7: 1, 8: 3, 4: 12}[len(label)]  # day, month, season (2020-JJA), year
+    if months == 0:
+        return start
+    month = start.month - 1 + months
+    return dt.date(start.year + month // 12, month % 12 + 1, 1) - dt.timedelta(days=1)
+
+
 def group_by_period(acquisitions: list[Acquisition], kind: str) -> dict[str, list[Acquisition]]:
     """Period label -> its acquisitions (by date, then tile), periods in time order."""
     groups: dict[str, list[Acquisition]] = {}

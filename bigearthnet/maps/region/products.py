@@ -13,7 +13,8 @@ And once: ``changes.tif`` (class changes per cell in the smoothed series, over i
 periods), ``first_change.tif`` (1 + the index of the period of the first lasting change; 0
 none; the period labels in its tags), ``areas.csv`` (km² per class per period, raw and
 smoothed), ``transitions.csv`` (km² per from -> to class between consecutive periods and
-first -> last, smoothed), and ``consistency.json``, written last: its presence says the
+first -> last, smoothed), a STAC collection with an item per period (``stac/``,
+:mod:`.catalog`), and ``consistency.json``, written last: its presence says the
 products are complete. The series is decoded in blocks of grid rows.
 """
 
@@ -29,6 +30,7 @@ import numpy as np
 from bigearthnet.core.util import atomic_write_json, write_csv
 from bigearthnet.maps.patches import NODATA, PROB_SCALE
 from bigearthnet.maps.region import series
+from bigearthnet.maps.region.catalog import write_collection
 from bigearthnet.maps.region.grid import Footprint, RegionGrid, nearest_observation, warp
 from bigearthnet.maps.region.periods import Acquisition, group_by_period
 from bigearthnet.maps.scene_output import (
@@ -225,6 +227,8 @@ def build_products(
         "cells_ever_observed": int(ever.sum()),
         "cell_km2": km2,
     }
+    provenance = {k: v for k, v in tags.items() if k in ("model", "run_dir", "checkpoint")}
+    write_collection(out, grid, labels_of, classes, provenance)
     atomic_write_json(out / CONSISTENCY, record)
     return record
 

@@ -1,0 +1,132 @@
+"""The region series as a STAC collection: ``DIR/stac/collection.json`` with one item per
+period (``DIR/stac/<period>/<period>.json``), links and asset paths relative, so the folder
+can move or be served as it is.
+
+Each item spans its period (``start_datetime``/``end_datetime``) over the grid's footprint
+and carries the period's raw map, its probabilities and the consistent map as assets, the
+classes with their values, names and colours (classification extension v1.1.0, on the
+class-map assets), the grid (projection extension v2.0.0: code, shape, transform) and the
+model it came from. The collection's own assets are the change maps, the tables and
+``consistency.json``. Every document is validated offline against the published schemas
+(:mod:`bigearthnet.formats.stac_validation`) before it is written.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import pystac
+from pystac.extensions.projection import ProjectionExtension
+from rasterio.warp import transform_bounds
+
+from bigearthnet.core import constants
+from bigearthnet.formats.stac_validation import CLASSIFICATION_SCHEMA, validate_stac
+from bigearthnet.maps.region.grid import RegionGrid
+from bigearthnet.maps.region.periods import period_end, period_start
+
+STAC_DIR = "stac"
+COG = pystac.MediaType.COG
+
+
+def classes_field(classes: Sequence[str]) -> list[dict]:
+    """classification:classes: value, name, description and colour of every class."""
+    colours = constants.class_colours(len(classes))
+    return [
+        {
+            "value": value,
+            "name": name,
+            "description": f"BigEarthNet class {value}: {name}",
+            "color_hint": "".join(f"{int(v):02X}" for v in colours[value]),
+        }
+        for value, name in enumerate(classes)
+    ]
+
+
+def write_collection(
+    out: Path, grid: RegionGrid, periods: list[str], classes: Sequence[str], source: dict
+) -> Path:
+    """Write ``out/stac/`` (replacing an older one); returns the collection's path."""
+    bbox = list(transform_bounds(grid.crs, "EPSG:4326", *_bounds(grid), densify_pts=21))
+    geometry = _polygon(bbox)
+    start = _utc(period_start(periods[0]))
+    end = _utc(period_end(periods[-1]), end_of_day=True)
+    collection = pystac.Collection(
+        id="bigearthnet-region-series",
+        description="Land-cover maps of a region per period (BigEarthNet classes), each "
+        "period's observations combined and the series smoothed over time "
+        "(bigearthnet-map region).",
+        extent=pystac.Extent(pystac.SpatialExtent([bbox]), pystac.TemporalExtent([[start, end]])),
+        title="Region land-cover series",
+        license="other",
+    )
+    for key, name, title in (
+        ("changes", "changes.tif", "Class changes per cell, consistent series"),
+        ("first_change", "first_change.tif", "Period of the first lasting change (1 + index)"),
+    ):
+        collection.add_asset(key, pystac.Asset(f"../{name}", title=title, media_type=COG,
+                                               roles=["data"]))  # fmt: skip
+    tables = (
+        ("areas", "areas.csv", "text/csv"),
+        ("transitions", "transitions.csv", "text/csv"),
+        ("consistency", "consistency.json", pystac.MediaType.JSON),
+    )
+    for key, name, media in tables:
+        collection.add_asset(key, pystac.Asset(f"../{name}", media_type=media, roles=["metadata"]))
+    for label in periods:
+        collection.add_item(_item(label, grid, geometry, bbox, classes, source))
+    folder = out / STAC_DIR
+    shutil.rmtree(folder, ignore_errors=True)  # consistency.json, written after, marks it whole
+    collection.normalize_hrefs(str(folder))
+    for item in collection.get_items():
+        validate_stac(item.to_dict(), f"STAC item {item.id}")
+    validate_stac(collection.to_dict(), "the STAC collection")
+    collection.save(catalog_type=pystac.CatalogType.SELF_CONTAINED)
+    return folder / "collection.json"
+
+
+def _item(label, grid: RegionGrid, geometry, bbox, classes, source: dict) -> pystac.Item:
+    item = pystac.Item(
+        id=label,
+        geometry=geometry,
+        bbox=bbox,
+        datetime=None,
+        start_datetime=_utc(period_start(label)),
+        end_datetime=_utc(period_end(label), end_of_day=True),
+        properties={"bigearthnet:period": label,
+                    **{f"bigearthnet:{key}": value for key, value in source.items()}},
+    )  # fmt: skip
+    proj = ProjectionExtension.ext(item, add_if_missing=True)
+    proj.code = grid.crs
+    proj.shape = [grid.height, grid.width]
+    proj.transform = list(grid.transform)[:6]
+    item.stac_extensions.append(CLASSIFICATION_SCHEMA)
+    for key, path, title in (
+        ("classification", f"../../periods/{label}.tif", "Top class of the period's observations"),
+        ("consistent", f"../../consistent/{label}.tif", "Top class, consistent series"),
+    ):
+        item.add_asset(key, pystac.Asset(path, title=title, media_type=COG, roles=["data"],
+                                         extra_fields={"classification:classes":
+                                                       classes_field(classes)}))  # fmt: skip
+    item.add_asset("probabilities", pystac.Asset(
+        f"../../periods/{label}.tif.probabilities.tif", media_type=COG, roles=["data"],
+        title="Class probabilities x 250 (band per class)"))  # fmt: skip
+    return item
+
+
+def _bounds(grid: RegionGrid) -> tuple[float, float, float, float]:
+    left, top = grid.transform.c, grid.transform.f
+    return left, top - grid.height * grid.cell, left + grid.width * grid.cell, top
+
+
+def _polygon(bbox: list[float]) -> dict:
+    west, south, east, north = bbox
+    ring = [[west, south], [east, south], [east, north], [west, north], [west, south]]
+    return {"type": "Polygon", "coordinates": [ring]}
+
+
+def _utc(day: dt.date, end_of_day: bool = False) -> dt.datetime:
+    clock = dt.time(23, 59, 59) if end_of_day else dt.time(0, 0)
+    return dt.datetime.combine(day, clock, tzinfo=dt.timezone.utc)

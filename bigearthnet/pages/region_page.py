@@ -1,0 +1,123 @@
+"""``DIR/region.html``: one self-contained page for a region series (``bigearthnet-map
+region``), from the folder's files alone: the periods one after the other (a selector of
+periods, raw and consistent maps side by side, no script), class areas over time, the
+transitions from the first to the last period, the consistency figures and the scenes used
+and skipped. Maps are inlined as PNG, the chart as SVG: it opens offline after ``scp``."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import datetime
+import io
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from bigearthnet.core import constants
+from bigearthnet.pages import run_figures
+from bigearthnet.pages.render import svg, write_page
+
+REGION_PAGE = "region.html"
+NODATA = 255
+PIXELS_PER_CELL_MAX = 8
+
+
+def write_region_page(folder: Path) -> Path:
+    """Write ``folder/region.html`` from the products of ``bigearthnet-map region``."""
+    record = json.loads((folder / "consistency.json").read_text(encoding="utf-8"))
+    classes = _classes(folder, record["periods"][0])
+    periods = [
+        {
+            "label": label,
+            "raw": _png(folder / "periods" / f"{label}.tif", classes),
+            "consistent": _png(folder / "consistent" / f"{label}.tif", classes),
+            "observed": record["cells_observed"][label],
+        }
+        for label in record["periods"]
+    ]
+    areas = _areas(folder / "areas.csv", record["periods"])
+    plt = run_figures.pyplot()
+    figure = _areas_figure(plt, areas, record["periods"], classes)
+    chart = svg(figure, title="class areas per period, consistent series")
+    plt.close(figure)
+    return write_page(
+        folder / REGION_PAGE,
+        "region.html.j2",
+        record=record,
+        periods=periods,
+        chart=chart,
+        legend=_legend(classes, areas),
+        transitions=_first_to_last(folder / "transitions.csv", record["periods"]),
+        written=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+    )
+
+
+def _classes(folder: Path, label: str) -> list[str]:
+    import rasterio
+
+    with rasterio.open(folder / "periods" / f"{label}.tif") as src:
+        return json.loads(src.tags()["classes"])
+
+
+def _png(path: Path, classes: list[str]) -> str:
+    """The class map as a data: URI, CORINE colours, nodata white, cells as square blocks."""
+    import rasterio
+    from PIL import Image
+
+    with rasterio.open(path) as src:
+        labels = src.read(1)
+    colours = constants.class_colours(len(classes))
+    rgb = np.full((*labels.shape, 3), 255, np.uint8)
+    known = labels != NODATA
+    rgb[known] = colours[labels[known]]
+    scale = max(1, min(PIXELS_PER_CELL_MAX, 480 // max(labels.shape)))
+    image = Image.fromarray(rgb).resize(
+        (labels.shape[1] * scale, labels.shape[0] * scale), Image.Resampling.NEAREST
+    )
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _areas(path: Path, periods: list[str]) -> dict[str, list[float]]:
+    """class -> km² per period of the consistent series."""
+    found: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(periods))
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            if row["series"] == "consistent":
+                found[row["class"]][periods.index(row["period"])] = float(row["km2"])
+    return dict(found)
+
+
+def _areas_figure(plt, areas: dict[str, list[float]], periods: list[str], classes: list[str]):
+    colours = constants.class_colours(len(classes)) / 255.0
+    figure, axis = plt.subplots(figsize=(8, 3.2))
+    for name, values in sorted(areas.items(), key=lambda item: -max(item[1])):
+        axis.plot(periods, values, marker="o", color=colours[classes.index(name)], label=name)
+    axis.set_ylabel("km²")
+    axis.set_xlabel("period")
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    return figure
+
+
+def _legend(classes: list[str], areas: dict[str, list[float]]) -> list[dict]:
+    colours = constants.class_colours(len(classes))
+    return [
+        {"name": name, "colour": "#" + "".join(f"{int(v):02x}" for v in colours[index])}
+        for index, name in enumerate(classes)
+        if name in areas
+    ]
+
+
+def _first_to_last(path: Path, periods: list[str]) -> list[dict]:
+    """The first -> last rows of transitions.csv, largest first."""
+    rows = []
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            if row["from_period"] == periods[0] and row["to_period"] == periods[-1]:
+                rows.append(row)
+    return sorted(rows, key=lambda r: -float(r["km2"]))

@@ -1,0 +1,73 @@
+"""region.html and the STAC collection of a region series, as a person and a STAC client
+meet them: self-contained, no script, the period selector showing each period's maps, the
+figures of consistency.json, every STAC document valid offline and every asset present."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pystac
+import pytest
+from browser import assert_self_contained, open_page
+
+from bigearthnet.cli.map import main as map_main
+from bigearthnet.formats.stac_validation import validate_stac
+from bigearthnet.synthetic.region import RegionSpec, generate_region
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def series(trained_run, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("region-page")
+    generate_region(root / "synth", RegionSpec(tiles=2, dates=5, size=360, seed=2))
+    scenes = [str(p) for p in sorted((root / "synth" / "scenes").iterdir())]
+    out = root / "out"
+    argv = ["region", *scenes, "--run-dir", str(trained_run), "--out", str(out), "--no-progress"]
+    assert map_main(argv) == 0
+    return out
+
+
+def test_the_page_shows_each_period(series, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    record = json.loads((series / "consistency.json").read_text())
+    page = series / "region.html"
+    with open_page(page) as visit:
+        assert_self_contained(visit, page)
+        assert visit.driver.execute_script("return document.scripts.length") == 0
+        shown = visit.text('[data-key="flicker_raw"]')
+        assert shown == f"{100 * record['flicker_rate']['raw']:.2f}"
+        periods = record["periods"]
+        assert visit.texts("#periods label") == periods
+        for index, label in enumerate(periods):
+            visit.driver.find_element(By.CSS_SELECTOR, f'label[for="p{index}"]').click()
+            panels = visit.driver.find_elements(By.CSS_SELECTOR, ".panel")
+            visible = [p.get_attribute("data-period") for p in panels if p.is_displayed()]
+            assert visible == [label]
+        images = visit.driver.execute_script(
+            "return [...document.images].map(i => i.naturalWidth > 0)"
+        )
+        assert images and all(images)
+        visit.screenshot(tmp_path / "region.png")
+
+
+def test_the_stac_collection_is_valid_and_complete(series):
+    """Validated as written (pystac's reader migrates extension versions on reading)."""
+    folder = series / "stac"
+    validate_stac(json.loads((folder / "collection.json").read_text()), "collection")
+    record = json.loads((series / "consistency.json").read_text())
+    collection = pystac.Collection.from_file(str(folder / "collection.json"))
+    items = list(collection.get_items())
+    assert [item.id for item in items] == record["periods"]
+    for item in items:
+        body = json.loads((folder / item.id / f"{item.id}.json").read_text())
+        validate_stac(body, item.id)
+        assert body["properties"]["proj:code"] == "EPSG:3035"
+        classes = body["assets"]["classification"]["classification:classes"]
+        assert [c["value"] for c in classes] == list(range(19))
+        for asset in item.assets.values():
+            assert Path(asset.get_absolute_href()).is_file(), asset.href
+    for asset in collection.assets.values():
+        assert Path(asset.get_absolute_href()).is_file(), asset.href
