@@ -2,7 +2,8 @@
 # `make demo`: the whole product on an embedded default, on one machine.
 #   synthetic archive -> preprocess (2 workers) -> train on 2 Horovod ranks -> parallel
 #   evaluation on 2 ranks -> export (SavedModel, ONNX, card, STAC) -> land-cover maps from the
-#   export: the test patches and a synthetic Sentinel-2 L2A scene -> where to look.
+#   export: the test patches, a synthetic Sentinel-2 L2A scene and a region's series over
+#   time (4 tiles in two UTM zones x 5 dates) -> where to look.
 # Every step is the command a user runs on real data; only the archive is synthetic.
 set -euo pipefail
 
@@ -14,39 +15,45 @@ export TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-1}
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "1/7 synthetic BigEarthNet v1 archive: $PATCHES patches -> $DEMO_DIR/archive"
+step "1/8 synthetic BigEarthNet v1 archive: $PATCHES patches -> $DEMO_DIR/archive"
 "$bin/bigearthnet-synth" "$DEMO_DIR/archive" --patches "$PATCHES" --layout v1 --seed 0 \
   --workers 2 --overwrite
 
-step "2/7 preprocess -> $DEMO_DIR/shards (HDF5 shards + manifest.json)"
+step "2/8 preprocess -> $DEMO_DIR/shards (HDF5 shards + manifest.json)"
 "$bin/bigearthnet-preprocess" "$DEMO_DIR/archive" "$DEMO_DIR/shards" --workers 2 \
   --shard-size 100 --overwrite --no-progress
 
-step "3/7 train the tiny CNN on 2 Horovod ranks (configs/demo.yaml) -> $DEMO_DIR/run"
+step "3/8 train the tiny CNN on 2 Horovod ranks (configs/demo.yaml) -> $DEMO_DIR/run"
 # --no-resume: a second `make demo` starts over instead of finding the run finished.
 "$bin/horovodrun" -np 2 -H localhost:2 --gloo "$bin/python" train.py \
   --config configs/demo.yaml --data "$DEMO_DIR/shards" --run-dir "$DEMO_DIR/run" \
   --no-resume --no-eval-test
 
-step "4/7 evaluate the best checkpoint on the test split, 2 ranks -> $DEMO_DIR/run/eval-test"
+step "4/8 evaluate the best checkpoint on the test split, 2 ranks -> $DEMO_DIR/run/eval-test"
 "$bin/horovodrun" -np 2 -H localhost:2 --gloo "$bin/python" evaluate.py \
   --run-dir "$DEMO_DIR/run" --split test
 
-step "5/7 export the best checkpoint -> $DEMO_DIR/export (SavedModel, ONNX, model card, STAC item)"
+step "5/8 export the best checkpoint -> $DEMO_DIR/export (SavedModel, ONNX, model card, STAC item)"
 "$bin/bigearthnet-export" "$DEMO_DIR/run" --out "$DEMO_DIR/export" --force
 
 # Maps go under the run folder, so its page (report.html) shows their previews.
 maps="$DEMO_DIR/run/maps"
-step "6/7 land-cover maps of the test shards, from the export alone -> $maps/patches"
+step "6/8 land-cover maps of the test shards, from the export alone -> $maps/patches"
 "$bin/bigearthnet-map" --model "$DEMO_DIR/export" --shards "$DEMO_DIR/shards" --split test \
   --out "$maps/patches" --no-progress
 
-step "7/7 a synthetic Sentinel-2 L2A scene (JPEG 2000 bands) -> its land-cover map $maps/scene.tif"
+step "7/8 a synthetic Sentinel-2 L2A scene (JPEG 2000 bands) -> its land-cover map $maps/scene.tif"
 rm -rf "$DEMO_DIR/scene.SAFE"
 "$bin/bigearthnet-synth" scene "$DEMO_DIR/scene.SAFE" --blocks 3
 "$bin/bigearthnet-map" scene "$DEMO_DIR/scene.SAFE" --model "$DEMO_DIR/export" \
   --out "$maps/scene.tif" --stride 60 --no-progress
 "$bin/bigearthnet-report" "$DEMO_DIR/run" >/dev/null  # the page again, now with the maps
+
+step "8/8 a region over time: 4 tiles in UTM 32/33 x 5 dates -> its series $DEMO_DIR/region"
+rm -rf "$DEMO_DIR/region-scenes" "$DEMO_DIR/region"  # scene maps of an older model would be reused
+"$bin/bigearthnet-synth" region "$DEMO_DIR/region-scenes" --tiles 4 --dates 5 --size 480
+"$bin/bigearthnet-map" region "$DEMO_DIR"/region-scenes/scenes/* --model "$DEMO_DIR/export" \
+  --out "$DEMO_DIR/region" --period scene-date --no-progress
 
 step "report"
 cat <<MSG
@@ -56,6 +63,8 @@ cat <<MSG
   exported model     $DEMO_DIR/export/model_card.md, savedmodel/, model.onnx, item.json
   maps               $maps/patches/*.tif (GeoTIFF) and *.png previews; the scene:
                      $maps/scene.png, areas per class in scene.tif.areas.csv
+  region series      $DEMO_DIR/region/region.html (periods, areas, changes), periods/,
+                     consistent/, stac/collection.json, consistency.json
 MSG
 "$bin/python" - "$DEMO_DIR/run/eval-test/metrics.json" <<'PY'
 import json, sys

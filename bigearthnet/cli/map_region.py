@@ -55,6 +55,11 @@ def build_region_parser(add_model_options) -> Parser:
         help="the smoother's probability that a cell keeps its class from one period to the "
         f"next, in (0, 1) (default: {DEFAULT_PERSISTENCE}); higher removes more flicker",
     )  # fmt: skip
+    p.add_argument(
+        "--scenes-only", action="store_true",
+        help="map the scenes into OUT/scenes/ and stop: a Slurm array task's share; a last "
+        "run over all the scenes reuses the maps and builds the products",
+    )  # fmt: skip
     p.add_argument("--batch-size", type=int, default=64, help="windows per model call")
     p.add_argument("--no-progress", dest="progress", action="store_false")
     return p
@@ -113,9 +118,11 @@ def map_region_command(args: argparse.Namespace) -> None:
         out=args.out, run_dir=args.run_dir, model_dir=args.model, checkpoint=args.checkpoint,
         stats_from=args.stats_from, period=args.period, crs=args.crs, cell=args.cell,
         stride=args.stride, mask_clouds=args.mask_clouds, persistence=args.persistence,
-        batch_size=args.batch_size, progress=args.progress,
+        batch_size=args.batch_size, progress=args.progress, scenes_only=args.scenes_only,
     )  # fmt: skip
     record = map_region(acquisitions, options)
+    if args.scenes_only and distributed.is_root():
+        print(f"[region] {len(acquisitions)} scenes mapped or reused in {args.out}/scenes")
     if record is not None:
         from bigearthnet.pages.region_page import write_region_page
 

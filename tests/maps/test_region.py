@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rasterio
+from helpers import horovodrun
 
 from bigearthnet.cli.map import main as map_main
 from bigearthnet.synthetic.region import RegionSpec, generate_region, read_truth
@@ -117,3 +118,60 @@ def test_nothing_mappable_is_exit_2(region, trained_run, tmp_path, reported_erro
     assert map_main(argv) == 2
     assert "no scene of the region could be mapped" in reported_errors()[-1]
     assert not (tmp_path / "o" / "consistency.json").exists()
+
+
+@pytest.mark.horovod
+def test_two_ranks_give_the_products_of_one(region, trained_run, tmp_path):
+    """The scenes mapped by 2 ranks (each its strips of windows) and by 1: the same series."""
+    scenes = [str(p) for p in sorted((region / "scenes").iterdir()) if "2020" in p.name][:8]
+    outputs = {}
+    for ranks in (1, 2):
+        out = tmp_path / f"ranks{ranks}"
+        argv = ["-m", "bigearthnet.cli.map", "region", *scenes, "--run-dir", str(trained_run),
+                "--out", str(out), "--period", "scene-date", "--no-progress"]  # fmt: skip
+        done = horovodrun(ranks, *argv)
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs[ranks] = out
+    for product in ("areas.csv", "transitions.csv"):
+        assert (outputs[1] / product).read_bytes() == (outputs[2] / product).read_bytes()
+    for path in sorted((outputs[1] / "consistent").glob("*.tif")):
+        np.testing.assert_array_equal(_read(path), _read(outputs[2] / "consistent" / path.name))
+    for path in sorted((outputs[1] / "periods").glob("*.probabilities.tif")):
+        with rasterio.open(path) as one, rasterio.open(outputs[2] / "periods" / path.name) as two:
+            np.testing.assert_array_equal(one.read(), two.read())
+
+
+def test_a_killed_run_reruns_to_the_undisturbed_products(region, trained_run, tmp_path):
+    """SIGKILL once the first scene maps exist; the rerun maps only what is missing and
+    gives the products of a run never killed."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    scenes = [str(p) for p in sorted((region / "scenes").iterdir()) if "2020" in p.name][:8]
+
+    def command(out: Path) -> list[str]:
+        flags = ["--run-dir", str(trained_run), "--out", str(out), "--period", "scene-date"]
+        return [sys.executable, "-m", "bigearthnet.cli.map", "region", *scenes, *flags,
+                "--no-progress"]  # fmt: skip
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(command(killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while len(list((killed / "scenes").glob("*.tif"))) < 2 and proc.poll() is None:
+        assert time.monotonic() < deadline, "no scene map appeared"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "consistency.json").exists()  # nothing looks complete
+    done = list((killed / "scenes").glob("*.tif"))
+    before = {p: p.stat().st_mtime_ns for p in done}
+    assert subprocess.run(command(killed), capture_output=True).returncode == 0
+    assert {p: p.stat().st_mtime_ns for p in done} == before  # finished maps were reused
+    calm = tmp_path / "calm"
+    assert subprocess.run(command(calm), capture_output=True).returncode == 0
+    for product in ("areas.csv", "transitions.csv"):
+        assert (killed / product).read_bytes() == (calm / product).read_bytes()
+    for path in sorted((calm / "consistent").glob("*.tif")):
+        np.testing.assert_array_equal(_read(killed / "consistent" / path.name), _read(path))

@@ -67,6 +67,7 @@ def test_job_scripts_pass_bash_n_and_shellcheck() -> None:
         "evaluate.sbatch",
         "batch_study.sbatch",
         "map_scene.sbatch",
+        "map_region.sbatch",
         "train_elastic.sbatch",
         "holder.sbatch",
         "discover_hosts.sh",
@@ -464,3 +465,38 @@ def test_gloo_training_passes_the_warning_to_its_ranks_and_requeues(
     assert f"requeueing job {job_id} to resume (restart 1)" in log
     assert "resumed from" in log
     assert [int(r["epoch"]) for r in history(run)] == list(range(1, epochs + 1))
+
+
+@pytest.mark.slow
+def test_map_region_job_maps_scenes_as_an_array_then_the_series(
+    slurm_cluster: SlurmCluster, workspace: Path, gloo_job: Job
+) -> None:
+    """Two array tasks map two scenes each on their ranks; the dependent job (afterok)
+    reuses all four maps and builds the series."""
+    from bigearthnet.synthetic.region import RegionSpec, generate_region
+
+    region = workspace / "region"
+    generate_region(region, RegionSpec(tiles=2, dates=5, size=240, seed=1))
+    scenes = sorted((region / "scenes").iterdir())[:4]
+    listing = workspace / "scenes.txt"
+    listing.write_text("".join(f"{p}\n" for p in scenes))
+    out = workspace / "series"
+    env = job_env(slurm_cluster, workspace, EXPERIMENT="tiny", SCENES_LIST=str(listing),
+                  REGION_OUT=str(out), SCENES_PER_TASK="2")  # fmt: skip
+    array = slurm_cluster.submit("map_region", "--array=0-1", cwd=workspace, env=env)
+    series = slurm_cluster.submit(
+        "map_region", f"--dependency=afterok:{array}", "--", "--period", "scene-date",
+        cwd=workspace, env=env,
+    )  # fmt: skip
+    job = slurm_cluster.wait(series, 2 * JOB_TIMEOUT)
+    assert_completed(job)
+    assert "done: the series of 4 scene(s)" in job.log(), job.describe()
+    assert sorted(p.name for p in (out / "scenes").glob("*.tif")) == [
+        f"{p.name}.tif" for p in scenes
+    ]
+    task_logs = sorted((workspace / "logs").glob("ben-map-region-*.out"))
+    mapped = [log for log in task_logs if "scene(s) mapped" in log.read_text()]
+    assert len(mapped) == 2 and all("on 2 rank(s)" in log.read_text() for log in mapped)
+    record = json.loads((out / "consistency.json").read_text())
+    assert len(record["scenes"]) == 4 and record["skipped"] == []
+    assert (out / "region.html").is_file() and (out / "stac" / "collection.json").is_file()

@@ -6,7 +6,9 @@
 2. A scene that cannot be mapped (unreadable, truncated, other bands), a second scene of
    the same tile and date, and a scene dated far from every other are skipped with their
    reason (in ``consistency.json``); nothing mappable is exit 2.
-3. Rank 0 builds the products (:mod:`.products`).
+3. Rank 0 builds the products (:mod:`.products`), unless ``--scenes-only``: a Slurm array
+   task maps its share of the scenes, and a dependent step builds the products from all of
+   them (``jobs/map_region.sbatch``).
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ class RegionOptions:
     persistence: float = 0.95
     batch_size: int = 64
     progress: bool = True
+    scenes_only: bool = False  # map the scenes and stop (a Slurm array task)
 
 
 def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> dict | None:
     """Collective: map the scenes, then rank 0 builds the products; rank 0 returns the
-    consistency record (None on other ranks)."""
+    consistency record (None on other ranks, and with ``scenes_only``)."""
     from bigearthnet.inference.predictor import open_predictor
     from bigearthnet.maps.scene import map_scene
 
@@ -66,7 +69,7 @@ def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> dict | N
         mapped.append(scene_map)
     if not mapped:
         raise InputError(f"no scene of the region could be mapped ({len(skipped)} skipped)")
-    if not distributed.is_root():
+    if opts.scenes_only or not distributed.is_root():
         return None
     tags = {**predictor.provenance, "stride_px": str(opts.stride),
             "clouds_masked": str(opts.mask_clouds)}  # fmt: skip
