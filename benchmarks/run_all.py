@@ -27,6 +27,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("export.py", []),
     ("noise_cost.py", []),
     ("scene_maps.py", []),
+    ("region_series.py", []),
 ]
 
 
