@@ -18,9 +18,9 @@ from pathlib import Path
 
 from bigearthnet.cli.common import Parser, run
 from bigearthnet.core import constants
+from bigearthnet.weights.sources import SOURCES  # no TensorFlow: --help answers at once
 
 PROG = "bigearthnet-weights"
-SOURCES = ("reben", "ssl4eo", "timm", "torchvision")  # bigearthnet.weights.sources.SOURCES
 
 
 def _common(p: argparse.ArgumentParser) -> None:

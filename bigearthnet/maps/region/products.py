@@ -70,8 +70,14 @@ def scene_classes(scene: SceneMap) -> list[str]:
         return json.loads(src.tags()["classes"])
 
 
-def period_scores(scenes: list[SceneMap], grid: RegionGrid, classes: int) -> np.ndarray:
-    """(C, height, width) mean probabilities of the scenes' dates, NaN where unobserved."""
+def period_scores(
+    scenes: list[SceneMap],
+    grid: RegionGrid,
+    classes: int,
+    centre_of: dict[Path, tuple[float, float]],
+) -> np.ndarray:
+    """(C, height, width) mean probabilities of the scenes' dates, NaN where unobserved;
+    ``centre_of``: each scene map's footprint centre in the grid's CRS."""
     import rasterio
 
     total = np.zeros((classes, grid.height, grid.width), np.float64)
@@ -86,7 +92,7 @@ def period_scores(scenes: list[SceneMap], grid: RegionGrid, classes: int) -> np.
             values = np.where(scaled == NODATA, NODATA, scaled / PROB_SCALE)
             observations.append(warp(values, crs, transform, grid, nodata=NODATA,
                                      categorical=False))  # fmt: skip
-            centres.append(footprint(scene).centre_in(grid.crs))
+            centres.append(centre_of[scene.path])
         taken, chosen = nearest_observation(observations, centres, grid)
         seen = chosen >= 0
         total[:, seen] += taken[:, seen]
@@ -174,14 +180,16 @@ def build_products(
     """Every product of the series in ``out``; returns the consistency record."""
     (out / CONSISTENCY).unlink(missing_ok=True)  # products being rebuilt are not complete
     classes = scene_classes(scenes[0])
-    grid = RegionGrid.covering([footprint(s) for s in scenes], crs, cell)
+    footprints = {s.path: footprint(s) for s in scenes}  # each map opened once
+    grid = RegionGrid.covering(list(footprints.values()), crs, cell)
+    centre_of = {path: fp.centre_in(grid.crs) for path, fp in footprints.items()}
     groups = group_by_period([s.acquisition for s in scenes], period)
     labels_of = list(groups)
     scores = np.empty((len(groups), len(classes), grid.height, grid.width), np.float32)
     raw = np.empty((len(groups), grid.height, grid.width), np.int16)
     for t, (label, acquisitions) in enumerate(groups.items()):
         members = [s for s in scenes if s.acquisition in acquisitions]
-        scores[t] = period_scores(members, grid, len(classes))
+        scores[t] = period_scores(members, grid, len(classes), centre_of)
         top = write_period(out / "periods", label, scores[t], grid, classes, tags)
         raw[t] = np.where(top == NODATA, -1, top)
     smooth = _decode(scores, persistence)
