@@ -13,6 +13,8 @@ Every file is written under a temporary name and renamed.
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
@@ -147,7 +149,9 @@ def write_cog(
     count, height, width = bands.shape
     profile = dict(grid, driver="GTiff", height=height, width=width, count=count)
     profile.update(dtype=bands.dtype.name, nodata=nodata)
-    plain = path.with_name(f".{path.name}.plain.tif")
+    # Hidden, unique and without a .tif suffix: a kill leaves nothing that a glob for
+    # maps (``*.tif``) would take for one, and two writers never share the scratch file.
+    plain = path.with_name(f".{path.name}.plain-{os.getpid()}-{secrets.token_hex(4)}")
     try:
         with rasterio.open(plain, "w", **profile) as dst:
             dst.write(bands)
