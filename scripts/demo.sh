@@ -49,11 +49,13 @@ rm -rf "$DEMO_DIR/scene.SAFE"
   --out "$maps/scene.tif" --stride 60 --no-progress
 "$bin/bigearthnet-report" "$DEMO_DIR/run" >/dev/null  # the page again, now with the maps
 
-step "8/8 a region over time: 4 tiles in UTM 32/33 x 5 dates -> its series $DEMO_DIR/region"
-rm -rf "$DEMO_DIR/region-scenes" "$DEMO_DIR/region"  # scene maps of an older model would be reused
-"$bin/bigearthnet-synth" region "$DEMO_DIR/region-scenes" --tiles 4 --dates 5 --size 480
+step "8/8 a region over time: 4 tiles in UTM 32/33 x 6 dates -> its series $DEMO_DIR/region"
+rm -rf "$DEMO_DIR/region-scenes" "$DEMO_DIR/region"  # a fresh region, mapped afresh
+"$bin/bigearthnet-synth" region "$DEMO_DIR/region-scenes" --tiles 4 --dates 6 --size 480 \
+  --block 2400
 "$bin/bigearthnet-map" region "$DEMO_DIR"/region-scenes/scenes/* --model "$DEMO_DIR/export" \
   --out "$DEMO_DIR/region" --period scene-date --no-progress
+"$bin/bigearthnet-synth" score "$DEMO_DIR/region-scenes" "$DEMO_DIR/region"
 
 step "report"
 cat <<MSG

@@ -52,8 +52,9 @@ def build_region_parser(add_model_options) -> Parser:
                    help="SCL cloud, shadow, cirrus, snow: unobserved (default: on)")  # fmt: skip
     p.add_argument(
         "--persistence", type=float, default=DEFAULT_PERSISTENCE, metavar="P",
-        help="the smoother's probability that a cell keeps its class from one period to the "
-        f"next, in (0, 1) (default: {DEFAULT_PERSISTENCE}); higher removes more flicker",
+        help="the smoother's odds P/(1-P) that a cell keeps its class from one period to the "
+        "next against moving to any one other class, P in (0, 1) (default: "
+        f"{DEFAULT_PERSISTENCE}); higher removes more flicker and needs more evidence to change",
     )  # fmt: skip
     p.add_argument(
         "--scenes-only", action="store_true",

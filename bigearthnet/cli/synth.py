@@ -2,7 +2,9 @@
 :mod:`bigearthnet.synthetic.archive`); ``bigearthnet-synth scene OUT``: a synthetic
 Sentinel-2 L2A scene of known land cover (see :mod:`bigearthnet.synthetic.scene`);
 ``bigearthnet-synth region OUT``: scenes of a region across two UTM zones over several dates,
-with known changes and clouds (see :mod:`bigearthnet.synthetic.region`)."""
+with known changes and clouds (see :mod:`bigearthnet.synthetic.region`);
+``bigearthnet-synth score REGION SERIES``: a region series against that region's truth (see
+:mod:`bigearthnet.synthetic.region_score`)."""
 
 from __future__ import annotations
 
@@ -155,6 +157,29 @@ def _region(args: argparse.Namespace) -> None:
           f"truth in {args.out}/truth.json")  # fmt: skip
 
 
+def build_score_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="bigearthnet-synth score",
+        description="Score a region series (bigearthnet-map region --period scene-date) "
+        "against the truth of the synthetic region it maps: agreement per period, flicker "
+        "removed, lasting changes kept within one period, stable cells changed.",
+    )
+    parser.add_argument("region", metavar="REGION", type=Path,
+                        help="a folder of bigearthnet-synth region (truth.json)")  # fmt: skip
+    parser.add_argument("series", metavar="SERIES", type=Path,
+                        help="the --out folder of bigearthnet-map region")  # fmt: skip
+    return parser
+
+
+def _score(args: argparse.Namespace) -> None:
+    from bigearthnet.synthetic.region_score import score_series
+
+    score = score_series(args.region, args.series)
+    periods = ", ".join(f"{a:.3f}" for a in score.agreement)
+    print(f"{args.series} against {args.region}/truth.json: {score.summary()}; "
+          f"agreement per period {periods}")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; returns the exit status (0 ok, 2 bad arguments)."""
     args = sys.argv[1:] if argv is None else list(argv)
@@ -162,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         return run(build_scene_parser(), _scene, args[1:])
     if args[:1] == ["region"]:
         return run(build_region_parser(), _region, args[1:])
+    if args[:1] == ["score"]:
+        return run(build_score_parser(), _score, args[1:])
     return run(build_parser(), _generate, args)
 
 

@@ -18,6 +18,7 @@ import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,7 +26,9 @@ from bigearthnet.core import constants
 from bigearthnet.core.util import atomic_path, write_csv
 from bigearthnet.maps.patches import NODATA, PROB_SCALE
 from bigearthnet.maps.preview import LegendEntry, write_preview
-from bigearthnet.maps.windows import CellSums
+
+if TYPE_CHECKING:  # windows imports Horovod: the region products step must not
+    from bigearthnet.maps.windows import CellSums
 
 
 def map_bands(sums: CellSums) -> np.ndarray:

@@ -4,9 +4,9 @@ several dates, with land cover that changes in known places at known dates and c
 marked in SCL.
 
 * **Truth** lives on the European LAEA grid (EPSG:3035) in blocks of ``block`` metres: each
-  block one of :data:`REGION_CLASSES` per date. About 15 % of blocks change lastingly (at
+  block one of :data:`REGION_CLASSES` per date. About 25 % of blocks change lastingly (at
   a date with at least two dates before and after it: a forest felled, a field built on),
-  about 8 % show a one-date look-alike that reverts (a flooded field: inland water).
+  about 15 % show a one-date look-alike that reverts (a flooded field: inland water).
 * **Tiles** are squares of ``size`` px at 10 m in their own UTM zone, in two columns (west
   of 12 E in zone 32, east in zone 33) and ``tiles / 2`` rows, overlapping by ``overlap``
   metres. Each pixel takes the class of the block its centre falls in, rendered with the
@@ -135,7 +135,7 @@ def _truth(spec: RegionSpec, tiles: list[dict], rng: np.random.Generator) -> dic
     start = rng.choice(REGION_CLASSES, (rows, cols))
     classes = np.repeat(start[None], spec.dates, axis=0)
     events = []
-    kind = rng.choice(3, (rows, cols), p=[0.77, 0.15, 0.08])
+    kind = rng.choice(3, (rows, cols), p=[0.60, 0.25, 0.15])
     for r, c in zip(*np.nonzero(kind == 1)):
         at = int(rng.integers(2, spec.dates - 1))
         new = int(rng.choice([k for k in REGION_CLASSES if k != start[r, c]]))

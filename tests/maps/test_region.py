@@ -1,7 +1,8 @@
 """bigearthnet-map region end to end on a synthetic region (4 tiles in UTM zones 32 and 33,
-5 dates, clouds): products on one LAEA grid, areas that add up with no cell counted twice,
-bad scenes skipped with their reasons, a rerun that reuses the scene maps and gives the
-same products."""
+6 dates, clouds): products on one LAEA grid that match the truth (the issue's figures),
+areas that add up with no cell counted twice, valid COGs, bad scenes skipped with their
+reasons, a rerun that reuses the scene maps (and remakes a map of another model) and gives
+the same products."""
 
 from __future__ import annotations
 
@@ -14,12 +15,16 @@ import numpy as np
 import pytest
 import rasterio
 from helpers import horovodrun
+from rio_cogeo.cogeo import cog_validate
 
 from bigearthnet.cli.map import main as map_main
-from bigearthnet.synthetic.region import RegionSpec, generate_region, read_truth
+from bigearthnet.cli.synth import main as synth_main
+from bigearthnet.maps.region import products
+from bigearthnet.synthetic.region import RegionSpec, generate_region
+from bigearthnet.synthetic.region_score import score_series
 
 pytestmark = pytest.mark.slow
-SPEC = RegionSpec(tiles=4, dates=5, size=480, block=3600.0, seed=4)
+SPEC = RegionSpec(tiles=4, dates=6, size=720, block=2400.0, seed=4)
 
 
 @pytest.fixture(scope="module")
@@ -49,29 +54,10 @@ def _read(path: Path) -> np.ndarray:
         return src.read(1)
 
 
-def _truth_on_grid(region: Path, record: dict) -> tuple[np.ndarray, np.ndarray]:
-    """(T, h, w) true classes at the grid's cell centres, and the cells wholly inside a block."""
-    truth = read_truth(region)
-    grid = record["grid"]
-    a, _, left, _, e, top = grid["transform"]
-    xs = left + (np.arange(grid["width"]) + 0.5) * a
-    ys = top + (np.arange(grid["height"]) + 0.5) * e
-    x, y = np.meshgrid(xs, ys)
-    col = np.clip(
-        np.floor((x - truth["left"]) / truth["block_m"]).astype(int), 0, truth["cols"] - 1
-    )
-    row = np.clip(np.floor((truth["top"] - y) / truth["block_m"]).astype(int), 0, truth["rows"] - 1)
-    fx = (x - truth["left"]) / truth["block_m"] - col
-    fy = (truth["top"] - y) / truth["block_m"] - row
-    margin = a / truth["block_m"]  # a cell and its windows wholly in one block
-    interior = (fx > margin) & (fx < 1 - margin) & (fy > margin) & (fy < 1 - margin)
-    return truth["classes"][:, row, col], interior
-
-
-def test_a_region_series(region, trained_run, tmp_path, capsys):
+def test_a_region_series(region, trained_run, tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     assert _run(region, trained_run, out) == 0
-    assert "[region] 20 scenes (3 skipped), 5 periods" in capsys.readouterr().out
+    assert "[region] 24 scenes (3 skipped), 6 periods" in capsys.readouterr().out
     record = json.loads((out / "consistency.json").read_text())
     reasons = " | ".join(s["reason"] for s in record["skipped"])
     assert "a second scene of tile 32UQU" in reasons and "outside the series' date range" in reasons
@@ -90,16 +76,19 @@ def test_a_region_series(region, trained_run, tmp_path, capsys):
         assert km2 == pytest.approx(cells * cell_km2, rel=1e-3)
         top = _read(out / "periods" / f"{period}.tif")
         assert int((top != 255).sum()) == cells
-    assert record["flicker_rate"]["consistent"] <= record["flicker_rate"]["raw"]
-    truth, interior = _truth_on_grid(region, record)
-    agreement = []
-    for t, period in enumerate(periods):
-        top = _read(out / "periods" / f"{period}.tif")
-        seen = (top != 255) & interior
-        agreement.append(float((top[seen] == truth[t][seen]).mean()))
-    print("agreement inside the blocks per period:", [f"{a:.3f}" for a in agreement])
-    assert min(agreement) >= 0.8, agreement
-    # A rerun reuses every scene map and builds the same products.
+    score = score_series(region, out)
+    assert synth_main(["score", str(region), str(out)]) == 0  # the same, as a command
+    assert score.summary() in capsys.readouterr().out
+    assert min(score.agreement) >= 0.9, score.agreement
+    assert score.flicker_removed >= 0.5
+    assert score.lasting_cells >= 20 and score.lasting_recall >= 0.9
+    assert score.stable_cells >= 50 and score.stable_changed <= 0.02
+    for path in sorted(out.rglob("*.tif")):  # scene maps, periods, series, change maps
+        valid, errors, _ = cog_validate(str(path), quiet=True)
+        assert valid, (path, errors)
+    # A rerun reuses every scene map and builds the same products, here decoding the series
+    # a grid row at a time.
+    monkeypatch.setattr(products, "BLOCK_VALUES", 1)
     maps = {p: p.stat().st_mtime_ns for p in (out / "scenes").glob("*.tif")}
     before = {p.name: _read(p) for p in (out / "consistent").glob("*.tif")}
     areas_before = (out / "areas.csv").read_bytes()
@@ -107,6 +96,16 @@ def test_a_region_series(region, trained_run, tmp_path, capsys):
     assert {p: p.stat().st_mtime_ns for p in (out / "scenes").glob("*.tif")} == maps
     for name, labels in before.items():
         np.testing.assert_array_equal(_read(out / "consistent" / name), labels)
+    assert (out / "areas.csv").read_bytes() == areas_before
+    # A scene map of another model is remade, never mixed into the series.
+    other = next(p for p in sorted(maps) if not p.name.endswith(".probabilities.tif"))
+    with rasterio.open(other, "r+", IGNORE_COG_LAYOUT_BREAK="YES") as dst:
+        dst.update_tags(model="another-model")
+    stamp = other.stat().st_mtime_ns
+    assert _run(region, trained_run, out) == 0
+    assert other.stat().st_mtime_ns != stamp
+    kept = {p: t for p, t in maps.items() if not p.name.startswith(other.name)}
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept
     assert (out / "areas.csv").read_bytes() == areas_before
 
 

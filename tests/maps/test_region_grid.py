@@ -10,7 +10,7 @@ from rasterio.transform import Affine
 from rasterio.warp import transform as transform_points
 
 from bigearthnet.core.errors import InputError
-from bigearthnet.maps.region.grid import Footprint, RegionGrid, nearest_observation, warp
+from bigearthnet.maps.region.grid import Footprint, NearestMosaic, RegionGrid, warp, window_of
 
 PIXEL, SIZE = 300.0, 200  # 60 km scenes of 300 m pixels
 
@@ -46,13 +46,16 @@ def test_two_utm_zones_on_one_grid(two_zones):
     grid = RegionGrid.covering([fp for _, _, fp in two_zones], cell=600)
     assert grid.crs == "EPSG:3035" and grid.cell == 600
     assert grid.transform.c % 600 == 0 and grid.transform.f % 600 == 0  # snapped to the CRS
-    observations, centres = [], []
+    mosaic, centres = NearestMosaic(grid, 2), []
     for index, (crs, transform, fp) in enumerate(two_zones):
         bands = np.zeros((2, SIZE, SIZE), np.float32)
         bands[index] = 1.0  # band i says "from scene i"
-        observations.append(warp(bands, crs, transform, grid, nodata=255, categorical=False))
+        window = window_of(grid, fp)
+        assert window is not None and window.width < grid.width  # a scene's own window
         centres.append(fp.centre_in(grid.crs))
-    taken, chosen = nearest_observation(observations, centres, grid)
+        mosaic.add(warp(bands, crs, transform, grid, window, nodata=255, categorical=False),
+                   window, centres[-1])  # fmt: skip
+    taken, chosen = mosaic.values, mosaic.chosen
     in_a, in_b = (_inside(grid, fp, PIXEL) for _, _, fp in two_zones)
     assert (chosen[in_a | in_b] >= 0).all()  # no gap, also along the seam
     assert (in_a & in_b).sum() > 50  # the tiles do overlap
@@ -74,15 +77,17 @@ def test_two_utm_zones_on_one_grid(two_zones):
 
 def test_a_cloud_is_filled_by_the_other_tile(two_zones):
     grid = RegionGrid.covering([fp for _, _, fp in two_zones], cell=600)
-    observations, centres = [], []
+    mosaic = NearestMosaic(grid, 2)
     for index, (crs, transform, fp) in enumerate(two_zones):
         bands = np.zeros((2, SIZE, SIZE), np.float32)
         bands[index] = 1.0
         if index == 1:
             bands[:, :, :40] = 255  # B's western part (the overlap) under a cloud: nodata
-        observations.append(warp(bands, crs, transform, grid, nodata=255, categorical=False))
-        centres.append(fp.centre_in(grid.crs))
-    _, chosen = nearest_observation(observations, centres, grid)
+        window = window_of(grid, fp)
+        assert window is not None
+        mosaic.add(warp(bands, crs, transform, grid, window, nodata=255, categorical=False),
+                   window, fp.centre_in(grid.crs))  # fmt: skip
+    chosen = mosaic.chosen
     in_a = _inside(grid, two_zones[0][2], PIXEL)
     assert (chosen[in_a] == 0).all()  # A fills B's clouded overlap
     assert (chosen >= 0).sum() > 0
@@ -96,3 +101,38 @@ def test_a_crs_that_cannot_hold_the_region(two_zones):
         RegionGrid.covering(footprints, crs="EPSG:99999")
     with pytest.raises(InputError, match="cannot hold the region"):
         RegionGrid.covering(footprints, cell=0.001)
+
+
+def test_a_window_warp_is_the_whole_grid_warp_cut_out():
+    """Warping a scene map (600 m cells, as the pipeline's) into its window of the grid gives
+    what a whole-grid warp gives there, and nothing of the scene falls outside its window.
+    The bands are ramps: GDAL sizes its bilinear kernel per destination chunk, so on noise
+    the two differ by a few per cent, while any kernel keeps a ramp and an offset shows."""
+    crs, transform, fp = _scene(12.35, 48.0, 32633)
+    transform = Affine(600.0, 0, transform.c, 0, -600.0, transform.f)
+    fp = Footprint(crs, (transform.c, transform.f - SIZE * 600.0,
+                         transform.c + SIZE * 600.0, transform.f))  # fmt: skip
+    far = _scene(10.0, 47.0, 32632)[2]
+    grid = RegionGrid.covering([fp, far], cell=600)
+    ramp = np.arange(SIZE, dtype=np.float32) / SIZE
+    bands = np.stack([np.tile(ramp, (SIZE, 1)), np.tile(ramp[:, None], (1, SIZE))])
+    everywhere = window_of(grid, Footprint(grid.crs, _grid_bounds(grid)))
+    assert everywhere is not None and everywhere.slices == (slice(0, grid.height),
+                                                            slice(0, grid.width))  # fmt: skip
+    whole = warp(bands, crs, transform, grid, everywhere, nodata=255, categorical=False)
+    window = window_of(grid, fp)
+    assert window is not None and window.width * window.height < grid.width * grid.height / 2
+    part = warp(bands, crs, transform, grid, window, nodata=255, categorical=False)
+    rows, cols = window.slices
+    both = ~np.isnan(part) & ~np.isnan(whole[:, rows, cols])
+    assert both.sum() > 0.9 * (~np.isnan(whole)).sum()
+    np.testing.assert_allclose(part[both], whole[:, rows, cols][both], atol=1e-3)
+    outside = np.ones(whole.shape[1:], bool)
+    outside[rows, cols] = False
+    assert np.isnan(whole[:, outside]).all()
+    assert window_of(grid, Footprint(crs, (0.0, 0.0, 1000.0, 1000.0))) is None  # far away
+
+
+def _grid_bounds(grid: RegionGrid) -> tuple[float, float, float, float]:
+    left, top = grid.transform.c, grid.transform.f
+    return left, top - grid.height * grid.cell, left + grid.width * grid.cell, top

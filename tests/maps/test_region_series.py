@@ -1,6 +1,7 @@
 """The region series' time axis and its temporal consistency: periods from product names,
-and the HMM smoother on class-score sequences with known stable cells, lasting changes,
-one-period look-alikes, classifier errors and unobserved periods."""
+and the smoother (a Potts chain decoded by Viterbi) on class-score sequences with known
+stable cells, lasting changes, one-period look-alikes, classifier errors and unobserved
+periods; what counts as a lasting change."""
 
 from __future__ import annotations
 
@@ -118,3 +119,40 @@ def test_a_never_observed_cell_stays_unknown_and_blocks_agree():
     assert (whole[:, 7] == -1).all()
     halves = np.concatenate([series.viterbi(scores[:, :1000]), series.viterbi(scores[:, 1000:])], 1)
     np.testing.assert_array_equal(whole, halves)  # cells are independent: blocks are exact
+
+
+@pytest.mark.parametrize(
+    ("sequence", "first"),
+    [
+        ([0, 0, 0, 1, 1], 3),  # a change held on both sides
+        ([0, 0, 2, 1, 1], 3),  # A A X B B: one change, A to B, where B settles
+        ([2, 0, 0, 0, 0], -1),  # one observation against the rest at the start
+        ([0, 0, 0, 0, 1], -1),  # a change in the last period: not confirmed yet
+        ([0, 0, 1, 0, 0], -1),  # a look-alike that reverts
+        ([0, 0, 1, 1, 0, 0], 2),  # two lasting changes: the first is named
+    ],
+)
+def test_lasting_changes(sequence, first):
+    labels = np.array(sequence)[:, None]
+    found = series.consistency(labels, np.ones_like(labels, bool))
+    assert found.first_lasting[0] == first
+
+
+def test_unobserved_periods_do_not_count_towards_a_change():
+    labels = np.array([0, 0, 1, 1, 1])[:, None]
+    observed = np.array([True, True, True, False, False])[:, None]
+    assert series.consistency(labels, observed).first_lasting[0] == -1  # B seen once
+
+
+def test_one_confident_observation_never_outweighs_two_switches():
+    """A look-alike however confident (scores 1.0 against 0.0) is smoothed away at the
+    default persistence; two periods of it are a change."""
+    classes = 19
+    scores = np.zeros((5, 2, classes), np.float32)
+    scores[:, :, 3] = 1.0
+    scores[2, 0], scores[2, 0, 7] = 0.0, 1.0  # cell 0: one period of class 7
+    scores[2:4, 1], scores[2:4, 1, 7] = 0.0, 1.0  # cell 1: two periods, then back
+    scores[4, 1], scores[4, 1, 3] = 0.0, 1.0
+    labels = series.viterbi(scores)
+    assert labels[:, 0].tolist() == [3, 3, 3, 3, 3]
+    assert labels[:, 1].tolist() == [3, 3, 7, 7, 3]

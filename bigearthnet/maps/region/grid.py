@@ -91,12 +91,43 @@ class RegionGrid:
             )
         return cls(str(crs), Affine(cell, 0.0, left, 0.0, -cell, top), width, height)
 
-    def centres(self) -> tuple[np.ndarray, np.ndarray]:
-        """(height, width) x and y of every cell's centre."""
-        cols = self.transform.c + (np.arange(self.width) + 0.5) * self.cell
-        rows = self.transform.f - (np.arange(self.height) + 0.5) * self.cell
+    def centres(self, window: GridWindow | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(height, width) x and y of every cell's centre, of the grid or of ``window``."""
+        window = window or GridWindow(0, 0, self.height, self.width)
+        cols = self.transform.c + (window.col + np.arange(window.width) + 0.5) * self.cell
+        rows = self.transform.f - (window.row + np.arange(window.height) + 0.5) * self.cell
         xs, ys = np.meshgrid(cols, rows)
         return xs, ys
+
+
+@dataclass(frozen=True)
+class GridWindow:
+    """A rectangle of grid cells: rows ``row`` .. ``row + height``, columns likewise."""
+
+    row: int
+    col: int
+    height: int
+    width: int
+
+    @property
+    def slices(self) -> tuple[slice, slice]:
+        return slice(self.row, self.row + self.height), slice(self.col, self.col + self.width)
+
+
+def window_of(grid: RegionGrid, footprint: Footprint) -> GridWindow | None:
+    """The grid cells a footprint reaches (its bounds in the grid's CRS, densified, plus a
+    cell for the bilinear kernel), or None when it misses the grid."""
+    left, bottom, right, top = transform_bounds(
+        footprint.crs, grid.crs, *footprint.bounds, densify_pts=21
+    )
+    cell, x0, y0 = grid.cell, grid.transform.c, grid.transform.f
+    col0 = max(0, math.floor((left - x0) / cell) - 1)
+    col1 = min(grid.width, math.ceil((right - x0) / cell) + 1)
+    row0 = max(0, math.floor((y0 - top) / cell) - 1)
+    row1 = min(grid.height, math.ceil((y0 - bottom) / cell) + 1)
+    if col1 <= col0 or row1 <= row0:
+        return None
+    return GridWindow(row0, col0, row1 - row0, col1 - col0)
 
 
 def warp(
@@ -104,21 +135,23 @@ def warp(
     src_crs: str,
     src_transform: Affine,
     grid: RegionGrid,
+    window: GridWindow,
     *,
     nodata: float,
     categorical: bool,
 ) -> np.ndarray:
-    """(B, H, W) source bands -> (B, height, width) float32 on ``grid``, NaN where no source
-    pixel (or only ``nodata``) lies. Classes and masks by nearest, values bilinearly."""
-    out = np.full((values.shape[0], grid.height, grid.width), np.nan, np.float32)
-    source = values.astype(np.float32)
+    """(B, H, W) source bands -> (B, window height, window width) float32 on ``window`` of
+    ``grid``, NaN where no source pixel (or only ``nodata``) lies. Classes and masks by
+    nearest, values bilinearly. Only the window is allocated and warped: a scene costs its
+    own footprint, whatever the size of the region."""
+    out = np.full((values.shape[0], window.height, window.width), np.nan, np.float32)
     reproject(
-        source=source,
+        source=values.astype(np.float32),
         destination=out,
         src_transform=src_transform,
         src_crs=src_crs,
         src_nodata=float(nodata),
-        dst_transform=grid.transform,
+        dst_transform=grid.transform @ Affine.translation(window.col, window.row),
         dst_crs=grid.crs,
         dst_nodata=np.nan,
         resampling=Resampling.nearest if categorical else Resampling.bilinear,
@@ -126,25 +159,30 @@ def warp(
     return out
 
 
-def nearest_observation(
-    observations: list[np.ndarray], centres: list[tuple[float, float]], grid: RegionGrid
-) -> tuple[np.ndarray, np.ndarray]:
-    """The overlap rule for one acquisition date: ``observations`` are (B, height, width)
-    arrays on ``grid`` (NaN: not observed), ``centres`` their footprints' centres in the
-    grid's CRS. Returns the (B, height, width) values taken cell by cell from the observing
-    scene nearest the cell, and the (height, width) index of that scene (-1: none)."""
-    xs, ys = grid.centres()
-    distance = np.full((len(observations), grid.height, grid.width), np.inf)
-    for i, (obs, (cx, cy)) in enumerate(zip(observations, centres)):
-        seen = ~np.isnan(obs).any(axis=0)
-        distance[i][seen] = np.hypot(xs - cx, ys - cy)[seen]
-    chosen = distance.argmin(axis=0)
-    chosen[~np.isfinite(distance.min(axis=0))] = -1
-    stacked = np.stack(observations)  # (S, B, h, w)
-    rows, cols = np.indices(chosen.shape)
-    taken = stacked[np.maximum(chosen, 0), :, rows, cols].transpose(2, 0, 1)
-    taken[:, chosen < 0] = np.nan
-    return taken, chosen
+class NearestMosaic:
+    """The overlap rule for one acquisition date, one scene at a time: each cell holds the
+    values of the observing scene (not NaN there) whose footprint centre is nearest the
+    cell's centre; the first added wins a tie. Memory: the mosaic and one scene's window."""
+
+    def __init__(self, grid: RegionGrid, bands: int) -> None:
+        self.grid = grid
+        self.values = np.full((bands, grid.height, grid.width), np.nan, np.float32)
+        self.chosen = np.full((grid.height, grid.width), -1, np.int32)  # scene index
+        self.scenes = 0  # scenes offered so far; the next one's index
+        self._distance = np.full((grid.height, grid.width), np.inf)
+
+    def add(self, values: np.ndarray, window: GridWindow, centre: tuple[float, float]) -> None:
+        """Offer the next scene's (B, h, w) ``values`` on ``window``; its footprint's centre
+        in the grid's CRS."""
+        index, self.scenes = self.scenes, self.scenes + 1
+        rows, cols = window.slices
+        xs, ys = self.grid.centres(window)
+        distance = np.hypot(xs - centre[0], ys - centre[1])
+        nearer = ~np.isnan(values).any(axis=0) & (distance < self._distance[rows, cols])
+        self._distance[rows, cols][nearer] = distance[nearer]
+        self.chosen[rows, cols][nearer] = index
+        target = self.values[:, rows, cols]
+        target[:, nearer] = values[:, nearer]
 
 
 def _checked_crs(crs: str) -> CRS:

@@ -18,8 +18,10 @@ from pathlib import Path
 
 from bigearthnet.core import distributed
 from bigearthnet.core.errors import InputError
+from bigearthnet.core.util import first_line
 from bigearthnet.maps.region.periods import Acquisition, duplicates
 from bigearthnet.maps.region.products import SceneMap, build_products
+from bigearthnet.maps.region.series import DEFAULT_PERSISTENCE
 
 log = distributed.log
 MAX_GAP_DAYS = 730  # a scene two years from every other is a date typo, not a series
@@ -37,7 +39,7 @@ class RegionOptions:
     cell: float = 600.0
     stride: int = 60
     mask_clouds: bool = True
-    persistence: float = 0.95
+    persistence: float = DEFAULT_PERSISTENCE
     batch_size: int = 64
     progress: bool = True
     scenes_only: bool = False  # map the scenes and stop (a Slurm array task)
@@ -52,12 +54,17 @@ def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> dict | N
     wanted, skipped = _usable(acquisitions)
     predictor = open_predictor(run_dir=opts.run_dir, model_dir=opts.model_dir,
                                checkpoint=opts.checkpoint, stats_from=opts.stats_from)  # fmt: skip
+    tags = {**predictor.provenance, "stride_px": str(opts.stride),
+            "clouds_masked": str(opts.mask_clouds)}  # fmt: skip
     mapped: list[SceneMap] = []
     for acq in wanted:
         scene_map = SceneMap(acq, opts.out / "scenes" / f"{Path(acq.path).name}.tif")
-        if scene_map.path.is_file() and scene_map.probabilities.is_file():
+        stale = _stale(scene_map, tags)
+        if stale is None:
             mapped.append(scene_map)  # mapped by an earlier run: the map is written last
             continue
+        if stale:
+            log.warning("remapping %s: %s", scene_map.path, stale)
         try:
             map_scene(Path(acq.path), out=scene_map.path, stride=opts.stride,
                       resampling=None, batch_size=opts.batch_size, progress=opts.progress,
@@ -71,10 +78,27 @@ def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> dict | N
         raise InputError(f"no scene of the region could be mapped ({len(skipped)} skipped)")
     if opts.scenes_only or not distributed.is_root():
         return None
-    tags = {**predictor.provenance, "stride_px": str(opts.stride),
-            "clouds_masked": str(opts.mask_clouds)}  # fmt: skip
     return build_products(opts.out, mapped, period=opts.period, crs=opts.crs, cell=opts.cell,
                           persistence=opts.persistence, tags=tags, skipped=skipped)  # fmt: skip
+
+
+def _stale(scene_map: SceneMap, tags: dict[str, str]) -> str | None:
+    """None when an earlier run left this scene's map made as this run would make it; else
+    why it must be (re)made ("" when there is none). A map of another model or settings is
+    never reused: the series would silently mix two models."""
+    import rasterio
+
+    if not (scene_map.path.is_file() and scene_map.probabilities.is_file()):
+        return ""
+    try:
+        with rasterio.open(scene_map.path) as src:
+            found = src.tags()
+    except rasterio.RasterioIOError as err:
+        return f"unreadable ({first_line(err)})"
+    for key, value in tags.items():
+        if found.get(key) != value:
+            return f"made with {key}={found.get(key)!r}, this run has {value!r}"
+    return None
 
 
 def _usable(acquisitions: list[Acquisition]) -> tuple[list[Acquisition], list[dict]]:

@@ -15,11 +15,14 @@ none; the period labels in its tags), ``areas.csv`` (km² per class per period, 
 smoothed), ``transitions.csv`` (km² per from -> to class between consecutive periods and
 first -> last, smoothed), a STAC collection with an item per period (``stac/``,
 :mod:`.catalog`), and ``consistency.json``, written last: its presence says the
-products are complete. The series is decoded in blocks of grid rows.
+products are complete. Periods are built one at a time and the series is decoded in blocks
+of grid rows from the periods' probability COGs, so memory holds one period's scores, or
+one block of rows of every period, never the whole stack.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +34,13 @@ from bigearthnet.core.util import atomic_write_json, write_csv
 from bigearthnet.maps.patches import NODATA, PROB_SCALE
 from bigearthnet.maps.region import series
 from bigearthnet.maps.region.catalog import write_collection
-from bigearthnet.maps.region.grid import Footprint, RegionGrid, nearest_observation, warp
+from bigearthnet.maps.region.grid import (
+    Footprint,
+    NearestMosaic,
+    RegionGrid,
+    warp,
+    window_of,
+)
 from bigearthnet.maps.region.periods import Acquisition, group_by_period
 from bigearthnet.maps.scene_output import (
     describe_classes,
@@ -41,7 +50,9 @@ from bigearthnet.maps.scene_output import (
 )
 
 CONSISTENCY = "consistency.json"
-ROW_BLOCK = 256  # grid rows decoded at a time
+# Values (periods x classes x cells) decoded at a time: ~64 MB a float32 copy, a few copies
+# live while a block decodes, whatever the region's size.
+BLOCK_VALUES = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -74,33 +85,36 @@ def period_scores(
     scenes: list[SceneMap],
     grid: RegionGrid,
     classes: int,
-    centre_of: dict[Path, tuple[float, float]],
+    footprint_of: dict[Path, Footprint],
 ) -> np.ndarray:
-    """(C, height, width) mean probabilities of the scenes' dates, NaN where unobserved;
-    ``centre_of``: each scene map's footprint centre in the grid's CRS."""
+    """(C, height, width) mean probabilities of the scenes' dates, NaN where unobserved.
+    Each scene is warped into its own window of the grid and folded into its date's mosaic
+    at once: memory holds the period's sums, one date's mosaic and one scene."""
     import rasterio
 
-    total = np.zeros((classes, grid.height, grid.width), np.float64)
+    total = np.zeros((classes, grid.height, grid.width), np.float32)
     count = np.zeros((grid.height, grid.width), np.int32)
-    dates = sorted({s.acquisition.date for s in scenes})
-    for date in dates:
-        observations, centres = [], []
+    for date in sorted({s.acquisition.date for s in scenes}):
+        mosaic = NearestMosaic(grid, classes)
         for scene in (s for s in scenes if s.acquisition.date == date):
+            fp = footprint_of[scene.path]
+            window = window_of(grid, fp)
+            if window is None:
+                continue
             with rasterio.open(scene.probabilities) as src:
                 scaled = src.read()
                 crs, transform = str(src.crs), src.transform
-            values = np.where(scaled == NODATA, NODATA, scaled / PROB_SCALE)
-            observations.append(warp(values, crs, transform, grid, nodata=NODATA,
-                                     categorical=False))  # fmt: skip
-            centres.append(centre_of[scene.path])
-        taken, chosen = nearest_observation(observations, centres, grid)
-        seen = chosen >= 0
-        total[:, seen] += taken[:, seen]
+            values = np.where(scaled == NODATA, NODATA, scaled / np.float32(PROB_SCALE))
+            observed = warp(values, crs, transform, grid, window, nodata=NODATA,
+                            categorical=False)  # fmt: skip
+            mosaic.add(observed, window, fp.centre_in(grid.crs))
+        seen = mosaic.chosen >= 0
+        total[:, seen] += mosaic.values[:, seen]
         count[seen] += 1
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = total / count
     mean[:, count == 0] = np.nan
-    return mean.astype(np.float32)
+    return mean
 
 
 def top_class(scores: np.ndarray) -> np.ndarray:
@@ -182,17 +196,17 @@ def build_products(
     classes = scene_classes(scenes[0])
     footprints = {s.path: footprint(s) for s in scenes}  # each map opened once
     grid = RegionGrid.covering(list(footprints.values()), crs, cell)
-    centre_of = {path: fp.centre_in(grid.crs) for path, fp in footprints.items()}
     groups = group_by_period([s.acquisition for s in scenes], period)
     labels_of = list(groups)
-    scores = np.empty((len(groups), len(classes), grid.height, grid.width), np.float32)
     raw = np.empty((len(groups), grid.height, grid.width), np.int16)
     for t, (label, acquisitions) in enumerate(groups.items()):
         members = [s for s in scenes if s.acquisition in acquisitions]
-        scores[t] = period_scores(members, grid, len(classes), centre_of)
-        top = write_period(out / "periods", label, scores[t], grid, classes, tags)
+        scores = period_scores(members, grid, len(classes), footprints)
+        top = write_period(out / "periods", label, scores, grid, classes, tags)
         raw[t] = np.where(top == NODATA, -1, top)
-    smooth = _decode(scores, persistence)
+        del scores  # one period's scores at a time: the series reads them back in blocks
+    smooth = _decode([out / "periods" / f"{label}.tif.probabilities.tif" for label in labels_of],
+                     grid, persistence)  # fmt: skip
     for t, label in enumerate(labels_of):
         labels = np.where(smooth[t] < 0, NODATA, smooth[t]).astype(np.uint8)
         write_class_map(out / "consistent" / f"{label}.tif", labels, grid, classes, tags)
@@ -241,17 +255,26 @@ def build_products(
     return record
 
 
-def _decode(scores: np.ndarray, persistence: float) -> np.ndarray:
-    """(T, C, h, w) -> (T, h, w) smoothed labels, -1 where never observed; row blocks."""
-    periods, classes, height, width = scores.shape
-    labels = np.empty((periods, height, width), np.int16)
-    for row in range(0, height, ROW_BLOCK):
-        block = scores[:, :, row : row + ROW_BLOCK]  # (T, C, r, w)
-        rows = block.shape[2]
-        cells = block.transpose(0, 2, 3, 1).reshape(periods, rows * width, classes)
-        labels[:, row : row + rows] = series.viterbi(cells, persistence).reshape(
-            periods, rows, width
-        )
+def _decode(probabilities: list[Path], grid: RegionGrid, persistence: float) -> np.ndarray:
+    """(T, h, w) smoothed labels, -1 where never observed, decoded in blocks of grid rows
+    from the periods' probability COGs: memory holds one block of every period, and the
+    series is what the published probabilities give."""
+    import rasterio
+    from rasterio.windows import Window
+
+    periods = len(probabilities)
+    labels = np.empty((periods, grid.height, grid.width), np.int16)
+    with contextlib.ExitStack() as stack:
+        sources = [stack.enter_context(rasterio.open(path)) for path in probabilities]
+        step = max(1, BLOCK_VALUES // (periods * sources[0].count * grid.width))
+        for row in range(0, grid.height, step):
+            rows = min(step, grid.height - row)
+            window = Window(0, row, grid.width, rows)
+            block = np.stack([src.read(window=window) for src in sources])  # (T, C, r, w)
+            scores = np.where(block == NODATA, np.nan, block / np.float32(PROB_SCALE))
+            cells = scores.transpose(0, 2, 3, 1).reshape(periods, rows * grid.width, -1)
+            decoded = series.viterbi(cells.astype(np.float32), persistence)
+            labels[:, row : row + rows] = decoded.reshape(periods, rows, grid.width)
     return labels
 
 

@@ -1,24 +1,29 @@
 """A temporally consistent land-cover series: per cell, the most probable sequence of classes
-over the periods under a class-persistence prior (an HMM decoded by Viterbi), and the
-figures that say how consistent a series is.
+over the periods under a class-persistence prior, decoded by Viterbi, and the figures that
+say how consistent a series is.
 
-The model (per cell, independently):
+The model (per cell, independently), a chain with a Potts switching cost:
 
 * hidden state: the cell's class in each period;
-* transitions: stay with probability ``persistence``, move to any other class with
-  ``(1 - persistence) / (C - 1)``: land cover rarely changes between two periods, and
-  nothing says which change is likelier;
+* transitions: staying has odds ``persistence / (1 - persistence)`` against moving to any
+  one other class, whatever the number of classes (a Potts prior: nothing says which
+  change is likelier, and 19 or 43 classes should not make a change dearer). A switch
+  costs ``S = log(persistence / (1 - persistence))`` nats, 4.6 at the default 0.99;
 * emissions: with independent sigmoid scores, the likelihood that the cell holds class c
   alone is ``s_c * prod(1 - s_other)``, i.e. ``logit(s_c)`` up to a term shared by all
-  classes of the period (scores clipped to ``[EMISSION_FLOOR, 1 - EMISSION_FLOOR]``); an
-  unobserved period (clouds, no scene) emits the same for every class, so the decoded
-  series bridges it with the classes around it.
+  classes of the period. Scores are clipped to ``[ERROR_FLOOR, 1 - ERROR_FLOOR]``: any
+  one observation may be wrong (a cloud edge SCL missed, misregistration, a model's
+  over-confidence), so none counts for more than ``2 logit(1 - ERROR_FLOOR)`` = 7.8 nats
+  between two classes. An unobserved period (clouds, no scene) emits the same for every
+  class, so the decoded series bridges it with the classes around it.
 
-A one-period flicker A -> B -> A is kept only when B's evidence outweighs two switches,
-``logit(s_B) - logit(s_A) > 2 log(persistence (C - 1) / (1 - persistence))`` (11.7 for 19
-classes at the default 0.95); a lasting change pays the switch once and is kept when its
-new class is seen in about two periods. Cells are independent, so a region is decoded in blocks
-of cells (:func:`viterbi` takes any number) and the memory is that of one block.
+So a one-period flicker A -> B -> A pays two switches and is kept only when B's evidence
+in that period exceeds ``2 S`` (9.2 nats: never at the default, as one observation carries
+at most 7.8; below persistence 0.98 a very confident one can), while a lasting change pays
+``S`` once and is kept when its new class outweighs the old by ``S`` summed over the
+periods it holds: about 2.3 nats a period over two periods, scores of 0.5 against 0.05.
+Cells are independent, so a region is decoded in blocks of cells (:func:`viterbi` takes any
+number) and the memory is that of one block.
 """
 
 from __future__ import annotations
@@ -27,8 +32,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-EMISSION_FLOOR = 1e-4
-DEFAULT_PERSISTENCE = 0.95
+TEMPERATURE = 0.25
+ERROR_RATE = 0.05
+DEFAULT_PERSISTENCE = 0.99
+
+
+def switch_cost(persistence: float) -> float:
+    """Nats a class switch costs in the decoded series."""
+    return float(np.log(persistence) - np.log1p(-persistence))
 
 
 def viterbi(scores: np.ndarray, persistence: float = DEFAULT_PERSISTENCE) -> np.ndarray:
@@ -40,31 +51,34 @@ def viterbi(scores: np.ndarray, persistence: float = DEFAULT_PERSISTENCE) -> np.
     if classes == 1:
         labels = np.zeros((periods, cells), np.int16)
     else:
-        labels = _decode(_log_emissions(scores), persistence)
+        labels = _decode(_log_emissions(scores), switch_cost(persistence))
     never = np.isnan(scores).all(axis=2).all(axis=0)
     labels[:, never] = -1
     return labels
 
 
 def _log_emissions(scores: np.ndarray) -> np.ndarray:
-    """Per class, the log-likelihood that the cell holds that class alone: with independent
-    sigmoid scores, ``s_c * prod(1 - s_other)``, i.e. ``logit(s_c)`` up to a constant of
-    the period; 0 (flat) where unobserved."""
+    """Per class, the log-likelihood of the period's scores if the cell holds that class:
+    the scores' calibrated posterior ``q = softmax(logit(s) / TEMPERATURE)`` mixed with an
+    observation error, ``log((1 - ERROR_RATE) q_c + ERROR_RATE / C)``; 0 (flat) where
+    unobserved."""
+    periods, cells, classes = scores.shape
     observed = ~np.isnan(scores).any(axis=2)
-    clipped = np.clip(
-        np.where(observed[..., None], scores, 0.5), EMISSION_FLOOR, 1 - EMISSION_FLOOR
-    )
-    logs = np.log(clipped) - np.log1p(-clipped)
+    clipped = np.clip(np.where(observed[..., None], scores, 0.5), 1e-6, 1 - 1e-6)
+    sharp = (np.log(clipped) - np.log1p(-clipped)) / TEMPERATURE
+    sharp -= sharp.max(axis=2, keepdims=True)
+    posterior = np.exp(sharp)
+    posterior /= posterior.sum(axis=2, keepdims=True)
+    logs = np.log((1.0 - ERROR_RATE) * posterior + ERROR_RATE / classes)
     logs[~observed] = 0.0
     return logs
 
 
-def _decode(log_e: np.ndarray, persistence: float) -> np.ndarray:
-    """Viterbi with uniform switching: the best predecessor of class c is c itself (stay)
-    or the best other class (move), so a step costs O(cells x classes)."""
+def _decode(log_e: np.ndarray, cost: float) -> np.ndarray:
+    """Viterbi with one switching cost: the best predecessor of class c is c itself (stay)
+    or the best other class (move, ``cost`` nats), so a step costs O(cells x classes)."""
     periods, cells, classes = log_e.shape
-    log_stay = np.log(persistence)
-    log_move = np.log((1.0 - persistence) / (classes - 1))
+    log_stay, log_move = 0.0, -cost
     rows, class_ids = np.arange(cells), np.arange(classes)[None, :]
     delta = log_e[0].copy()
     back = np.zeros((periods, cells, classes), np.int16)
@@ -101,8 +115,12 @@ class Consistency:
 
 def consistency(labels: np.ndarray, observed: np.ndarray, lasting: int = 2) -> Consistency:
     """Figures of a (T, N) label series at the (T, N) ``observed`` periods. A lasting change
-    is a change whose new class holds for at least ``lasting`` observed periods (a change
-    in the last observed period is not confirmed yet)."""
+    goes from a class held for at least ``lasting`` observed periods to another held as
+    long, at the first period of the new one; shorter runs between them are not changes
+    of their own. So a change in the last observed period is not confirmed yet, one after
+    the first period is one observation against the rest (at the ends of a series a wrong
+    observation costs the decoder one switch, not two), and A A X B B is one change, A to B
+    (beside a real change, a wrong observation costs one switch too)."""
     periods, cells = labels.shape
     flicker = triples = 0
     changes = np.zeros(cells, np.int32)
@@ -114,12 +132,15 @@ def consistency(labels: np.ndarray, observed: np.ndarray, lasting: int = 2) -> C
             a, b, c = seq[:-2], seq[1:-1], seq[2:]
             flicker += int(np.sum((a == c) & (a != b)))
             triples += len(seq) - 2
-        switched = np.flatnonzero(seq[1:] != seq[:-1]) + 1
-        changes[cell] = len(switched)
-        for at in switched:
-            differs = seq[at:] != seq[at]
-            held = int(np.argmax(differs)) if differs.any() else len(seq) - at
-            if held >= lasting:
-                first[cell] = times[at]
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+        changes[cell] = len(starts) - 1 if len(seq) else 0
+        held = np.diff(np.r_[starts, len(seq)])
+        settled = None  # the class of the last run held long enough
+        for start, length in zip(starts, held):
+            if length < lasting:
+                continue
+            if settled is not None and seq[start] != settled:
+                first[cell] = times[start]
                 break
+            settled = seq[start]
     return Consistency(flicker, triples, changes, first)
