@@ -218,6 +218,11 @@ class Scene:
         named = dict(self.sources, **({"SCL": self.scl} if self.scl else {}))
         for band, source in named.items():
             dataset = self._open[source.file]
+            if dataset.crs is None or dataset.transform.is_identity:
+                # A truncated GeoTIFF loses its georeferencing tags before its pixels: say
+                # so, rather than that its (absent) CRS differs from B02's.
+                raise SceneError(f"{source.file}: no georeferencing (CRS or geotransform) "
+                                 "in this band: a truncated or plain TIFF")  # fmt: skip
             if dataset.crs != reference.crs:
                 raise SceneError(f"{source.file}: CRS {dataset.crs} differs from B02's")
             size = (dataset.width * source.factor, dataset.height * source.factor)

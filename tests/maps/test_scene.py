@@ -133,6 +133,7 @@ def _copy_scene(tmp_path: Path) -> Path:
         ("other crs", "B05.tif: CRS EPSG:32634 differs from B02's"),
         ("too small", "smaller than one 120x120 window"),
         ("corrupt band", "cannot read this band"),
+        ("truncated band", "B05.tif: no georeferencing (CRS or geotransform)"),
         ("corrupt jp2", "_B04_10m.jp2: cannot read"),
         ("no scl", "--mask-clouds needs the scene classification band (SCL)"),
         ("bbox outside", "lies outside the scene"),
@@ -155,6 +156,8 @@ def test_bad_scenes_are_one_line_exit_2(damage, message, scene_model, tmp_path, 
         write_scene(scene, small, layout="tif")
     elif damage == "corrupt band":
         (scene / "B03.tif").write_bytes(b"II*\0garbage")
+    elif damage == "truncated band":  # cut short: the header stays, the GeoTIFF tags do not
+        (scene / "B05.tif").write_bytes((scene / "B05.tif").read_bytes()[:300])
     elif damage == "corrupt jp2":
         scene = tmp_path / "x.SAFE"
         files = write_scene(scene, SceneTruth(240, 240, 0, ((3,),)), layout="safe")
