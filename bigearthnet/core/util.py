@@ -23,6 +23,13 @@ def first_line(err: BaseException) -> str:
     return text.splitlines()[0] if text else type(err).__name__
 
 
+def temp_sibling(final: str | Path, kind: str) -> Path:
+    """A hidden name beside ``final`` for work in progress (``.<name>.<kind>-<pid>-<token>``):
+    unique per process and call, and never matching a glob for finished outputs."""
+    final = Path(final)
+    return final.with_name(f".{final.name}.{kind}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
 @contextlib.contextmanager
 def atomic_path(final: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``final``; rename it into place only on success.
@@ -31,7 +38,7 @@ def atomic_path(final: str | Path) -> Iterator[Path]:
     ``.tmp-*`` file, which the next run ignores or removes.
     """
     final = Path(final)
-    tmp_path = final.with_name(f".{final.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    tmp_path = temp_sibling(final, "tmp")
     # Created with 0666 like a plain open(), so the kernel applies the umask (shared project
     # folders keep their group permissions); mkstemp's 0600 would not, and reading the umask
     # (os.umask) changes it process-wide while other threads write files.

@@ -13,7 +13,6 @@ import datetime as dt
 import json
 import os
 import re
-import secrets
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ import tensorflow as tf
 
 from bigearthnet.core import distributed
 from bigearthnet.core.errors import InputError, RunFailed
-from bigearthnet.core.util import atomic_write_text, fsync_tree, overlapping
+from bigearthnet.core.util import atomic_write_text, fsync_tree, overlapping, temp_sibling
 from bigearthnet.evaluation.summary import EvalSummary, read_metrics
 from bigearthnet.export.card import RunFacts, render_card
 from bigearthnet.export.onnx_model import OnnxModel, OnnxUnavailable, export_onnx
@@ -88,7 +87,7 @@ def export_run(
     loaded = load_model(run_dir, checkpoint, stats_from)
     trained_on = training_data(loaded.config, loaded.record)  # card facts, when still there
     evaluation, notes = _evaluation(run_dir, loaded, eval_dir)
-    tmp = out.parent / f".{out.name}.partial-{os.getpid()}-{secrets.token_hex(4)}"
+    tmp = temp_sibling(out, "partial")
     tmp.mkdir()
     try:
         onnx, sizes = _write_models(tmp, loaded, formats, notes)
@@ -274,7 +273,7 @@ def _publish(tmp: Path, out: Path) -> None:
     """Rename the finished folder into place (an existing OUT, --force, goes only after)."""
     old = None
     if out.exists():
-        old = out.parent / f".{out.name}.replaced-{secrets.token_hex(4)}"
+        old = temp_sibling(out, "replaced")
         os.replace(out, old)
     os.replace(tmp, out)
     fsync_tree(out.parent, recurse=False)

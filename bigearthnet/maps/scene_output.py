@@ -13,8 +13,6 @@ Every file is written under a temporary name and renamed.
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bigearthnet.core import constants
-from bigearthnet.core.util import atomic_path, write_csv
+from bigearthnet.core.util import atomic_path, temp_sibling, write_csv
 from bigearthnet.maps.patches import NODATA, PROB_SCALE
 from bigearthnet.maps.preview import LegendEntry, write_preview
 
@@ -152,9 +150,7 @@ def write_cog(
     count, height, width = bands.shape
     profile = dict(grid, driver="GTiff", height=height, width=width, count=count)
     profile.update(dtype=bands.dtype.name, nodata=nodata)
-    # Hidden, unique and without a .tif suffix: a kill leaves nothing that a glob for
-    # maps (``*.tif``) would take for one, and two writers never share the scratch file.
-    plain = path.with_name(f".{path.name}.plain-{os.getpid()}-{secrets.token_hex(4)}")
+    plain = temp_sibling(path, "plain")  # a kill leaves nothing a glob for *.tif takes
     try:
         with rasterio.open(plain, "w", **profile) as dst:
             dst.write(bands)

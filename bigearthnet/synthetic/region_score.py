@@ -67,15 +67,15 @@ def score_series(region: Path, out: Path) -> SeriesScore:
                          "dates (map with --period scene-date)")  # fmt: skip
     row, col, interior = _cells_in_blocks(truth, record["grid"])
     classes = truth["classes"][:, row, col]  # (T, h, w)
-    raw = np.stack([_read(out / "periods" / f"{p}.tif") for p in periods])
-    observed = raw != _nodata(out / "periods" / f"{periods[0]}.tif")
+    maps = np.ma.stack([_read(out / "periods" / f"{p}.tif") for p in periods])
+    raw, observed = maps.data, ~np.ma.getmaskarray(maps)
     agreement = [
         float((raw[t] == classes[t])[observed[t] & interior].mean()) for t in range(len(periods))
     ]
     rates = record["flicker_rate"]
     removed = 1.0 - rates["consistent"] / rates["raw"] if rates["raw"] else 1.0
-    found = _read(out / "first_change.tif").astype(np.int32) - 1  # -1 none
-    changed = _read(out / "changes.tif")
+    found = _read(out / "first_change.tif").data.astype(np.int32) - 1  # -1 none
+    changed = _read(out / "changes.tif").data
     lasting_at = np.full(row.shape, -1)
     touched = np.zeros(row.shape, bool)
     for event in truth["events"]:
@@ -118,15 +118,9 @@ def _cells_in_blocks(truth: dict, grid: dict) -> tuple[np.ndarray, np.ndarray, n
     return row.clip(0, truth["rows"] - 1), col.clip(0, truth["cols"] - 1), interior
 
 
-def _read(path: Path) -> np.ndarray:
+def _read(path: Path) -> np.ma.MaskedArray:
+    """Band 1, its nodata cells masked."""
     import rasterio
 
     with rasterio.open(path) as src:
-        return src.read(1)
-
-
-def _nodata(path: Path) -> int:
-    import rasterio
-
-    with rasterio.open(path) as src:
-        return int(src.nodata)
+        return src.read(1, masked=True)

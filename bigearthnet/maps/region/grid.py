@@ -14,6 +14,7 @@ it, and the rule that takes each cell from one scene where tiles overlap.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -35,6 +36,11 @@ class Footprint:
 
     crs: str
     bounds: tuple[float, float, float, float]
+
+    def bounds_in(self, crs: str) -> tuple[float, float, float, float]:
+        """The bounds in ``crs`` (densified edges); once per footprint and CRS: the grid is
+        sized from them and each scene's window cut by them."""
+        return _bounds_in(self, crs)
 
     def centre_in(self, crs: str) -> tuple[float, float]:
         left, bottom, right, top = self.bounds
@@ -69,11 +75,11 @@ class RegionGrid:
             raise InputError("no scene to make a region of")
         if not cell > 0:
             raise InputError(f"--cell {cell}: must be positive metres")
-        target = _checked_crs(crs)
+        _checked_crs(crs)
         boxes = []
         for fp in footprints:
             try:
-                box = transform_bounds(fp.crs, target, *fp.bounds, densify_pts=21)
+                box = fp.bounds_in(str(crs))
             except Exception as err:  # PROJ errors come in several kinds
                 raise InputError(f"--crs {crs}: cannot hold a scene in {fp.crs} ({err})") from None
             if not all(math.isfinite(v) for v in box):
@@ -117,9 +123,7 @@ class GridWindow:
 def window_of(grid: RegionGrid, footprint: Footprint) -> GridWindow | None:
     """The grid cells a footprint reaches (its bounds in the grid's CRS, densified, plus a
     cell for the bilinear kernel), or None when it misses the grid."""
-    left, bottom, right, top = transform_bounds(
-        footprint.crs, grid.crs, *footprint.bounds, densify_pts=21
-    )
+    left, bottom, right, top = footprint.bounds_in(grid.crs)
     cell, x0, y0 = grid.cell, grid.transform.c, grid.transform.f
     col0 = max(0, math.floor((left - x0) / cell) - 1)
     col1 = min(grid.width, math.ceil((right - x0) / cell) + 1)
@@ -183,6 +187,11 @@ class NearestMosaic:
         self.chosen[rows, cols][nearer] = index
         target = self.values[:, rows, cols]
         target[:, nearer] = values[:, nearer]
+
+
+@functools.lru_cache(maxsize=4096)
+def _bounds_in(footprint: Footprint, crs: str) -> tuple[float, float, float, float]:
+    return transform_bounds(footprint.crs, crs, *footprint.bounds, densify_pts=21)
 
 
 def _checked_crs(crs: str) -> CRS:

@@ -98,8 +98,7 @@ def period_scores(
         for scene in (s for s in scenes if s.acquisition.date == date):
             fp = footprint_of[scene.path]
             window = window_of(grid, fp)
-            if window is None:
-                continue
+            assert window is not None  # the grid covers every scene's footprint
             with rasterio.open(scene.probabilities) as src:
                 scaled = src.read()
                 crs, transform = str(src.crs), src.transform
@@ -268,7 +267,7 @@ def _decode(
         block = np.stack([_read_rows(path, row, rows) for path in probabilities])  # T,C,r,w
         scores = np.where(block == NODATA, np.nan, block / np.float32(PROB_SCALE))
         cells = scores.transpose(0, 2, 3, 1).reshape(periods, rows * grid.width, classes)
-        decoded = series.viterbi(cells.astype(np.float32), persistence)
+        decoded = series.viterbi(cells.astype(np.float32, copy=False), persistence)
         labels[:, row : row + rows] = decoded.reshape(periods, rows, grid.width)
     return labels
 

@@ -78,7 +78,6 @@ def _decode(log_e: np.ndarray, cost: float) -> np.ndarray:
     """Viterbi with one switching cost: the best predecessor of class c is c itself (stay)
     or the best other class (move, ``cost`` nats), so a step costs O(cells x classes)."""
     periods, cells, classes = log_e.shape
-    log_stay, log_move = 0.0, -cost
     rows, class_ids = np.arange(cells), np.arange(classes)[None, :]
     delta = log_e[0].copy()
     back = np.zeros((periods, cells, classes), np.int16)
@@ -87,11 +86,10 @@ def _decode(log_e: np.ndarray, cost: float) -> np.ndarray:
         best, second = order[:, -1], order[:, -2]
         is_best = class_ids == best[:, None]
         other_arg = np.where(is_best, second[:, None], best[:, None])
-        other_value = delta[rows[:, None], other_arg] + log_move
-        stay_value = delta + log_stay
-        stays = stay_value >= other_value
+        other_value = delta[rows[:, None], other_arg] - cost  # staying costs nothing
+        stays = delta >= other_value
         back[t] = np.where(stays, class_ids, other_arg)
-        delta = np.where(stays, stay_value, other_value) + log_e[t]
+        delta = np.where(stays, delta, other_value) + log_e[t]
     labels = np.empty((periods, cells), np.int16)
     labels[-1] = delta.argmax(axis=1)
     for t in range(periods - 1, 0, -1):
