@@ -11,6 +11,11 @@ DEMO_DIR ?= demo
 FAULTS_TABLE ?=
 BAD_INPUT_TABLE ?=
 SHARED ?= ../shared
+# pytest-xdist workers per tier: one per core of the 2-core CI machine. Tests that share a
+# resource (the Slurm test cluster) carry an xdist_group and run in one worker. WORKERS=0
+# runs a tier in one process (pdb, -x, output in order).
+WORKERS ?= 2
+XDIST := $(if $(filter 0,$(WORKERS)),-p no:xdist,-n $(WORKERS) --dist loadgroup)
 
 # The second stack runs the tests that touch TensorFlow, Keras or Horovod: every API the
 # project uses (layers and the model registry, legacy optimizers, LR schedules, tf.function
@@ -21,7 +26,7 @@ SHARED ?= ../shared
 STACK_TESTS := tests/test_stacks.py tests/models tests/training tests/data tests/evaluation \
 	tests/maps/test_scene.py tests/export tests/weights
 
-.PHONY: help setup demo test test-slow test-all test-stack test-reference faults bad-input lint bench bench-stacks clean-demo
+.PHONY: help setup demo test test-slow test-heavy test-all test-stack test-reference faults bad-input lint bench bench-stacks clean-demo
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -38,26 +43,29 @@ demo: $(STAMP)  ## synthetic archive -> preprocess -> 2-rank training -> evaluat
 	VENV=$(VENV) DEMO_DIR=$(DEMO_DIR) bash scripts/demo.sh
 
 test: $(STAMP)  ## the test suite without the slow and fault tiers
-	SHARED_DIR=$(SHARED) $(PY) -m pytest
+	SHARED_DIR=$(SHARED) $(PY) -m pytest $(XDIST)
 
 test-stack: $(STAMP)  ## the tests that touch TensorFlow/Keras/Horovod (CI: on the second stack)
-	SHARED_DIR=$(SHARED) $(PY) -m pytest $(STACK_TESTS)
+	SHARED_DIR=$(SHARED) $(PY) -m pytest $(XDIST) $(STACK_TESTS)
 
-test-slow: $(STAMP)  ## only the slow tests (real Slurm, elastic); CI runs them after `make test`
-	SHARED_DIR=$(SHARED) $(PY) -m pytest -m "slow and not fault"
+test-slow: $(STAMP)  ## only the slow tests (real Slurm, elastic); CI runs them in `make test-heavy`
+	SHARED_DIR=$(SHARED) $(PY) -m pytest $(XDIST) -m "slow and not fault"
 
 faults: $(STAMP)  ## inject each fault into real runs; prints the fault table (FAULTS_TABLE=file writes it)
-	SHARED_DIR=$(SHARED) BEN_FAULTS_TABLE=$(FAULTS_TABLE) $(PY) -m pytest -m fault
+	SHARED_DIR=$(SHARED) BEN_FAULTS_TABLE=$(FAULTS_TABLE) $(PY) -m pytest $(XDIST) -m fault
 
 bad-input: $(STAMP)  ## one bad input per test, every command; prints the bad-input table (BAD_INPUT_TABLE=file writes it)
-	SHARED_DIR=$(SHARED) BEN_BAD_INPUT_TABLE=$(BAD_INPUT_TABLE) $(PY) -m pytest -m bad_input
+	SHARED_DIR=$(SHARED) BEN_BAD_INPUT_TABLE=$(BAD_INPUT_TABLE) $(PY) -m pytest $(XDIST) -m bad_input
+
+test-heavy: $(STAMP)  ## the slow, fault and bad-input tiers in one run (CI): one Slurm cluster, one set of fixtures, both workers busy; prints both tables
+	SHARED_DIR=$(SHARED) BEN_FAULTS_TABLE=$(FAULTS_TABLE) BEN_BAD_INPUT_TABLE=$(BAD_INPUT_TABLE) $(PY) -m pytest $(XDIST) -m "slow or fault or bad_input"
 
 test-reference: $(STAMP)  ## imported weights against PyTorch's own forward pass (installs .[torch]: PyTorch, timm)
 	$(VENV)/bin/pip install -q -e '.[torch]'
 	SHARED_DIR=$(SHARED) $(PY) -m pytest -m reference -rs
 
 test-all: $(STAMP)  ## every test, the slow multi-process and Slurm ones included
-	SHARED_DIR=$(SHARED) $(PY) -m pytest -m "slow or not slow"
+	SHARED_DIR=$(SHARED) $(PY) -m pytest $(XDIST) -m "slow or not slow"
 
 lint: $(STAMP)  ## ruff, mypy, and the import layering (import-linter: no cycle, no upward import); .pre-commit-config.yaml runs the same
 	$(VENV)/bin/ruff check .

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import REPO, TINY_RECIPE, horovodrun, preprocess, train_argv  # noqa: F401
+from helpers import REPO, TINY_RECIPE, horovodrun, preprocess, train_argv, unavailable  # noqa: F401
 
 import bigearthnet  # noqa: F401  (selects Keras 2 before any test module imports TensorFlow)
 
@@ -115,7 +115,7 @@ def small_disk(tmp_path):
         ).returncode
     )
     if not mounted:
-        pytest.skip("needs root and tmpfs mounts")
+        unavailable("tmpfs", "needs root and tmpfs mounts")
 
     class SmallDisk:
         path = mount
@@ -135,6 +135,9 @@ def small_disk(tmp_path):
 # ----------------------------------------------------------------- the fault table
 # Tests marked `fault` inject one fault into real runs and record a row; `make faults` runs
 # them and prints the table (README, "Reliability"); BEN_FAULTS_TABLE=PATH also writes it.
+# A row travels as a user property of the test's report, so that the process printing the
+# table sees it also when pytest-xdist ran the test in a worker; a failed test adds none.
+FAULT_ROW, BAD_INPUT_ROW = "fault_row", "bad_input_row"
 FAULT_ROWS: list[dict] = []
 
 
@@ -144,16 +147,16 @@ def fault_row(request):
     row of the fault table (recorded when the test reaches it: after its checks)."""
 
     def record(fault: str, *, data_lost: str, detect_s: float | None, runs: int = 1) -> None:
-        FAULT_ROWS.append(
-            {
+        request.node.user_properties.append(
+            (FAULT_ROW, {
                 "fault": fault,
                 "runs": runs,
                 "survived": "yes",
                 "data_lost": data_lost,
                 "detect_s": detect_s,
                 "test": request.node.nodeid.split("::")[-1],
-            }
-        )
+            })
+        )  # fmt: skip
 
     return record
 
@@ -182,15 +185,15 @@ def bad_input_row(request):
     """``bad_input_row(bad_input, command, exit_code, verdict)``: this test's row of the
     bad-input table (recorded once the test's checks have passed)."""
     test = request.node.nodeid.split("::")[-1]
-    return lambda bad_input, command, exit_code, verdict: BAD_INPUT_ROWS.append(
-        {
+    return lambda bad_input, command, exit_code, verdict: request.node.user_properties.append(
+        (BAD_INPUT_ROW, {
             "input": bad_input,
             "command": command,
             "exit": exit_code,
             "verdict": verdict,
             "test": test,
-        }  # fmt: skip
-    )
+        })
+    )  # fmt: skip
 
 
 def bad_input_table(rows: list[dict]) -> str:
@@ -204,6 +207,55 @@ def bad_input_table(rows: list[dict]) -> str:
             f"| `{row['test']}` |"
         )
     return "\n".join(lines + [f"\n{len(rows)} bad inputs, every one handled as promised."])
+
+
+# The tiers, by marker (the Makefile's selections): what passed in each is counted, so that a
+# run of several tiers (CI's `make test-heavy`) still proves that each of them ran.
+TIERS = ("bad_input", "fault", "reference", "slow")
+PASSED_BY_TIER: dict[str, int] = {}
+
+
+def tier_of(keywords) -> str:
+    return next((tier for tier in TIERS if tier in keywords), "fast")
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.when != "call" or not report.passed:
+        return
+    tier = tier_of(report.keywords)
+    PASSED_BY_TIER[tier] = PASSED_BY_TIER.get(tier, 0) + 1
+    for name, row in report.user_properties:
+        {FAULT_ROW: FAULT_ROWS, BAD_INPUT_ROW: BAD_INPUT_ROWS}.get(name, []).append(row)
+
+
+def tier_floors(text: str) -> dict[str, int]:
+    """BEN_MIN_TESTS: ``fast:498,slow:36``, a tier's least count of passed tests."""
+    floors = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        tier, _, count = part.partition(":")
+        if tier not in (*TIERS, "fast") or not count.isdigit():
+            raise pytest.UsageError(f"BEN_MIN_TESTS: '{part}' is not TIER:COUNT")
+        floors[tier] = int(count)
+    return floors
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """A tier proves that it ran: BEN_MIN_TESTS (CI sets each tier's count) fails a run in
+    which fewer tests of a tier passed, e.g. one whose selection lost a file or a marker."""
+    if hasattr(session.config, "workerinput"):  # an xdist worker sees only its part
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    counts = ", ".join(f"{tier} {n}" for tier, n in sorted(PASSED_BY_TIER.items()))
+    reporter.write_line("")
+    reporter.write_line(f"passed by tier: {counts or 'none'}")
+    for tier, floor in tier_floors(os.environ.get("BEN_MIN_TESTS", "")).items():
+        if PASSED_BY_TIER.get(tier, 0) < floor:
+            reporter.write_line(
+                f"BEN_MIN_TESTS: {PASSED_BY_TIER.get(tier, 0)} {tier} tests passed, "
+                f"fewer than {floor}",
+                red=True,
+            )
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import numpy as np
 
@@ -20,6 +20,18 @@ if TYPE_CHECKING:  # TensorFlow loads only in the tests that build a model
     import tensorflow as tf
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def unavailable(what: str, reason: str) -> NoReturn:
+    """Skip a test that needs ``what`` (slurm, chromium, shellcheck, tmpfs), which this machine
+    lacks for ``reason``, or fail it where ``BEN_REQUIRE`` (comma-separated, or ``all``) names
+    it: CI installs them all, so a tier there must not pass by skipping."""
+    import pytest
+
+    required = {word.strip() for word in os.environ.get("BEN_REQUIRE", "").split(",")}
+    if what in required or "all" in required:
+        pytest.fail(f"BEN_REQUIRE names {what}, but {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 def preprocess(archive: Path, out: Path, *extra: str) -> int:
@@ -324,3 +336,38 @@ def torch_state_dict(model: tf.keras.Model, *, prefix: str = "") -> dict[str, np
         kernel, bias = model.get_layer("logits").get_weights()
         out["fc.weight"], out["fc.bias"] = kernel.T.copy(), bias
     return {prefix + key: np.ascontiguousarray(value) for key, value in out.items()}
+
+
+# Two float32 computations of one network (AVX-512 or AVX2 kernels, TensorFlow, ONNX Runtime
+# or PyTorch, another batch split) sum in another order: they differ by a few ulps of the
+# largest partial sums, i.e. relative to the output's scale, never by a fixed amount.
+FLOAT32_RTOL = 1e-4
+
+
+def assert_close_to_scale(actual, expected, rtol: float = FLOAT32_RTOL) -> None:
+    """``actual`` equals ``expected`` (logits, features) to ``rtol`` of the largest
+    magnitude in ``expected``: the scale that bounds a float32 network's rounding."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    allowed = rtol * max(float(np.abs(expected).max()), np.finfo(np.float32).tiny)
+    worst = float(np.abs(actual - expected).max())
+    assert worst <= allowed, f"differ by {worst:.3g}, more than {rtol} of the scale ({allowed:.3g})"
+
+
+def assert_scores_close(actual, expected, rtol: float = FLOAT32_RTOL) -> None:
+    """Sigmoid scores from two float32 computations of the same logits: the logits may differ
+    by ``rtol`` of their scale, and a score by that times the sigmoid's slope p(1 - p) there
+    (a saturated score hardly moves), plus float32's rounding of a score near 1."""
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    eps = float(np.finfo(np.float32).eps)
+    clipped = np.clip(expected, eps, 1 - eps)
+    logit_scale = max(float(np.abs(np.log(clipped / (1 - clipped))).max()), 1.0)
+    slope = np.maximum(actual * (1 - actual), expected * (1 - expected))
+    allowed = slope * rtol * logit_scale + 2 * eps
+    excess = np.abs(actual - expected) - allowed
+    worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
+    assert excess[worst] <= 0, (
+        f"score {actual[worst]:.7g} vs {expected[worst]:.7g} at {worst}: beyond {rtol} of the "
+        f"logit scale {logit_scale:.3g} through the sigmoid's slope"
+    )

@@ -26,7 +26,7 @@ Deliberate choices in slurm.conf:
 Requirements: root (slurmd runs jobs as their user, munged must run as ``munge``), the
 Debian packages slurm-wlm and munge, a ``munge`` user, two CPUs. Where they are missing,
 :func:`unavailable_reason` says why and the ``slurm_cluster`` fixture skips (or fails,
-with ``BEN_REQUIRE_SLURM=1``, so that CI cannot pass by skipping).
+with ``BEN_REQUIRE=slurm``, so that CI cannot pass by skipping).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import REPO, unavailable
 
-REPO = Path(__file__).resolve().parents[1]
 CLIENTS = ("sbatch", "scontrol", "squeue", "scancel", "sinfo", "srun")
 DAEMONS = ("munged", "slurmctld", "slurmd")
 # States a job does not leave (a requeued job passes through REQUEUED back to PENDING).
@@ -482,21 +482,16 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Over
 def slurm_cluster_fixture() -> Iterator[SlurmCluster]:
     """A running single-node Slurm for the whole session, stopped at its end (even when a
     test failed). Skips with the reason where the machine cannot run one, unless
-    BEN_REQUIRE_SLURM=1 (then it fails)."""
-    required = os.environ.get("BEN_REQUIRE_SLURM", "") not in ("", "0")
+    BEN_REQUIRE names slurm (then it fails)."""
     reason = unavailable_reason()
     if reason:
-        if required:
-            pytest.fail(f"BEN_REQUIRE_SLURM is set but no Slurm test cluster here: {reason}")
-        pytest.skip(f"no Slurm test cluster on this machine: {reason}")
+        unavailable("slurm", f"no Slurm test cluster on this machine: {reason}")
     cluster = SlurmCluster(keep=os.environ.get("BEN_KEEP_SLURM", "") not in ("", "0"))
     try:
         cluster.start()
     except SlurmUnavailable as err:
         cluster.stop()
-        if required:
-            pytest.fail(f"the Slurm test cluster did not start: {err}")
-        pytest.skip(f"the Slurm test cluster did not start: {err}")
+        unavailable("slurm", f"the Slurm test cluster did not start: {err}")
     try:
         yield cluster
     finally:

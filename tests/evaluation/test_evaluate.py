@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-from conftest import horovodrun
+from helpers import assert_scores_close, horovodrun
 from PIL import Image
 from sklearn.metrics import average_precision_score, f1_score
 
@@ -46,6 +46,10 @@ def split_names(data: Path, split: str) -> list[str]:
         with h5py.File(entry.path(data), "r") as f:
             names += [n.decode() for n in f["names"][:]]
     return names
+
+
+# Its module fixtures train or evaluate: all its tests in one xdist worker, built once.
+pytestmark = pytest.mark.xdist_group("evaluate")
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +152,7 @@ def test_two_ranks_equal_one_rank(trained_run: Path, test_eval: Path, tmp_path: 
     names2, scores2, labels2, _ = read_predictions(out)
     assert sorted(names1) == sorted(names2) and len(set(names2)) == len(names2)
     np.testing.assert_array_equal(labels1, labels2)
-    np.testing.assert_allclose(scores1, scores2, atol=1e-5)
+    assert_scores_close(scores2, scores1)
     assert result.stdout.count("evaluation of ") == 1  # only rank 0 prints the table
     for name in PLOTS:  # drawn and written by rank 0
         with Image.open(out / name) as image:

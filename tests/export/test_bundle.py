@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 import pytest
 import rasterio
-from helpers import train_argv
+from helpers import assert_scores_close, train_argv
 
 import evaluate
 import train
@@ -54,6 +54,10 @@ def export_of(run: Path, out: Path, *extra: str) -> Path:
     return out
 
 
+# Its module fixtures train or evaluate: all its tests in one xdist worker, built once.
+pytestmark = pytest.mark.xdist_group("export")
+
+
 @pytest.fixture(scope="module")
 def evaluated_run(trained_run: Path, tmp_path_factory) -> Path:
     """A copy of the tiny run, evaluated on test with thresholds tuned on val."""
@@ -75,8 +79,8 @@ def test_savedmodel_and_onnx_give_evaluate_probabilities(export_dir, evaluated_r
     from_savedmodel = ExportedModel(export_dir).predict(images)
     from_onnx = run_onnx(export_dir / exported.ONNX_FILE, images)
     assert from_savedmodel.shape == from_onnx.shape == expected.shape == (len(names), 19)
-    assert np.abs(from_savedmodel - expected).max() < 1e-5
-    assert np.abs(from_onnx - expected).max() < 1e-5
+    assert_scores_close(from_savedmodel, expected)
+    assert_scores_close(from_onnx, expected)
 
 
 def test_savedmodel_loads_in_plain_tensorflow(export_dir, shards_v1):
@@ -264,8 +268,8 @@ def test_resnet50_export_matches_evaluate(shards_v1, tmp_path):
     names, images = split_images(shards_v1, "test")
     eval_names, expected = evaluated_scores(run / "eval-test")
     assert names == eval_names
-    assert np.abs(ExportedModel(out).predict(images) - expected).max() < 1e-5
-    assert np.abs(run_onnx(out / exported.ONNX_FILE, images) - expected).max() < 1e-5
+    assert_scores_close(ExportedModel(out).predict(images), expected)
+    assert_scores_close(run_onnx(out / exported.ONNX_FILE, images), expected)
     assert read_export_info(out).model == "resnet50"
 
 

@@ -30,6 +30,10 @@ from bigearthnet.synthetic.scene import SceneTruth, write_scene
 TRUTH = SceneTruth(size=480, block=240, border=36, classes=((0, 8), (11, 18)))
 
 
+# Its module fixtures train or evaluate: all its tests in one xdist worker, built once.
+pytestmark = pytest.mark.xdist_group("trained-run")
+
+
 @pytest.fixture(scope="module")
 def moved_world(shards_v1: Path, synth_v2: Path, tmp_path_factory) -> dict[str, Path]:
     """A run trained on its own copy of the shards, other shards (v2, other statistics) to

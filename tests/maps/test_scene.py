@@ -27,6 +27,10 @@ from bigearthnet.synthetic.scene import SceneTruth, write_scene
 TRUTH = SceneTruth(size=720, block=240, border=36, classes=((0, 2, 5), (8, 11, 13), (14, 16, 18)))
 
 
+# Its module fixtures train or evaluate: all its tests in one xdist worker, built once.
+pytestmark = pytest.mark.xdist_group("scene")
+
+
 @pytest.fixture(scope="module")
 def scene_model(shards_v1: Path, tmp_path_factory) -> Path:
     """The tiny model trained 15 epochs on the synthetic archive."""

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from helpers import unavailable
 
 CHROMIUM_FLAGS = (
     "--headless=new",
@@ -31,11 +31,13 @@ def _binaries() -> tuple[str, str]:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
     if browser is None or driver is None:
-        pytest.skip("needs Debian's chromium and chromium-driver (apt install them; CI does)")
+        unavailable(
+            "chromium", "needs Debian's chromium and chromium-driver (apt install them; CI does)"
+        )
     try:
         import selenium  # noqa: F401
     except ImportError:
-        pytest.skip("needs selenium (pip install -e .[dev])")
+        unavailable("chromium", "needs selenium (pip install -e .[dev])")
     return browser, driver
 
 

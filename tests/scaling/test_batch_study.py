@@ -123,6 +123,7 @@ def test_result_counts_steps_to_the_first_evaluation_at_target(shards_v1: Path) 
     assert missed.steps_to_target is None and missed.diverged and missed.mean_b_simple is None
 
 
+@pytest.mark.slow  # 4 train.py processes; the fast tier runs the study end to end below
 def test_a_tiny_study_runs_end_to_end(tmp_path: Path, shards_v1: Path) -> None:
     out = tmp_path / "study"
     argv = [

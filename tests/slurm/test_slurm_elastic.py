@@ -48,6 +48,9 @@ from test_slurm_jobs import (
     wait_while_running,
 )
 
+# One Slurm test cluster per test run: every test that submits to it runs in one xdist worker.
+pytestmark = pytest.mark.xdist_group("slurm")
+
 CONTROLLER = str(Path(sys.executable).with_name("bigearthnet-elastic"))
 ELASTIC = [*TINY, "--batch-size", "2", "--commit-every", "2"]
 RESIZE_TIMEOUT = 180  # seconds for one grow or shrink to show in the driver's log

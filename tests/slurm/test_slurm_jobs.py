@@ -35,6 +35,9 @@ from slurm_cluster import (
     slurm_cluster_fixture,  # noqa: F401 (registers the fixture)
 )
 
+# One Slurm test cluster per test run: every test that submits to it runs in one xdist worker.
+pytestmark = pytest.mark.xdist_group("slurm")
+
 JOBS = REPO / "jobs"
 SCRIPTS = sorted([*JOBS.glob("**/*.sbatch"), *JOBS.glob("**/*.sh")])
 PROFILES = sorted((JOBS / "sites").glob("*.env"))

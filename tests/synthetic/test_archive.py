@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rasterio
-from helpers import REPO
 from rasterio.crs import CRS
 
 from bigearthnet.cli.synth import main
@@ -32,18 +31,6 @@ from bigearthnet.synthetic import render as synthetic_render
 from bigearthnet.synthetic import tiff as synthetic_tiff
 from bigearthnet.synthetic.archive import SyntheticPatch, class_signatures, generate_archive
 
-# Real v1 patches, read only to compare formats: shared/ sits beside the repository clone.
-SAMPLES = next(
-    (
-        p
-        for p in (
-            REPO.parent / "shared/samples/bigearthnet-v1",
-            Path("/work/shared/samples/bigearthnet-v1"),
-        )
-        if p.is_dir()
-    ),
-    None,
-)
 V1_NAME = re.compile(r"^(S2[AB])_MSIL2A_(\d{8}T\d{5,6})_(\d+)_(\d+)$")
 V2_NAME = re.compile(r"^S2[AB]_MSIL2A_\d{8}T\d{6}_N9999_R\d{3}_T\d{2}[A-Z]{3}_(\d+)_(\d+)$")
 S1_NAME = re.compile(r"^S1[AB]_IW_GRDH_1SDV_\d{8}T\d{6}_\d{2}[A-Z]{3}_\d+_\d+$")
@@ -165,10 +152,8 @@ def test_v1_pixels_positive_and_plausible(v1_archive):
         assert 50 < arr.mean() < 8000, band
 
 
-def test_v1_layout_matches_real_samples(v1_archive):
-    if SAMPLES is None:
-        pytest.skip("real BigEarthNet samples not available")
-    sample = sorted(p for p in SAMPLES.iterdir() if p.is_dir())[0]
+def test_v1_layout_matches_real_samples(v1_archive, real_v1):
+    sample = sorted(p for p in real_v1.iterdir() if p.is_dir())[0]
     root, patches = v1_archive
     ours = root / patches[0].name
     keys = ("dtype", "nodata", "count", "width", "height", "blockysize", "tiled", "interleave")

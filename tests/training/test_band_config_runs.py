@@ -9,7 +9,7 @@ from pathlib import Path
 
 import h5py
 import pytest
-from conftest import preprocess, train_argv
+from helpers import assert_scores_close, preprocess, train_argv
 
 import evaluate
 import train
@@ -20,6 +20,10 @@ from bigearthnet.formats.shards import read_manifest
 
 EPOCHS = 4  # enough for a best epoch to choose; learning is compared in the slow test
 LEARN_EPOCHS = 12  # at 6 epochs a tiny model's val micro-F1 still varies by ~0.08 a run
+
+
+# Its module fixtures train or evaluate: all its tests in one xdist worker, built once.
+pytestmark = pytest.mark.xdist_group("band-configs")
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +152,6 @@ def test_an_s1_s2_model_exports_with_its_channels(
 ) -> None:
     """The export of an 'all' run takes 12 channels in reBEN's order; the card says what an
     S1 value means; the STAC item validates; the SavedModel equals the run's model."""
-    import numpy as np
 
     from bigearthnet.cli.export import main as export_main
     from bigearthnet.export.stac import validate_item
@@ -168,4 +171,4 @@ def test_an_s1_s2_model_exports_with_its_channels(
     with h5py.File(test.path(config_shards["all"]), "r") as f:
         images = f["images"][:8]
     want = load_model(run).predict(images)
-    np.testing.assert_allclose(exported.predict(images), want, atol=1e-5)
+    assert_scores_close(exported.predict(images), want)

@@ -202,8 +202,10 @@ def shards_v2(synth_v2: Path, tmp_path_factory) -> Path:
     ],
 )
 def test_bad_input_is_one_line_exit_2(
-    case, message, tmp_path, shards_v1, shards_v2, trained_run
+    case, message, tmp_path, shards_v1, shards_v2, trained_run, reported_errors
 ) -> None:
+    """In process (a subprocess per case cost a TensorFlow import each); the script's own
+    stderr is checked once, by test_bad_input_from_the_script_is_one_line_on_stderr."""
     data, run, extra = shards_v1, tmp_path / "run", []
     if case == "missing data":
         data = tmp_path / "nowhere"
@@ -229,25 +231,21 @@ def test_bad_input_is_one_line_exit_2(
         run = tmp_path / "copied-run"
         shutil.copytree(trained_run, run)
         extra = ["--model", "resnet18"]
-    cmd = [
-        sys.executable,
-        "train.py",
-        "--data",
-        str(data),
-        "--run-dir",
-        str(run),
-        "--epochs",
-        "1",
-        "--model",
-        "tiny",
-        "--no-progress",
-        *extra,
-    ]
+    argv = ["--data", str(data), "--run-dir", str(run), "--epochs", "1", "--model", "tiny"]
+    assert train.main([*argv, "--no-progress", *extra]) == 2
+    errors = reported_errors()
+    assert len(errors) == 1 and message in errors[0], errors
+    assert not (run / "checkpoints").exists() or case == "other model in run dir"
+
+
+def test_bad_input_from_the_script_is_one_line_on_stderr(tmp_path) -> None:
+    cmd = [sys.executable, "train.py", "--data", str(tmp_path / "nowhere"), "--run-dir",
+           str(tmp_path / "run"), "--epochs", "1", "--model", "tiny", "--no-progress"]  # fmt: skip
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr[-2000:]
     errors = error_lines(result.stderr)
-    assert len(errors) == 1 and message in errors[0] and "Traceback" not in result.stderr
-    assert not (run / "checkpoints").exists() or case == "other model in run dir"
+    assert len(errors) == 1 and "data folder does not exist" in errors[0]
+    assert "Traceback" not in result.stderr and not (tmp_path / "run" / "checkpoints").exists()
 
 
 def test_world_size_mismatch_is_loud() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import torch_state_dict, train_argv
+from helpers import assert_scores_close, torch_state_dict, train_argv
 from safetensors.numpy import save_file
 
 import evaluate
@@ -67,7 +67,7 @@ def test_a_published_classifier_is_a_run(published, shards_v1, tmp_path):
         list(std.values()), np.float32
     )
     source_scores = tf.sigmoid(published["model"](x, training=False)).numpy()  # type: ignore[operator]
-    np.testing.assert_allclose(loaded.predict(images), source_scores, atol=1e-5)
+    assert_scores_close(loaded.predict(images), source_scores)
     assert load_run_config(run).init_weights == str(src)
     assert weights_record.read_record(run).sha256  # the import's record beside the checkpoint
     # Unchanged commands take it.

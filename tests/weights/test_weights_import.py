@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import REPO
+from helpers import REPO, assert_close_to_scale
 from safetensors.numpy import load_file
 from safetensors.numpy import save_file as _save_file
 
@@ -24,7 +24,6 @@ from scripts.make_weights_fixture import inputs_digest, reference_inputs
 
 FIXTURE = REPO / "tests" / "fixtures" / "weights" / "timm_resnet50_narrow"
 FACTS = json.loads(FIXTURE.with_suffix(".json").read_text())
-TOLERANCE = 1e-4  # float32: timm's and TensorFlow's rounding differ by ~1e-5 here
 
 
 def narrow_model(bands: int = 12, num_classes: int | None = 19):
@@ -70,7 +69,7 @@ def test_logits_equal_timms_forward_pass(tmp_path, capsys):
     assert run_import(FIXTURE.with_suffix(".safetensors"), tmp_path / "w") == 0
     logits = imported_logits(tmp_path / "w", x)
     reference = np.asarray(FACTS["logits"], np.float32)
-    assert np.abs(logits - reference).max() < TOLERANCE
+    assert_close_to_scale(logits, reference)
     record = weights_record.read(tmp_path / "w")
     assert record.bands == constants.BANDS and record.classes == constants.CLASSES_19
     assert record.adaptations == ()
@@ -83,9 +82,7 @@ def test_a_wrapper_prefix_is_taken_off(tmp_path, fixture_tensors, capsys):
     save_file(wrapped, str(tmp_path / "wrapped.safetensors"))
     assert run_import(tmp_path / "wrapped.safetensors", tmp_path / "w") == 0
     x = reference_inputs()
-    assert (
-        np.abs(imported_logits(tmp_path / "w", x) - np.asarray(FACTS["logits"])).max() < TOLERANCE
-    )
+    assert_close_to_scale(imported_logits(tmp_path / "w", x), FACTS["logits"])
     err = capsys.readouterr().err
     assert "took the key prefix 'model.vision_encoder.' off" in err and "model.loss.weight" in err
 
@@ -112,7 +109,7 @@ def test_ssl4eo_13_bands_drop_b10(tmp_path, fixture_tensors):
     import tensorflow as tf
 
     expected = tf.keras.Model(expected_model.input, pooled)(x, training=False).numpy()
-    assert np.abs(features - expected).max() < 1e-5
+    assert_close_to_scale(features, expected)
 
 
 def test_reben_head_rows_are_mapped_by_name(tmp_path, fixture_tensors):
@@ -128,7 +125,7 @@ def test_reben_head_rows_are_mapped_by_name(tmp_path, fixture_tensors):
     assert record.bands == constants.BAND_CONFIGS["all"]  # 12 reBEN channels: S1 + S2-10
     assert record.mean[:2] == (sources.REBEN_MEAN["VV"], sources.REBEN_MEAN["VH"])
     logits = imported_logits(tmp_path / "w", reference_inputs())
-    assert np.abs(logits - np.asarray(FACTS["logits"])).max() < TOLERANCE
+    assert_close_to_scale(logits, FACTS["logits"])
     inputs = record.model_inputs()
     assert inputs.classes == constants.CLASSES_19
     # S1 in the shards' codes: (dB - offset) / scale, so the model sees the source's values.
