@@ -9,8 +9,13 @@ import datetime as dt
 import os
 from pathlib import Path
 
-from bigearthnet.cli.common import Parser
-from bigearthnet.core.errors import InputError
+from bigearthnet.cli.common import Parser, checked
+from bigearthnet.core.errors import (
+    InputError,
+    require_open_fraction,
+    require_positive,
+    require_positive_int,
+)
 from bigearthnet.core.util import overlapping
 
 PROG = "bigearthnet-map region"
@@ -42,16 +47,17 @@ def build_region_parser(add_model_options) -> Parser:
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="the region folder")
     p.add_argument("--period", choices=PERIODS, default="month",
                    help="how observations are grouped in time (default: month)")  # fmt: skip
-    p.add_argument("--crs", default="EPSG:3035",
+    p.add_argument("--crs", default="EPSG:3035", type=projected_crs,
                    help="the output grid's projected CRS (default: EPSG:3035)")  # fmt: skip
-    p.add_argument("--cell", type=float, default=600.0, metavar="M",
+    p.add_argument("--cell", type=checked(require_positive, float), default=600.0, metavar="M",
                    help="the output grid's cell in metres (default: 600)")  # fmt: skip
     p.add_argument("--stride", type=int, default=60, choices=STRIDES, metavar="PX",
                    help="scene maps' window step in 10 m px (default: 60 = 600 m)")  # fmt: skip
     p.add_argument("--mask-clouds", action=argparse.BooleanOptionalAction, default=True,
                    help="SCL cloud, shadow, cirrus, snow: unobserved (default: on)")  # fmt: skip
     p.add_argument(
-        "--persistence", type=float, default=DEFAULT_PERSISTENCE, metavar="P",
+        "--persistence", type=checked(require_open_fraction, float), default=DEFAULT_PERSISTENCE,
+        metavar="P",
         help="the smoother's odds P/(1-P) that a cell keeps its class from one period to the "
         "next against moving to any one other class, P in (0, 1) (default: "
         f"{DEFAULT_PERSISTENCE}); higher removes more flicker and needs more evidence to change",
@@ -61,9 +67,27 @@ def build_region_parser(add_model_options) -> Parser:
         help="map the scenes into OUT/scenes/ and stop: a Slurm array task's share; a last "
         "run over all the scenes reuses the maps and builds the products",
     )  # fmt: skip
-    p.add_argument("--batch-size", type=int, default=64, help="windows per model call")
+    p.add_argument("--batch-size", type=checked(require_positive_int, int), default=64,
+                   help="windows per model call")  # fmt: skip
     p.add_argument("--no-progress", dest="progress", action="store_false")
     return p
+
+
+def projected_crs(text: str) -> str:
+    """--crs: a CRS that rasterio knows and that is projected (a grid in metres)."""
+    from rasterio.crs import CRS
+    from rasterio.errors import CRSError
+
+    try:
+        crs = CRS.from_user_input(text)
+    except CRSError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a CRS (e.g. EPSG:3035)") from None
+    if not crs.is_projected:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is geographic (degrees): the grid needs a projected CRS in metres, "
+            "e.g. EPSG:3035 (Europe) or a UTM zone"
+        )
+    return text
 
 
 def acquisitions_of(args: argparse.Namespace):
@@ -81,7 +105,7 @@ def acquisitions_of(args: argparse.Namespace):
 def _from_csv(path: Path, make) -> list:
     rows = []
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # a BOM from a spreadsheet
             table = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
     except OSError as err:
         raise InputError(f"{path}: unreadable ({err.strerror})") from None
@@ -104,10 +128,6 @@ def map_region_command(args: argparse.Namespace) -> None:
     from bigearthnet.core.config import default_threads
     from bigearthnet.maps.region.pipeline import RegionOptions, map_region
 
-    if not 0.0 < args.persistence < 1.0:
-        raise InputError(f"--persistence must be in (0, 1), got {args.persistence}")
-    if not args.cell > 0:
-        raise InputError(f"--cell must be positive metres, got {args.cell}")
     acquisitions = acquisitions_of(args)
     inputs = {f"SCENE {a.path}": a.path for a in acquisitions}
     inputs.update({"--run-dir": args.run_dir, "--model": args.model})

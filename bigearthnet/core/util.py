@@ -128,6 +128,27 @@ def sha256_file(path: str | Path, block: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
+def files_digest(paths: Iterable[str | Path]) -> str:
+    """sha256 over the contents of ``paths`` in the order given (a model's weight files)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(sha256_file(path).encode())
+    return digest.hexdigest()
+
+
+def stat_digest(root: str | Path) -> str:
+    """A short digest of what ``root`` holds - every file's relative path, size and mtime -
+    without reading the files: it changes when an input is replaced, grown or touched."""
+    root = Path(root)
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else [root]
+    digest = hashlib.sha256()
+    for path in files:
+        stat = path.stat()
+        name = path.relative_to(root).as_posix() if root.is_dir() else path.name
+        digest.update(f"{name}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
 def overlapping(
     out: str | Path, inputs: Mapping[str, str | Path | None], *, replaces: bool = False
 ) -> str | None:

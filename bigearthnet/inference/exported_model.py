@@ -4,11 +4,14 @@ export's band order and returns probabilities, so nothing here normalises."""
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
+from bigearthnet.core.util import files_digest
+from bigearthnet.formats.class_map import WEIGHTS_DIGEST
 from bigearthnet.formats.exported import (
     INPUT_NAME,
     OUTPUT_NAME,
@@ -48,15 +51,18 @@ class ExportedModel:
     def resampling(self) -> str:
         return self.info.resampling
 
-    @property
+    @cached_property
     def provenance(self) -> dict[str, str]:
         source = self.info.source
+        saved = self.folder / SAVEDMODEL_DIR
+        files = [saved / "saved_model.pb", *sorted((saved / "variables").glob("*"))]
         return {
             "model": self.info.model,
             "export": str(self.folder),
             "run_dir": source.run_dir,
             "checkpoint": source.checkpoint,
             "epoch": str(source.epoch),
+            WEIGHTS_DIGEST: files_digest(files),
         }
 
     def predict(self, images: np.ndarray) -> np.ndarray:

@@ -15,6 +15,7 @@ exports all load a run here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,11 @@ from bigearthnet import models
 from bigearthnet.core import constants, distributed
 from bigearthnet.core.config import TrainConfig, load_run_config
 from bigearthnet.core.errors import InputError
+from bigearthnet.core.util import files_digest
 from bigearthnet.data.normalization import model_inputs, normalize
 from bigearthnet.formats import checkpoints, weights_record
 from bigearthnet.formats.checkpoints import CheckpointError, CheckpointRecord
+from bigearthnet.formats.class_map import WEIGHTS_DIGEST
 from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import Manifest, ShardError, read_manifest
 
@@ -80,14 +83,20 @@ class LoadedModel:
     def epoch(self) -> int | None:
         return self.record.epoch
 
-    @property
+    @cached_property
     def provenance(self) -> dict[str, str]:
-        """Where the weights came from, for the tags of the files made with them."""
+        """Where the weights came from, for the tags of the files made with them; with the
+        digest of the weights themselves: a run retrained in the same folder keeps its paths."""
+        files = [
+            Path(f"{self.prefix}.index"),
+            *sorted(self.prefix.parent.glob(f"{self.prefix.name}.data-*")),
+        ]
         return {
             "model": self.record.model,
             "run_dir": str(self.run_dir or self.config.run_dir),
             "checkpoint": str(self.prefix),
             "epoch": str(self.epoch),
+            WEIGHTS_DIGEST: files_digest(files),
         }
 
     @property

@@ -20,7 +20,6 @@ the stable ones included) and ``CHANGE.png`` (a preview of the largest transitio
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,14 @@ from typing import Any
 import numpy as np
 
 from bigearthnet.core.util import first_line, write_csv
-from bigearthnet.maps.patches import NODATA, PROB_SCALE, MapError
+from bigearthnet.formats.class_map import (
+    NODATA,
+    PROB_SCALE,
+    classes_tags,
+    probabilities_path,
+    read_classes,
+)
+from bigearthnet.maps.patches import MapError
 from bigearthnet.maps.preview import LegendEntry, write_preview
 from bigearthnet.maps.scene_output import write_cog
 
@@ -69,12 +75,12 @@ def read_scene_map(path: Path, *, with_confidence: bool) -> SceneMap:
     except rasterio.errors.RasterioIOError as err:
         raise MapError(f"{path}: cannot read ({first_line(err)})") from None
     try:
-        classes = json.loads(tags["classes"])
-    except (KeyError, ValueError):
+        classes = read_classes(tags, path)
+    except ValueError:
         raise MapError(f"{path}: not a map of bigearthnet-map scene (no class list)") from None
     confidence = None
     if with_confidence:
-        probabilities = Path(f"{path}.probabilities.tif")
+        probabilities = probabilities_path(path)
         if not probabilities.is_file():
             raise MapError(f"{probabilities}: missing (needed for --min-prob)")
         with rasterio.open(probabilities) as src:
@@ -167,7 +173,7 @@ def map_change(
         "from_map": str(path_a),
         "to_map": str(path_b),
         "min_prob": "" if min_prob is None else f"{min_prob:g}",
-        "classes": json.dumps(a.classes),
+        **classes_tags(a.classes),
         "code": f"from_index * {CODE_BASE} + to_index; {NO_CHANGE} = no change, "
         f"{UNCERTAIN} = below --min-prob, {CHANGE_NODATA} = nodata",
     }

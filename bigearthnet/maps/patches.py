@@ -32,7 +32,6 @@ its file, row, column and top class.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections import defaultdict
 from collections.abc import Iterator
@@ -44,13 +43,12 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
+from bigearthnet.formats.class_map import NODATA, PROB_SCALE, classes_tags, read_classes
 
 if TYPE_CHECKING:
     from bigearthnet.formats.shards import Manifest
 
 PIXEL_M = constants.PATCH_METRES
-PROB_SCALE = 250  # probability p is stored as round(p * 250): 0..250, 250 = certain
-NODATA = 255  # no patch at this pixel (band 1 and the probability bands alike)
 TILE_PATTERN = re.compile(r"_(T\d{2}[A-Z]{3})(?=_|$)")  # Sentinel-2 MGRS tile in v2 names
 PROG = "bigearthnet-map"
 
@@ -269,7 +267,7 @@ def write_geotiff(path: Path, map_file: MapFile, bands: np.ndarray, tags: dict) 
 
     from bigearthnet.core.util import atomic_path
 
-    classes = json.loads(tags["classes"])
+    classes = read_classes(tags, path)
     height, width = map_file.shape
     profile = {
         "driver": "GTiff",
@@ -356,7 +354,7 @@ def write_maps(out: Path, places: list[Place], scores: np.ndarray, loaded) -> li
     out.mkdir(parents=True, exist_ok=True)
     classes = loaded.class_names
     tags = {
-        "classes": json.dumps(classes),
+        **classes_tags(classes),
         "probability_scale": f"bands 2..: round(p * {PROB_SCALE}), {NODATA} = nodata",
         **loaded.provenance,
     }

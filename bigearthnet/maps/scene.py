@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from bigearthnet.core import constants, distributed
 from bigearthnet.core.config import default_threads
 from bigearthnet.core.progress import progress_bar
+from bigearthnet.core.util import stat_digest
+from bigearthnet.formats.class_map import classes_tags
 from bigearthnet.maps.scene_input import Scene, SceneError
 from bigearthnet.maps.scene_output import write_scene_map
 from bigearthnet.maps.windows import StageTimes, predict_scene, window_origins
@@ -18,6 +20,24 @@ if TYPE_CHECKING:
     from bigearthnet.inference.predictor import Predictor
 
 log = distributed.log
+
+
+def scene_map_tags(
+    scene_dir: Path, predictor: Predictor, *, stride: int, resampling: str, mask_clouds: bool
+) -> dict[str, str]:
+    """What made a scene map, as its tags: the scene (resolved path, and a digest of its
+    files' sizes and mtimes), the model (its provenance with the weights' digest, its
+    classes) and the options. A map whose tags equal these was made as this call would
+    make it; any other is remade (a region rerun reuses maps by this)."""
+    return {
+        "scene": str(Path(scene_dir).resolve()),
+        "scene_inputs": stat_digest(scene_dir),
+        **predictor.provenance,
+        **classes_tags(predictor.class_names),
+        "stride_px": str(stride),
+        "resampling": resampling,
+        "clouds_masked": str(mask_clouds),
+    }
 
 
 def map_scene(
@@ -66,8 +86,11 @@ def map_scene(
         Path(scene_dir), bbox=bbox, band_order=band_order, mask_clouds=mask_clouds, bands=bands
     )
     times = StageTimes()
+    method = resampling or loaded.resampling  # as the model's training data was
+    tags = scene_map_tags(
+        scene_dir, loaded, stride=stride, resampling=method, mask_clouds=mask_clouds
+    )
     try:
-        method = resampling or loaded.resampling  # as the model's training data was
         rows = window_origins(scene.height, stride)[distributed.rank() :: distributed.size()]
         total = len(rows) * len(window_origins(scene.width, stride))
         started = time.perf_counter()
@@ -94,13 +117,6 @@ def map_scene(
             "predict_s": times.predict,
         }
         if distributed.is_root():
-            tags = {
-                "scene": str(scene_dir),
-                **loaded.provenance,
-                "stride_px": str(stride),
-                "resampling": method,
-                "clouds_masked": str(mask_clouds),
-            }
             write_scene_map(
                 out,
                 sums,

@@ -12,7 +12,6 @@ Every file is written under a temporary name and renamed.
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +21,13 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.core.util import atomic_path, temp_sibling, write_csv
-from bigearthnet.maps.patches import NODATA, PROB_SCALE
+from bigearthnet.formats.class_map import (
+    NODATA,
+    PROB_SCALE,
+    classes_tags,
+    probabilities_path,
+    scaled,
+)
 from bigearthnet.maps.preview import LegendEntry, write_preview
 
 if TYPE_CHECKING:  # windows imports Horovod: the region products step must not
@@ -35,9 +40,8 @@ def map_bands(sums: CellSums) -> np.ndarray:
     mean = sums.mean()
     covered = sums.has_data()
     top = np.where(covered, np.nan_to_num(mean).argmax(axis=-1), NODATA).astype(np.uint8)
-    scaled = np.rint(np.nan_to_num(mean) * PROB_SCALE).astype(np.uint8)
-    scaled[~covered] = NODATA
-    return np.concatenate([top[None], scaled.transpose(2, 0, 1)])
+    stored = scaled(np.where(covered[..., None], mean, np.nan))
+    return np.concatenate([top[None], stored.transpose(2, 0, 1)])
 
 
 def write_scene_map(
@@ -47,7 +51,7 @@ def write_scene_map(
     ``<path>.areas.csv``; returns the bands written (top class first)."""
     bands = map_bands(sums)
     grid = {"crs": crs, "transform": transform}
-    all_tags = dict(tags, classes=json.dumps(classes))
+    all_tags = {**tags, **classes_tags(classes)}
     top_class, probabilities = describe_classes(classes), describe_probabilities(classes)
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -55,7 +59,7 @@ def write_scene_map(
     # fails also takes away an older map of the same name, so nothing looks complete.
     try:
         write_category_names(path, classes)
-        write_cog(Path(f"{path}.probabilities.tif"), bands[1:], grid, all_tags, probabilities)
+        write_cog(probabilities_path(path), bands[1:], grid, all_tags, probabilities)
         cell_km2 = abs(transform.a * transform.e) / 1e6
         areas = area_rows(bands[0], classes, cell_km2)
         write_csv(Path(f"{path}.areas.csv"), ("class", "cells", "km2"), areas)

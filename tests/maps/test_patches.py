@@ -11,9 +11,10 @@ import rasterio
 from PIL import Image
 
 from bigearthnet.cli import map as map_cli
+from bigearthnet.formats.class_map import NODATA, PROB_SCALE
 from bigearthnet.formats.shards import read_manifest
 from bigearthnet.inference.trained_run import load_model
-from bigearthnet.maps.patches import NODATA, PROB_SCALE, Place, plan_files
+from bigearthnet.maps.patches import Place, plan_files
 from bigearthnet.preprocessing.archive import list_patches, read_patch
 from bigearthnet.preprocessing.assembly import assemble
 

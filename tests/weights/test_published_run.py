@@ -139,3 +139,22 @@ def test_init_weights_refusals(published, shards_v1, tmp_path, reported_errors, 
     assert train.main(train_argv(shards_v1, tmp_path / "run", 1, *flags)) == 2
     lines = reported_errors()
     assert len(lines) == 1 and message in lines[0], lines
+
+
+@pytest.mark.bad_input
+def test_train_refuses_a_published_classifier_as_its_run(
+    published, shards_v1, tmp_path, reported_errors, bad_input_row
+):
+    """T14: training in it used to start from random weights and prune the imported
+    checkpoint, and config.yaml then said init_weights: ''."""
+    run = tmp_path / "run"
+    src = published["root"] / "classifier.safetensors"  # type: ignore[operator]
+    assert weights_main(["run", str(src), "--out", str(run), "--source", "timm"]) == 0
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    code = train.main(train_argv(shards_v1, run, 1, "--model", "resnet18"))
+    assert code == 2
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    line = reported_errors()[-1]
+    assert str(run) in line and f"--init-weights {run}" in line, line
+    bad_input_row("a `bigearthnet-weights run` folder as --run-dir", "train.py", code,
+                  "refused before anything is written; says how to fine-tune from it")  # fmt: skip

@@ -23,11 +23,12 @@ from pystac.extensions.projection import ProjectionExtension
 from rasterio.warp import transform_bounds
 
 from bigearthnet.core import constants
+from bigearthnet.formats.class_map import probabilities_path
+from bigearthnet.formats.region_folder import CONSISTENCY, CONSISTENT, PERIODS, STAC
 from bigearthnet.formats.stac_validation import CLASSIFICATION_SCHEMA, validate_stac
 from bigearthnet.maps.region.grid import RegionGrid
 from bigearthnet.maps.region.periods import period_end, period_start
 
-STAC_DIR = "stac"
 COG = pystac.MediaType.COG
 
 
@@ -71,13 +72,13 @@ def write_collection(
     tables = (
         ("areas", "areas.csv", "text/csv"),
         ("transitions", "transitions.csv", "text/csv"),
-        ("consistency", "consistency.json", pystac.MediaType.JSON),
+        ("consistency", CONSISTENCY, pystac.MediaType.JSON),
     )
     for key, name, media in tables:
         collection.add_asset(key, pystac.Asset(f"../{name}", media_type=media, roles=["metadata"]))
     for label in periods:
         collection.add_item(_item(label, grid, geometry, bbox, classes, source))
-    folder = out / STAC_DIR
+    folder = out / STAC
     shutil.rmtree(folder, ignore_errors=True)  # consistency.json, written after, marks it whole
     collection.normalize_hrefs(str(folder))
     for item in collection.get_items():
@@ -104,14 +105,18 @@ def _item(label, grid: RegionGrid, geometry, bbox, classes, source: dict) -> pys
     proj.transform = list(grid.transform)[:6]
     item.stac_extensions.append(CLASSIFICATION_SCHEMA)
     for key, path, title in (
-        ("classification", f"../../periods/{label}.tif", "Top class of the period's observations"),
-        ("consistent", f"../../consistent/{label}.tif", "Top class, consistent series"),
+        (
+            "classification",
+            f"../../{PERIODS}/{label}.tif",
+            "Top class of the period's observations",
+        ),
+        ("consistent", f"../../{CONSISTENT}/{label}.tif", "Top class, consistent series"),
     ):
         item.add_asset(key, pystac.Asset(path, title=title, media_type=COG, roles=["data"],
                                          extra_fields={"classification:classes":
                                                        classes_field(classes)}))  # fmt: skip
     item.add_asset("probabilities", pystac.Asset(
-        f"../../periods/{label}.tif.probabilities.tif", media_type=COG, roles=["data"],
+        str(probabilities_path(f"../../{PERIODS}/{label}.tif")), media_type=COG, roles=["data"],
         title="Class probabilities x 250 (band per class)"))  # fmt: skip
     return item
 

@@ -42,6 +42,21 @@ class Footprint:
         sized from them and each scene's window cut by them."""
         return _bounds_in(self, crs)
 
+    def outside_area_of(self, crs: str, margin_deg: float = 2.0) -> bool:
+        """Whether the footprint's centre lies outside ``crs``'s area of use (widened by
+        ``margin_deg``): a scene another CRS should map, or a stray of another region."""
+        from pyproj import CRS as ProjCRS
+
+        area = ProjCRS.from_user_input(crs).area_of_use
+        if area is None:
+            return False
+        lon, lat = self.centre_in("EPSG:4326")
+        west, south, east, north = area.bounds
+        inside_lon = west - margin_deg <= lon <= east + margin_deg
+        if west > east:  # an area across the antimeridian
+            inside_lon = lon >= west - margin_deg or lon <= east + margin_deg
+        return not (inside_lon and south - margin_deg <= lat <= north + margin_deg)
+
     def centre_in(self, crs: str) -> tuple[float, float]:
         left, bottom, right, top = self.bounds
         point = {"type": "Point", "coordinates": ((left + right) / 2, (bottom + top) / 2)}

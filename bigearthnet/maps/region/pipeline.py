@@ -16,11 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from bigearthnet.core import distributed
 from bigearthnet.core.errors import InputError
-from bigearthnet.core.util import first_line
-from bigearthnet.maps.region.periods import Acquisition, duplicates
-from bigearthnet.maps.region.products import SceneMap, build_products
+from bigearthnet.formats import region_folder
+from bigearthnet.formats.class_map import check_complete
+from bigearthnet.maps.region.grid import Footprint, RegionGrid
+from bigearthnet.maps.region.periods import Acquisition, duplicates, group_by_period
+from bigearthnet.maps.region.products import SceneMap, build_products, memory_needed
 from bigearthnet.maps.region.series import DEFAULT_PERSISTENCE
 
 log = distributed.log
@@ -49,17 +53,21 @@ def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> dict | N
     """Collective: map the scenes, then rank 0 builds the products; rank 0 returns the
     consistency record (None on other ranks, and with ``scenes_only``)."""
     from bigearthnet.inference.predictor import open_predictor
-    from bigearthnet.maps.scene import map_scene
+    from bigearthnet.maps.scene import map_scene, scene_map_tags
 
+    region_folder.claim(opts.out)
     wanted, skipped = _usable(acquisitions)
     predictor = open_predictor(run_dir=opts.run_dir, model_dir=opts.model_dir,
                                checkpoint=opts.checkpoint, stats_from=opts.stats_from)  # fmt: skip
-    tags = {**predictor.provenance, "stride_px": str(opts.stride),
-            "clouds_masked": str(opts.mask_clouds)}  # fmt: skip
+    _check_extent(wanted, opts, predictor)
     mapped: list[SceneMap] = []
     for acq in wanted:
-        scene_map = SceneMap(acq, opts.out / "scenes" / f"{Path(acq.path).name}.tif")
-        stale = _stale(scene_map, tags)
+        path = region_folder.scene_map_path(opts.out, acq.path, acq.tile, acq.date)
+        scene_map = SceneMap(acq, path)
+        made_as = scene_map_tags(Path(acq.path), predictor, stride=opts.stride,
+                                 resampling=predictor.resampling,
+                                 mask_clouds=opts.mask_clouds)  # fmt: skip
+        stale = _stale(scene_map, made_as)
         if stale is None:
             mapped.append(scene_map)  # mapped by an earlier run: the map is written last
             continue
@@ -78,27 +86,67 @@ def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> dict | N
         raise InputError(f"no scene of the region could be mapped ({len(skipped)} skipped)")
     if opts.scenes_only or not distributed.is_root():
         return None
+    tags = {**predictor.provenance, "stride_px": str(opts.stride),
+            "clouds_masked": str(opts.mask_clouds)}  # fmt: skip
     return build_products(opts.out, mapped, period=opts.period, crs=opts.crs, cell=opts.cell,
                           persistence=opts.persistence, tags=tags, skipped=skipped)  # fmt: skip
 
 
-def _stale(scene_map: SceneMap, tags: dict[str, str]) -> str | None:
-    """None when an earlier run left this scene's map made as this run would make it; else
-    why it must be (re)made ("" when there is none). A map of another model or settings is
-    never reused: the series would silently mix two models."""
+def _stale(scene_map: SceneMap, made_as: dict[str, str]) -> str | None:
+    """None when an earlier run left this scene's map, complete, made as this run would make
+    it (``made_as``: the same scene files, weights, classes and options); else why it must
+    be (re)made ("" when there is none). Any other map is never reused: the series would
+    silently mix two models, two scenes or stale inputs."""
     import rasterio
 
-    if not (scene_map.path.is_file() and scene_map.probabilities.is_file()):
+    if not scene_map.path.exists() and not scene_map.probabilities.exists():
         return ""
-    try:
-        with rasterio.open(scene_map.path) as src:
-            found = src.tags()
-    except rasterio.RasterioIOError as err:
-        return f"unreadable ({first_line(err)})"
-    for key, value in tags.items():
-        if found.get(key) != value:
-            return f"made with {key}={found.get(key)!r}, this run has {value!r}"
-    return None
+    damage = check_complete(scene_map.path)
+    if damage is not None:
+        return damage
+    with rasterio.open(scene_map.path) as src:
+        found = src.tags()
+    differ = [key for key, value in made_as.items() if found.get(key) != value]
+    return f"made with another {', '.join(differ)} than this run's" if differ else None
+
+
+def _check_extent(wanted: list[Acquisition], opts: RegionOptions, predictor) -> None:
+    """Before the first scene is mapped: every scene inside the area of use of ``--crs``,
+    and a grid whose products fit in memory; else InputError naming the scene to look at
+    (a stray tile of another continent made a grid of 13,506 x 10,846 cells)."""
+    import psutil
+    from rasterio.transform import array_bounds
+
+    from bigearthnet.maps.scene_input import Scene
+
+    footprints: dict[str, Footprint] = {}
+    for acq in wanted:
+        try:
+            with Scene(Path(acq.path), bands=tuple(predictor.bands)) as scene:
+                bounds = array_bounds(scene.height, scene.width, scene.transform)
+                footprints[acq.path] = Footprint(str(scene.crs), bounds)
+        except InputError:
+            continue  # mapping it names what is wrong, and skips it
+    for path, fp in footprints.items():
+        if fp.outside_area_of(opts.crs):
+            raise InputError(
+                f"{path}: outside the area of use of --crs {opts.crs}: a scene of another "
+                "region, or a region for another --crs"
+            )
+    if not footprints:
+        return
+    grid = RegionGrid.covering(list(footprints.values()), opts.crs, opts.cell)
+    periods = len(group_by_period(wanted, opts.period))
+    need = memory_needed(grid, predictor.num_classes, periods)
+    free = psutil.virtual_memory().available
+    if need > free // 2:
+        centres = np.array([fp.centre_in(opts.crs) for fp in footprints.values()])
+        farthest = list(footprints)[int(np.argmax(np.abs(centres - np.median(centres, 0)).sum(1)))]
+        raise InputError(
+            f"--cell {opts.cell:g} --crs {opts.crs}: the region's grid is {grid.width} x "
+            f"{grid.height} cells, whose products need {need / 1e9:.1f} GB ({free / 1e9:.1f} GB "
+            f"free); the scene farthest from the others is {farthest}"
+        )
 
 
 def _usable(acquisitions: list[Acquisition]) -> tuple[list[Acquisition], list[dict]]:

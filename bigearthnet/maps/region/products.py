@@ -29,8 +29,17 @@ from pathlib import Path
 
 import numpy as np
 
-from bigearthnet.core.util import atomic_write_json, write_csv
-from bigearthnet.maps.patches import NODATA, PROB_SCALE
+from bigearthnet.core.util import write_csv
+from bigearthnet.formats import region_folder
+from bigearthnet.formats.class_map import (
+    NODATA,
+    classes_tags,
+    probabilities_path,
+    read_classes,
+    scaled,
+    unscaled,
+)
+from bigearthnet.formats.region_folder import CONSISTENT, PERIODS
 from bigearthnet.maps.region import series
 from bigearthnet.maps.region.catalog import write_collection
 from bigearthnet.maps.region.grid import (
@@ -48,7 +57,6 @@ from bigearthnet.maps.scene_output import (
     write_cog,
 )
 
-CONSISTENCY = "consistency.json"
 # Values (periods x classes x cells) decoded at a time: ~64 MB a float32 copy, a few copies
 # live while a block decodes, whatever the region's size.
 BLOCK_VALUES = 1 << 24
@@ -63,7 +71,15 @@ class SceneMap:
 
     @property
     def probabilities(self) -> Path:
-        return Path(f"{self.path}.probabilities.tif")
+        return probabilities_path(self.path)
+
+
+def memory_needed(grid: RegionGrid, classes: int, periods: int) -> int:
+    """Bytes the products step holds at its peak: a period's float32 sums, mosaic, mean and
+    scaled copy (4 arrays of classes x cells), the raw and smoothed labels (int16 per period
+    and cell) and the change counts."""
+    cells = grid.width * grid.height
+    return cells * (16 * classes + 4 * periods + 16)
 
 
 def footprint(scene: SceneMap) -> Footprint:
@@ -77,7 +93,7 @@ def scene_classes(scene: SceneMap) -> list[str]:
     import rasterio
 
     with rasterio.open(scene.probabilities) as src:
-        return json.loads(src.tags()["classes"])
+        return read_classes(src.tags(), scene.probabilities)
 
 
 def period_scores(
@@ -100,9 +116,10 @@ def period_scores(
             window = window_of(grid, fp)
             assert window is not None  # the grid covers every scene's footprint
             with rasterio.open(scene.probabilities) as src:
-                scaled = src.read()
+                stored = src.read()
                 crs, transform = str(src.crs), src.transform
-            values = np.where(scaled == NODATA, NODATA, scaled / np.float32(PROB_SCALE))
+            probabilities = unscaled(stored)
+            values = np.where(np.isnan(probabilities), NODATA, probabilities)
             observed = warp(values, crs, transform, grid, window, nodata=NODATA,
                             categorical=False)  # fmt: skip
             mosaic.add(observed, window, fp.centre_in(grid.crs))
@@ -126,8 +143,8 @@ def write_class_map(
 ) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_category_names(path, classes)
-    write_cog(path, labels[None].astype(np.uint8), _grid(grid),
-              dict(tags, classes=json.dumps(list(classes))), describe_classes(classes))  # fmt: skip
+    write_cog(path, labels[None].astype(np.uint8), _grid(grid), {**tags, **classes_tags(classes)},
+              describe_classes(classes))  # fmt: skip
 
 
 def write_period(
@@ -136,11 +153,9 @@ def write_period(
 ) -> np.ndarray:  # fmt: skip
     """``folder/label.tif`` and its probabilities (companion first); returns the top class."""
     path = folder / f"{label}.tif"
-    scaled = np.where(np.isnan(scores), NODATA, np.rint(np.nan_to_num(scores) * PROB_SCALE))
     folder.mkdir(parents=True, exist_ok=True)
-    all_tags = dict(tags, classes=json.dumps(list(classes)))
-    write_cog(Path(f"{path}.probabilities.tif"), scaled.astype(np.uint8), _grid(grid),
-              all_tags, describe_probabilities(classes))  # fmt: skip
+    write_cog(probabilities_path(path), scaled(scores), _grid(grid),
+              {**tags, **classes_tags(classes)}, describe_probabilities(classes))  # fmt: skip
     labels = top_class(scores)
     write_class_map(path, labels, grid, classes, tags)
     return labels
@@ -189,8 +204,26 @@ def build_products(
     tags: dict,
     skipped: list[dict],
 ) -> dict:
-    """Every product of the series in ``out``; returns the consistency record."""
-    (out / CONSISTENCY).unlink(missing_ok=True)  # products being rebuilt are not complete
+    """Every product of the series, built aside and swapped into ``out`` once complete
+    (:func:`~bigearthnet.formats.region_folder.publish`); returns the consistency record."""
+    staged = region_folder.staging(out)
+    record = _build(staged, scenes, period=period, crs=crs, cell=cell, persistence=persistence,
+                    tags=tags, skipped=skipped)  # fmt: skip
+    region_folder.publish(out, staged, record)
+    return record
+
+
+def _build(
+    out: Path,
+    scenes: list[SceneMap],
+    *,
+    period: str,
+    crs: str,
+    cell: float,
+    persistence: float,
+    tags: dict,
+    skipped: list[dict],
+) -> dict:
     classes = scene_classes(scenes[0])
     footprints = {s.path: footprint(s) for s in scenes}  # each map opened once
     grid = RegionGrid.covering(list(footprints.values()), crs, cell)
@@ -200,14 +233,14 @@ def build_products(
     for t, (label, acquisitions) in enumerate(groups.items()):
         members = [s for s in scenes if s.acquisition in acquisitions]
         scores = period_scores(members, grid, len(classes), footprints)
-        top = write_period(out / "periods", label, scores, grid, classes, tags)
+        top = write_period(out / PERIODS, label, scores, grid, classes, tags)
         raw[t] = np.where(top == NODATA, -1, top)
         del scores  # one period's scores at a time: the series reads them back in blocks
-    smooth = _decode([out / "periods" / f"{label}.tif.probabilities.tif" for label in labels_of],
+    smooth = _decode([probabilities_path(out / PERIODS / f"{label}.tif") for label in labels_of],
                      grid, len(classes), persistence)  # fmt: skip
     for t, label in enumerate(labels_of):
         labels = np.where(smooth[t] < 0, NODATA, smooth[t]).astype(np.uint8)
-        write_class_map(out / "consistent" / f"{label}.tif", labels, grid, classes, tags)
+        write_class_map(out / CONSISTENT / f"{label}.tif", labels, grid, classes, tags)
     observed = raw >= 0
     flat = (len(groups), grid.height * grid.width)
     raw_c = series.consistency(raw.reshape(flat), observed.reshape(flat))
@@ -249,7 +282,6 @@ def build_products(
     }
     provenance = {k: v for k, v in tags.items() if k in ("model", "run_dir", "checkpoint")}
     write_collection(out, grid, labels_of, classes, provenance)
-    atomic_write_json(out / CONSISTENCY, record)
     return record
 
 
@@ -265,7 +297,7 @@ def _decode(
     for row in range(0, grid.height, step):
         rows = min(step, grid.height - row)
         block = np.stack([_read_rows(path, row, rows) for path in probabilities])  # T,C,r,w
-        scores = np.where(block == NODATA, np.nan, block / np.float32(PROB_SCALE))
+        scores = unscaled(block)
         cells = scores.transpose(0, 2, 3, 1).reshape(periods, rows * grid.width, classes)
         decoded = series.viterbi(cells.astype(np.float32, copy=False), persistence)
         labels[:, row : row + rows] = decoded.reshape(periods, rows, grid.width)

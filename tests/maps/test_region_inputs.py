@@ -1,0 +1,228 @@
+"""bigearthnet-map region given the inputs real users have (rows of `make bad-input`): scenes
+whose folders share a name, an output folder that holds something else, a model retrained in
+its folder, a damaged or partial scene map, a rerun with other periods, a spreadsheet's CSV
+and options out of range. A map is reused only when made as this run would make it; the
+output folder is the command's own; options are refused before the first scene is mapped."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from helpers import train_argv
+
+import train
+from bigearthnet.cli.map import main as map_main
+from bigearthnet.formats import region_folder
+from bigearthnet.formats.class_map import probabilities_path
+from bigearthnet.synthetic.region import RegionSpec, generate_region
+
+pytestmark = [pytest.mark.bad_input, pytest.mark.xdist_group("region-inputs")]
+SPEC = RegionSpec(tiles=2, dates=5, size=240, block=2400.0, seed=3)
+
+
+@pytest.fixture(scope="module")
+def region(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("region-inputs") / "synth"
+    generate_region(root, SPEC)
+    return root
+
+
+def _scenes(region: Path) -> list[str]:
+    return [str(p) for p in sorted((region / "scenes").iterdir())]
+
+
+def _region(out: Path, run: Path, *inputs: str, extra: tuple[str, ...] = ()) -> int:
+    argv = ["region", *inputs, "--run-dir", str(run), "--out", str(out),
+            "--period", "scene-date", "--no-progress", *extra]  # fmt: skip
+    return map_main(argv)
+
+
+def _maps(out: Path) -> dict[Path, int]:
+    """The scene maps of ``out`` (not their companions) and their mtimes."""
+    found = (out / region_folder.SCENES).glob("*.tif")
+    return {p: p.stat().st_mtime_ns for p in found if not p.name.endswith(".probabilities.tif")}
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+def test_scenes_whose_folders_share_a_name_get_a_map_each(
+    region, trained_run, tmp_path, bad_input_row
+) -> None:
+    """R01: folders laid out DATE/TILE (every tile folder named alike on each date)."""
+    rows = ["path,date,tile"]
+    for scene in map(Path, _scenes(region)):
+        date = scene.name.split("_")[2][:8]
+        day = f"{date[:4]}-{date[4:6]}-{date[6:]}"
+        tile = scene.name.split("_")[5]
+        shutil.copytree(scene, tmp_path / "bydate" / day / tile)
+        rows.append(f"bydate/{day}/{tile},{day},{tile}")
+    (tmp_path / "scenes.csv").write_text("\ufeff" + "\n".join(rows) + "\n")  # a BOM, as R12
+    out = tmp_path / "out"
+    code = _region(out, trained_run, extra=("--scenes-csv", str(tmp_path / "scenes.csv")))
+    assert code == 0
+    maps = _maps(out)
+    assert len(maps) == len(rows) - 1 == SPEC.tiles * SPEC.dates
+    record = json.loads((out / region_folder.CONSISTENCY).read_text())
+    assert len(record["scenes"]) == len(maps) and len(record["periods"]) == SPEC.dates
+    bad_input_row("scene folders DATE/TILE sharing names, a CSV with a BOM",
+                  "bigearthnet-map region --scenes-csv", code,
+                  "a map per scene, each period its own dates")  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["a folder of other files", "a file"])
+def test_an_out_that_is_not_a_region_folder_is_refused(
+    region, trained_run, tmp_path, kind, reported_errors, bad_input_row
+) -> None:
+    """R07, R09: nothing of it is deleted or overwritten."""
+    out = tmp_path / "myproject"
+    if kind == "a file":
+        out.write_text("notes\n")
+    else:
+        (out / "stac").mkdir(parents=True)
+        (out / "stac" / "catalog.json").write_text("{}")
+        (out / "areas.csv").write_text("mine\n")
+    before = out.read_bytes() if kind == "a file" else _tree(out)
+    code = _region(out, trained_run, *_scenes(region))
+    assert code == 2
+    assert (out.read_bytes() if kind == "a file" else _tree(out)) == before
+    line = reported_errors()[-1]
+    assert str(out) in line and "--out" in line and "\n" not in line
+    bad_input_row(f"--out naming {kind}", "bigearthnet-map region", code,
+                  "refused, nothing in it touched")  # fmt: skip
+
+
+def test_a_model_retrained_in_its_folder_remakes_every_map(
+    region, trained_run, shards_v1, tmp_path, rank_log, bad_input_row
+) -> None:
+    """R05: the same run folder and checkpoint names, other weights."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    out = tmp_path / "out"
+    assert _region(out, run, *_scenes(region)) == 0
+    before = _maps(out)
+    assert train.main(train_argv(shards_v1, run, 6, "--no-resume", "--seed", "2")) == 0
+    rank_log.clear()
+    code = _region(out, run, *_scenes(region))
+    assert code == 0
+    after = _maps(out)
+    assert after.keys() == before.keys()
+    assert all(after[p] != before[p] for p in before), "a map of the old weights was reused"
+    remade = [r.getMessage() for r in rank_log.records if "remapping" in r.getMessage()]
+    assert len(remade) == len(before) and all("weights_sha256" in m for m in remade)
+    bad_input_row("the model retrained in its run folder (--no-resume)",
+                  "bigearthnet-map region (rerun)", code,
+                  "every scene map remade: the weights' digest differs")  # fmt: skip
+
+
+@pytest.mark.parametrize("damage", ["truncated", "deleted"])
+def test_a_damaged_scene_map_is_remade(
+    region, trained_run, tmp_path, damage, rank_log, bad_input_row
+) -> None:
+    """R27: a truncated probabilities companion is never reused."""
+    out = tmp_path / "out"
+    assert _region(out, trained_run, *_scenes(region)) == 0
+    victim = sorted(_maps(out))[1]
+    companion = probabilities_path(victim)
+    if damage == "truncated":
+        companion.write_bytes(companion.read_bytes()[:400])
+    else:
+        companion.unlink()
+    record = (out / region_folder.CONSISTENCY).read_bytes()
+    rank_log.clear()
+    code = _region(out, trained_run, *_scenes(region))
+    assert code == 0
+    assert (
+        region_folder.is_complete(out) and (out / region_folder.CONSISTENCY).read_bytes() == record
+    )
+    assert any(
+        str(victim) in r.getMessage() for r in rank_log.records if "remapping" in r.getMessage()
+    )
+    bad_input_row(f"a scene map's probabilities {damage}", "bigearthnet-map region (rerun)",
+                  code, "that map remade, the products as before")  # fmt: skip
+
+
+def test_a_rerun_with_other_periods_leaves_none_of_the_earlier(
+    region, trained_run, tmp_path, bad_input_row
+) -> None:
+    """R04: months, then seasons: no monthly map beside the seasonal ones."""
+    out = tmp_path / "out"
+    assert _region(out, trained_run, *_scenes(region), extra=("--period", "month")) == 0
+    code = _region(out, trained_run, *_scenes(region), extra=("--period", "season"))
+    assert code == 0
+    record = json.loads((out / region_folder.CONSISTENCY).read_text())
+    for folder in (region_folder.PERIODS, region_folder.CONSISTENT):
+        labels = {p.name.split(".")[0] for p in (out / folder).glob("*.tif")}
+        assert labels == set(record["periods"]), (folder, labels)
+    items = {p.parent.name for p in (out / region_folder.STAC).glob("*/*.json")}
+    assert items == set(record["periods"])
+    assert not list(out.glob(f"{region_folder.STAGING_PREFIX}*"))
+    bad_input_row("a rerun with --period season after month", "bigearthnet-map region",
+                  code, "every product replaced; none of the earlier periods left")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "flag, value, needle",
+    [
+        ("--batch-size", "-1", "positive integer"),
+        ("--batch-size", "0", "positive integer"),
+        ("--cell", "inf", "positive"),
+        ("--cell", "nan", "positive"),
+        ("--cell", "-3", "positive"),
+        ("--persistence", "1", "inside (0, 1)"),
+        ("--crs", "EPSG:4326", "geographic"),
+        ("--crs", "EPSG:99999999", "not a CRS"),
+    ],
+)
+def test_options_out_of_range_are_refused_before_mapping(
+    region, trained_run, tmp_path, flag, value, needle, reported_errors, bad_input_row
+) -> None:
+    """R21, R22, R25, R26: at parse time, nothing made (before: a traceback after mapping
+    every scene, or empty maps that a rerun reused)."""
+    out = tmp_path / "out"
+    code = _region(out, trained_run, *_scenes(region), extra=(flag, value))
+    assert code == 2 and not out.exists()
+    line = reported_errors()[-1]
+    assert flag in line and needle in line, line
+    bad_input_row(f"`{flag} {value}`", "bigearthnet-map region", code,
+                  "refused when parsed; no folder made")  # fmt: skip
+
+
+def test_a_stray_scene_of_another_continent_is_refused_before_mapping(
+    region, trained_run, tmp_path, reported_errors, bad_input_row
+) -> None:
+    """R18: a tile of UTM zone 20 south (Argentina) among the region's, under --crs EPSG:3035
+    (before: a grid of 13,506 x 10,846 cells and ~25 GB)."""
+    import rasterio
+    from rasterio.crs import CRS
+
+    first = Path(_scenes(region)[0])
+    stray = tmp_path / first.name.replace("T32UQU", "T20HNH")
+    shutil.copytree(first, stray)
+    for band in stray.glob("*.tif"):
+        with rasterio.open(band, "r+") as dst:
+            dst.crs = CRS.from_epsg(32720)
+    out = tmp_path / "out"
+    code = _region(out, trained_run, *_scenes(region), str(stray))
+    assert code == 2 and not list(out.glob(f"{region_folder.SCENES}/*.tif"))
+    line = reported_errors()[-1]
+    assert str(stray) in line and "area of use of --crs EPSG:3035" in line, line
+    bad_input_row("a stray scene of another continent (T20HNH)", "bigearthnet-map region",
+                  code, "refused before mapping, the scene named")  # fmt: skip
+
+
+def test_a_grid_too_large_for_memory_is_refused_before_mapping(
+    region, trained_run, tmp_path, reported_errors, bad_input_row
+) -> None:
+    """A 10 cm cell over the region: about 10^9 cells, far more than this machine holds."""
+    out = tmp_path / "out"
+    code = _region(out, trained_run, *_scenes(region), extra=("--cell", "0.1"))
+    assert code == 2 and not list(out.glob(f"{region_folder.SCENES}/*.tif"))
+    line = reported_errors()[-1]
+    assert "--cell 0.1" in line and "GB" in line and "farthest" in line, line
+    bad_input_row("`--cell 0.1` (a grid of ~10^9 cells)", "bigearthnet-map region", code,
+                  "refused before mapping: the memory it needs, the farthest scene")  # fmt: skip
