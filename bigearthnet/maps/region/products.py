@@ -207,23 +207,6 @@ def build_products(
     """Every product of the series, built aside and swapped into ``out`` once complete
     (:func:`~bigearthnet.formats.region_folder.publish`); returns the consistency record."""
     staged = region_folder.staging(out)
-    record = _build(staged, scenes, period=period, crs=crs, cell=cell, persistence=persistence,
-                    tags=tags, skipped=skipped)  # fmt: skip
-    region_folder.publish(out, staged, record)
-    return record
-
-
-def _build(
-    out: Path,
-    scenes: list[SceneMap],
-    *,
-    period: str,
-    crs: str,
-    cell: float,
-    persistence: float,
-    tags: dict,
-    skipped: list[dict],
-) -> dict:
     classes = scene_classes(scenes[0])
     footprints = {s.path: footprint(s) for s in scenes}  # each map opened once
     grid = RegionGrid.covering(list(footprints.values()), crs, cell)
@@ -233,25 +216,25 @@ def _build(
     for t, (label, acquisitions) in enumerate(groups.items()):
         members = [s for s in scenes if s.acquisition in acquisitions]
         scores = period_scores(members, grid, len(classes), footprints)
-        top = write_period(out / PERIODS, label, scores, grid, classes, tags)
+        top = write_period(staged / PERIODS, label, scores, grid, classes, tags)
         raw[t] = np.where(top == NODATA, -1, top)
         del scores  # one period's scores at a time: the series reads them back in blocks
-    smooth = _decode([probabilities_path(out / PERIODS / f"{label}.tif") for label in labels_of],
+    smooth = _decode([probabilities_path(staged / PERIODS / f"{label}.tif") for label in labels_of],
                      grid, len(classes), persistence)  # fmt: skip
     for t, label in enumerate(labels_of):
         labels = np.where(smooth[t] < 0, NODATA, smooth[t]).astype(np.uint8)
-        write_class_map(out / CONSISTENT / f"{label}.tif", labels, grid, classes, tags)
+        write_class_map(staged / CONSISTENT / f"{label}.tif", labels, grid, classes, tags)
     observed = raw >= 0
     flat = (len(groups), grid.height * grid.width)
     raw_c = series.consistency(raw.reshape(flat), observed.reshape(flat))
     smooth_c = series.consistency(smooth.reshape(flat), observed.reshape(flat))
     ever = observed.any(axis=0)
-    _write_change_maps(out, grid, smooth_c, ever, labels_of, tags)
+    _write_change_maps(staged, grid, smooth_c, ever, labels_of, tags)
     km2 = grid.cell_km2
-    write_csv(out / "areas.csv", ("period", "series", "class", "cells", "km2"),
+    write_csv(staged / "areas.csv", ("period", "series", "class", "cells", "km2"),
               area_rows(raw, labels_of, classes, km2, "raw")
               + area_rows(smooth, labels_of, classes, km2, "consistent"))  # fmt: skip
-    write_csv(out / "transitions.csv",
+    write_csv(staged / "transitions.csv",
               ("from_period", "to_period", "from_class", "to_class", "cells", "km2"),
               transition_rows(smooth, labels_of, classes, km2))  # fmt: skip
     record = {
@@ -281,7 +264,8 @@ def _build(
         "cell_km2": km2,
     }
     provenance = {k: v for k, v in tags.items() if k in ("model", "run_dir", "checkpoint")}
-    write_collection(out, grid, labels_of, classes, provenance)
+    write_collection(staged, grid, labels_of, classes, provenance)
+    region_folder.publish(out, staged, record)
     return record
 
 
