@@ -29,7 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bigearthnet.core.errors import RunFailed
+from bigearthnet.core.config import load_run_config
+from bigearthnet.core.errors import InputError, RunFailed
 from bigearthnet.formats.elastic_log import append_decision
 from bigearthnet.formats.history import HistoryRow, read_history
 from bigearthnet.formats.run_status import RunStatus, read_status
@@ -121,6 +122,14 @@ class RunWatch:
             return f"the run ended after epoch {status.epoch} ({status.reason})"
         return None
 
+    def final_epoch(self) -> int | None:
+        """The epoch the run followed ends with (``--epochs`` in its RUN/config.yaml, which
+        it writes as it starts); None while unknown."""
+        try:
+            return load_run_config(self.run_dir).epochs
+        except (InputError, OSError):
+            return None
+
     def limit_reached(self) -> str | None:
         """``--epochs`` epochs are done (None: not yet, or no limit)."""
         if self.epochs is not None and self.seen >= self.epochs:
@@ -173,8 +182,12 @@ def follow_policy(
         if rows and rows[-1].epoch < decided:  # a run started over: so do the decisions
             decided, last_change = 0, 0
         decision = decide(rows, settings, last_change_epoch=last_change)
-        # No resize for a run that is over; the last epoch of --epochs is still decided on.
+        # No resize for a run that is over, nor after its last epoch: it ends before a new
+        # world could start. The last epoch of the follower's --epochs is still decided on.
         over = watch.run_over()
+        final = watch.final_epoch()
+        if decision is not None and final is not None and decision.epoch >= final:
+            decision = None
         if decision is not None and decision.epoch > decided and not over:
             decided = decision.epoch
             outcome = "-"

@@ -12,6 +12,7 @@ import pytest
 from helpers import history_row, hold_run_folder
 
 from bigearthnet.cli import elastic as cli
+from bigearthnet.core.config import RUN_CONFIG, TrainConfig, save_yaml
 from bigearthnet.core.util import read_csv
 from bigearthnet.formats.elastic_log import DECISIONS
 from bigearthnet.formats.history import write_history
@@ -92,6 +93,28 @@ def test_follow_local_grows_on_the_noise_scale_and_shrinks_on_a_plateau(
     assert sorted(p.name for p in hosts.glob("*.hosts")) == ["start.hosts"]
     out = capsys.readouterr().out
     assert "the run ended after epoch 7 (7 epochs done): stop following" in out
+
+
+def test_follow_local_resizes_nothing_at_the_runs_last_epoch(tmp_path: Path) -> None:
+    """A decision on the run's last epoch (its RUN/config.yaml --epochs) would resize a world
+    that is ending: the follower stays out of it (a shrink there left one resize fewer than
+    decisions in the malleable loop)."""
+    hosts, run = tmp_path / "hosts", tmp_path / "run"
+    hosts.mkdir()
+    run.mkdir()
+    (hosts / "start.hosts").write_text("localhost:2\n")
+    save_yaml(
+        TrainConfig(data=str(tmp_path / "shards"), run_dir=str(run), epochs=6), run / RUN_CONFIG
+    )
+    epochs = [(2, 10.0, 0.50), (2, 30.0, 0.60), (2, 70.0, 0.70), (4, 80.0, 0.75),
+              (4, 90.0, 0.751), (4, 95.0, 0.752)]  # fmt: skip
+    writer = train_in_background(run, epochs, pace=0.25)
+    assert follow(hosts, run, *POLICY, "--plateau-epochs", "2", "--plateau-delta", "0.01") == 0
+    writer.join()
+    decisions = read_csv(run / DECISIONS)
+    assert [(d["epoch"], d["verb"]) for d in decisions][-1] == ("5", "stay")
+    assert sorted(p.name for p in hosts.glob("local-*.hosts")) == ["local-001.hosts",
+                                                                    "local-002.hosts"]  # fmt: skip
 
 
 def test_follow_schedule_stops_when_the_run_ends(tmp_path: Path, capsys) -> None:
