@@ -56,9 +56,17 @@ def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
     from safetensors.numpy import load_file
 
     try:
-        return load_file(str(path))
+        tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
         raise InputError(f"{path}: not a readable safetensors file ({err})") from None
+    # Half-precision releases (bfloat16, float16) convert exactly to float32, the Keras
+    # weights' type; NumPy alone cannot compute with bfloat16 (ml_dtypes reads it).
+    return {key: _as_float32(value) for key, value in tensors.items()}
+
+
+def _as_float32(value: np.ndarray) -> np.ndarray:
+    low_precision = value.dtype.name in ("bfloat16", "float16")
+    return value.astype(np.float32) if low_precision else value
 
 
 def _read_torch(path: Path) -> dict[str, np.ndarray]:
@@ -87,11 +95,13 @@ def _read_torch(path: Path) -> dict[str, np.ndarray]:
 
 def strip_prefix(path: Path, raw: dict[str, np.ndarray]) -> StateDict:
     """The ResNet's own keys: the prefix in front of the stem's ``conv1.weight`` is taken off,
-    keys without it are dropped. Several candidate stems (MoCo's query and key encoders) take
-    the shortest prefix, listed first by name."""
+    keys without it are dropped. Of several candidate stems, a momentum copy (MoCo's
+    ``encoder_k``, MoCo v3's ``momentum_encoder``) is never taken: the encoder trained by
+    back-propagation (``encoder_q``, ``base_encoder``) is what papers fine-tune; then the
+    shortest prefix, first by name."""
     stems = sorted(
         (key[: -len(STEM_KEY)] for key in raw if key == STEM_KEY or key.endswith("." + STEM_KEY)),
-        key=lambda prefix: (len(prefix), prefix),
+        key=lambda prefix: (_is_momentum_copy(prefix), len(prefix), prefix),
     )
     # A bottleneck's own conv1 ("layer1.0.conv1.weight") is not a stem.
     stems = [p for p in stems if not p.rstrip(".").split(".")[-1].isdigit()]
@@ -101,3 +111,10 @@ def strip_prefix(path: Path, raw: dict[str, np.ndarray]) -> StateDict:
     tensors = {key[len(prefix) :]: value for key, value in raw.items() if key.startswith(prefix)}
     dropped = tuple(sorted(key for key in raw if not key.startswith(prefix)))
     return StateDict(tensors=tensors, prefix=prefix, dropped=dropped)
+
+
+MOMENTUM_COPIES = frozenset({"encoder_k", "momentum_encoder"})
+
+
+def _is_momentum_copy(prefix: str) -> bool:
+    return any(part in MOMENTUM_COPIES for part in prefix.split("."))

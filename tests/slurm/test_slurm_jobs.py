@@ -476,6 +476,8 @@ def test_map_region_job_maps_scenes_as_an_array_then_the_series(
 ) -> None:
     """Two array tasks map two scenes each on their ranks; the dependent job (afterok)
     reuses all four maps and builds the series."""
+    from bigearthnet.formats.region_folder import scene_map_path
+    from bigearthnet.maps.region.periods import from_product_name
     from bigearthnet.synthetic.region import RegionSpec, generate_region
 
     region = workspace / "region"
@@ -495,7 +497,8 @@ def test_map_region_job_maps_scenes_as_an_array_then_the_series(
     assert_completed(job)
     assert "done: the series of 4 scene(s)" in job.log(), job.describe()
     maps = sorted(p.name for p in (out / "scenes").glob("*.tif") if "probabil" not in p.name)
-    assert maps == [f"{p.name}.tif" for p in scenes]
+    named = [from_product_name(str(p)) for p in scenes]  # each scene's map, by its identity
+    assert maps == sorted(scene_map_path(out, a.path, a.tile, a.date).name for a in named)
     task_logs = sorted((workspace / "logs").glob("ben-map-region-*.out"))
     mapped = [log for log in task_logs if "scene(s) mapped" in log.read_text()]
     assert len(mapped) == 2 and all("on 2 rank(s)" in log.read_text() for log in mapped)

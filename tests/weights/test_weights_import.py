@@ -243,3 +243,47 @@ def _load_converted(model, tensors: dict[str, np.ndarray]) -> None:
     layers["logits"] = convert.head_rows(tensors, None, constants.CLASSES_19)
     for name, weights in layers.items():
         model.get_layer(name).set_weights(weights)
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_tensors_import_as_float32(
+    fixture_tensors, tmp_path, dtype, bad_input_row
+) -> None:
+    """P13: a bfloat16 .safetensors file gave a traceback. Its tensors widen exactly to
+    float32: the import equals that of the same values stored as float32."""
+    import ml_dtypes
+
+    low = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(np.float16)
+    cast = {k: v.astype(low) if v.dtype == np.float32 else v for k, v in fixture_tensors.items()}
+    save_file(cast, str(tmp_path / f"{dtype}.safetensors"))
+    widened = {k: v.astype(np.float32) if v.dtype == low else v for k, v in cast.items()}
+    save_file(widened, str(tmp_path / "float32.safetensors"))
+    code = run_import(tmp_path / f"{dtype}.safetensors", tmp_path / "low")
+    assert code == 0
+    assert run_import(tmp_path / "float32.safetensors", tmp_path / "wide") == 0
+    x = reference_inputs()
+    np.testing.assert_array_equal(imported_logits(tmp_path / "low", x),
+                                  imported_logits(tmp_path / "wide", x))  # fmt: skip
+    bad_input_row(f"a {dtype} .safetensors file", "bigearthnet-weights import", code,
+                  "read as float32 (exactly), no traceback")  # fmt: skip
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("query, key", [("encoder_q", "encoder_k"),
+                                        ("base_encoder", "momentum_encoder")])  # fmt: skip
+def test_a_moco_checkpoint_gives_its_query_encoder(
+    tmp_path, fixture_tensors, query, key, capsys, bad_input_row
+) -> None:
+    """P15: MoCo keeps two encoders; the momentum copy sorts first by name and was taken."""
+    rng = np.random.default_rng(3)
+    tensors = {f"module.{query}.{k}": v for k, v in fixture_tensors.items()}
+    tensors |= {f"module.{key}.{k}": rng.standard_normal(v.shape).astype(v.dtype)
+                for k, v in fixture_tensors.items() if v.dtype == np.float32}  # fmt: skip
+    save_file(tensors, str(tmp_path / "moco.safetensors"))
+    code = run_import(tmp_path / "moco.safetensors", tmp_path / "w")
+    assert code == 0
+    assert_close_to_scale(imported_logits(tmp_path / "w", reference_inputs()), FACTS["logits"])
+    assert f"took the key prefix 'module.{query}.' off" in capsys.readouterr().err
+    bad_input_row(f"a MoCo checkpoint ({query} beside {key})", "bigearthnet-weights import",
+                  code, f"the {query} weights, the {key} copy dropped and named")  # fmt: skip
