@@ -191,6 +191,13 @@ def horovodrun(np_: int, *argv: str, timeout: int = 600, env: dict | None = None
     )
 
 
+def python_script(*argv: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run ``python argv...`` from the repository, output captured (one process, no launcher)."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}
+    return subprocess.run([sys.executable, *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout, env=env)  # fmt: skip
+
+
 # TensorFlow's own C++ log lines ("2026-01-01 10:00:00.000000: E external/...", absl's
 # "E0000 00:00:..."): TF 2.18's CPU wheel logs failed CUDA probes at import, at E level.
 TF_LOG_LINE = re.compile(r"^(\d{4}-\d\d-\d\d [\d:.]+: [EWIF] |[EWIF]\d{4} \d\d:\d\d:)")

@@ -249,6 +249,7 @@ def test_bad_input_exits_2_with_one_line(
 
 
 @pytest.mark.horovod
+@pytest.mark.slow  # a third horovodrun world; the fast tier keeps test_two_ranks_equal_one_rank
 def test_error_on_one_rank_stops_both(trained_run: Path, shards_v1: Path, tmp_path: Path) -> None:
     """A corrupt shard only rank 1 reads: both ranks exit 2 instead of hanging."""
     data = tmp_path / "data"
