@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from bigearthnet.core import constants
+from bigearthnet.formats import region_folder
 from bigearthnet.pages import run_figures
 from bigearthnet.pages.render import svg, write_page
 
-REGION_PAGE = "region.html"
 NODATA = 255
 PIXELS_PER_CELL_MAX = 8
 
@@ -44,7 +44,7 @@ def write_region_page(folder: Path) -> Path:
     chart = svg(figure, title="class areas per period, consistent series")
     plt.close(figure)
     return write_page(
-        folder / REGION_PAGE,
+        folder / region_folder.PAGE,
         "region.html.j2",
         record=record,
         periods=periods,
