@@ -197,8 +197,16 @@ on_usr1() {
   if [[ -n $BEN_STEP_PID ]]; then "$BEN_FORWARD" "$BEN_STEP_PID"; fi
 }
 
-# forward_to_srun PID: srun passes SIGUSR1 on to every task of its step.
-forward_to_srun() { kill -USR1 "$1" 2>/dev/null || true; }
+# forward_to_srun PID: SIGUSR1 to the srun at or below PID (srun_step runs it in a pipeline);
+# srun passes it on to every task of its step. Never to the shells between: it would end them.
+forward_to_srun() {
+  local pid
+  for pid in "$1" $(descendants "$1"); do
+    if [[ $(ps -o comm= -p "$pid" 2>/dev/null) == srun ]]; then
+      kill -USR1 "$pid" 2>/dev/null || true
+    fi
+  done
+}
 
 # forward_to_workers PID: SIGUSR1 to the training processes below PID (horovodrun's ranks
 # on this node): Python processes running $BEN_REPO/train.py. Not to horovodrun or its
@@ -240,6 +248,29 @@ run_step() {
   return "$rc"
 }
 
+# srun_step SRUN_ARG...: `srun SRUN_ARG...`, its output in the log, failed when its tasks
+# could not be started. Slurm 22.05's srun prints "task N launch failed" and still exits 0
+# (seen when the node's PMIx plugin could not make its folder), so a job that trusted the 0
+# ended COMPLETED with nothing run. A launch failure is retried as a new step, up to
+# STEP_LAUNCH_TRIES tries in all: the commands run this way resume or rewrite their outputs.
+STEP_LAUNCH_FAILED='^srun: error: task [0-9]+ launch failed'
+srun_step() {
+  local out try rc tries=${STEP_LAUNCH_TRIES:-2}
+  out=$(mktemp "${TMPDIR:-/tmp}/ben-srun.XXXXXX")
+  remove_on_exit "$out"
+  for ((try = 1; ; try++)); do
+    rc=0
+    output_to "$out" srun "$@" || rc=$?
+    grep -Eq "$STEP_LAUNCH_FAILED" "$out" || return "$rc"
+    if ((try >= tries)); then
+      log "srun could not start the step's tasks (try $try of $tries): see slurmd's log on ${SLURMD_NODENAME:-the node}"
+      return $((rc ? rc : 1))
+    fi
+    log "srun could not start the step's tasks (try $try of $tries): a new step in 10 s"
+    sleep 10
+  done
+}
+
 # run_horovodrun COMMAND...: run a horovodrun command line as the training step (SIGUSR1
 # passed on to its ranks on this node), keep a copy of its output in the file HVD_OUT, and
 # return the first failing rank's exit code: horovodrun itself exits 1 whatever its ranks
@@ -268,6 +299,10 @@ output_to() {
 finish_training() {
   local rc=$1
   if ((rc == 0)); then
+    # train.py exits 0 only after rank 0 wrote how the run ended (bigearthnet/formats/
+    # run_status.py): a 0 without that file is a step that never ran train.py to its end.
+    [[ -f $RUN_DIR/status.json ]] ||
+      die "the training step exited 0 without ending the run (no $RUN_DIR/status.json): see the lines above" 1
     log "training finished"
     return 0
   fi

@@ -19,6 +19,10 @@ Deliberate choices in slurm.conf:
 * ``KillWait=10``: time-limited jobs are killed 10 s after SIGTERM rather than 30 s;
 * ``sched_interval=2,bf_interval=2``: a requeued job starts as soon as its hold ends, not at
   the next 30-60 s scheduling pass;
+* ``TmpFS`` in the cluster's folder: the PMIx plugin makes ``spmix_appdir_<uid>_<job>.<step>``
+  there for each step and fails the launch when it already exists. Every test cluster
+  numbers its jobs from 1, so a folder left in a shared /tmp by an earlier cluster's killed
+  step made a later cluster's job of the same number fail to start;
 * ``OverSubscribe=YES`` on the partition: jobs that ask ``--oversubscribe`` may share CPUs
   (the noise-scale policy's test runs a 2-task driver and a holder on the 2 CPUs); jobs that
   do not ask keep their CPUs to themselves, as on a production partition.
@@ -271,7 +275,7 @@ class SlurmCluster:
 
     def _write_conf(self) -> None:
         cpus, memory = _node_hardware()
-        for name in ("etc", "state", "spool", "log"):
+        for name in ("etc", "state", "spool", "log", "tmp"):
             (self.root / name).mkdir(exist_ok=True)
         plugstack = self.root / "etc" / "plugstack.conf"  # none of the system's SPANK plugins
         plugstack.write_text("")
@@ -291,6 +295,7 @@ CredType=cred/munge
 AuthInfo=socket={self.munge_socket},cred_expire=10
 StateSaveLocation={r}/state
 SlurmdSpoolDir={r}/spool
+TmpFS={r}/tmp
 SlurmctldPidFile={r}/slurmctld.pid
 SlurmdPidFile={r}/slurmd.pid
 SlurmctldLogFile={r}/log/slurmctld.log
@@ -352,6 +357,11 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Over
     def node_state(self) -> str:
         result = self.run("sinfo", "-h", "-N", "-o", "%T", check=False, timeout=15)
         return result.stdout.strip().rstrip("*~#")
+
+    @property
+    def tmp_fs(self) -> Path:
+        """The node's TmpFS (slurm.conf), where the PMIx plugin makes a folder per step."""
+        return self.root / "tmp"
 
     # ------------------------------------------------------------------ jobs
 

@@ -39,6 +39,8 @@ from typing import NoReturn
 from bigearthnet.core.batch import BatchPlan
 from bigearthnet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError, RunFailed
 from bigearthnet.formats.history import HistoryRow, read_history
+from bigearthnet.formats.run_folder import STATUS
+from bigearthnet.formats.run_status import read_status
 from bigearthnet.formats.shards import read_manifest
 from bigearthnet.scaling.study_outputs import (
     StudyResult,
@@ -224,6 +226,12 @@ def run_study(settings: StudySettings, *, log=print) -> list[StudyResult]:
             raise ConfigError(f"{run_dir}: train.py refused its input (its line is above)")
         if done.returncode not in (0, EXIT_FAILED):
             raise RunFailed(f"{run_dir}: train.py exited {done.returncode}; rerun resumes")
+        if done.returncode == 0 and read_status(run_dir) is None:
+            # srun can exit 0 when it could not start the tasks ("task N launch failed")
+            raise RunFailed(
+                f"{run_dir}: the launcher exited 0 but train.py did not end the run "
+                f"(no {STATUS}); rerun resumes"
+            )
         rows = read_history(run_dir)  # [] when the run wrote no epoch
         results.append(summarise(settings, point, rows, exit_code=done.returncode))
         log(f"study: {format_result(results[-1])}")

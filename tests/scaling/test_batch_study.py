@@ -10,7 +10,7 @@ import pytest
 from helpers import history_row
 
 from bigearthnet.cli import batch_study as cli
-from bigearthnet.core.errors import ConfigError
+from bigearthnet.core.errors import ConfigError, RunFailed
 from bigearthnet.core.util import read_csv
 from bigearthnet.formats.history import HistoryRow
 from bigearthnet.formats.shards import read_manifest
@@ -216,3 +216,17 @@ def test_bad_input_is_one_line_exit_2(
         )
         == 2
     )
+
+
+def test_a_launcher_that_exits_0_without_running_train_py_fails_the_point(
+    tmp_path: Path, shards_v1: Path, monkeypatch
+) -> None:
+    # srun exits 0 when it could not start the tasks: a point must not become a row that
+    # "never reached the target" with nothing trained.
+    from bigearthnet.scaling import batch_study
+
+    monkeypatch.setattr(batch_study, "_launcher", lambda kind, ranks: ["true"])
+    settings = _settings(shards_v1, out=tmp_path / "study", train_args=("--model", "tiny"))
+    with pytest.raises(RunFailed, match=r"b8: the launcher exited 0 but train.py did not end"):
+        batch_study.run_study(settings, log=lambda line: None)
+    assert not (tmp_path / "study" / STUDY_CSV).exists()

@@ -268,9 +268,15 @@ def test_map_scene_job_maps_a_scene_on_two_ranks(
     write_scene(scene, SceneTruth(size=480, block=240, border=0, classes=((1, 4), (7, 9))))
     out = workspace / "maps" / "scene.tif"
     env = job_env(slurm_cluster, workspace, EXPERIMENT="tiny", SCENE=str(scene), MAP_OUT=str(out))
-    job = slurm_cluster.wait(slurm_cluster.submit("map_scene", cwd=workspace, env=env), JOB_TIMEOUT)
+    job_id = slurm_cluster.submit("map_scene", "--hold", cwd=workspace, env=env)
+    # The PMIx folder of the job's first step is already there, as a killed step leaves it:
+    # srun cannot start that step (and exits 0); the job script starts a new one.
+    (slurm_cluster.tmp_fs / f"spmix_appdir_{os.getuid()}_{job_id}.0").mkdir()
+    slurm_cluster.run("scontrol", "release", str(job_id))
+    job = slurm_cluster.wait(job_id, JOB_TIMEOUT)
     assert_completed(job)
     log = job.log()
+    assert "could not start the step's tasks (try 1 of 2): a new step" in log, job.describe()
     assert f"scene map {out}" in log and "on 2 rank(s)" in log, job.describe()
     import rasterio
 
@@ -320,6 +326,32 @@ def test_a_killed_rank_ends_the_step_and_a_resubmission_resumes(
         runs=2,
         data_lost="the epoch in progress (resubmission resumes)",
         detect_s=seconds,
+    )
+
+
+@pytest.mark.fault
+@pytest.mark.slow
+def test_a_step_srun_cannot_start_fails_the_job_instead_of_completing_it(
+    slurm_cluster: SlurmCluster, workspace: Path, shards: Path, fault_row
+) -> None:
+    # The PMIx plugin cannot make its client folder, so every step's launch fails; srun
+    # itself still exits 0 (Slurm 22.05), which once ended such a job COMPLETED.
+    env = job_env(
+        slurm_cluster, workspace, EXPERIMENT="nolaunch", SLURM_PMIX_TMPDIR=str(workspace / "none")
+    )
+    job_id = slurm_cluster.submit("train", "--", *TINY, "--epochs", "1", cwd=workspace, env=env)
+    job = slurm_cluster.wait(job_id, JOB_TIMEOUT)
+    assert (job.state, job.exit_code) == ("FAILED", "1:0"), job.describe()
+    log = job.log()
+    assert "could not start the step's tasks (try 2 of 2)" in log, job.describe()
+    errors = [line for line in log.splitlines() if "ERROR:" in line]
+    assert len(errors) == 1 and "training failed with exit code 1" in errors[0], job.describe()
+    assert "training finished" not in log, job.describe()
+    fault_row(
+        "srun cannot start a step's tasks (the node's PMIx plugin fails) and exits 0",
+        runs=1,
+        data_lost="none (a second step tried; then the job FAILED, exit 1, not COMPLETED)",
+        detect_s=None,
     )
 
 
