@@ -69,6 +69,11 @@ def build_region_parser(add_model_options) -> Parser:
     )  # fmt: skip
     p.add_argument("--batch-size", type=checked(require_positive_int, int), default=64,
                    help="windows per model call")  # fmt: skip
+    p.add_argument(
+        "--max-gap-days", type=checked(require_positive_int, int), default=730, metavar="D",
+        help="skip a scene more than D days from every other (a date typo, not part of the "
+        "series; default: 730)",
+    )  # fmt: skip
     p.add_argument("--no-progress", dest="progress", action="store_false")
     return p
 
@@ -140,6 +145,7 @@ def map_region_command(args: argparse.Namespace) -> None:
         stats_from=args.stats_from, period=args.period, crs=args.crs, cell=args.cell,
         stride=args.stride, mask_clouds=args.mask_clouds, persistence=args.persistence,
         batch_size=args.batch_size, progress=args.progress, scenes_only=args.scenes_only,
+        max_gap_days=args.max_gap_days,
     )  # fmt: skip
     record = map_region(acquisitions, options)
     if args.scenes_only and distributed.is_root():

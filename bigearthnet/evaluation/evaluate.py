@@ -50,7 +50,7 @@ from bigearthnet.evaluation.plots import (
 )
 from bigearthnet.evaluation.report import Predictions, clear_metrics, format_table, write_outputs
 from bigearthnet.evaluation.summary import EvalSummary, summary_of
-from bigearthnet.formats import checkpoints, run_folder
+from bigearthnet.formats import checkpoints, run_folder, weights_record
 from bigearthnet.formats.history import HistoryRow, read_history
 from bigearthnet.formats.shards import Manifest, read_manifest
 from bigearthnet.inference.predictor import check_bands
@@ -169,6 +169,11 @@ def prepare(
     for split in splits:
         if split not in constants.SPLITS:
             raise ConfigError(f"unknown split {split!r}; use one of {', '.join(constants.SPLITS)}")
+    if data_dir is None and weights_record.is_record_folder(run_dir):
+        raise ConfigError(
+            f"{run_dir}: a published classifier (bigearthnet-weights run) has no shards of "
+            "its own; give --data SHARDS to evaluate it"
+        )
     data_dir = Path(data_dir or config.data)
     manifest = read_manifest(data_dir)
     loaded = load_model(run_dir, checkpoint, stats_from)

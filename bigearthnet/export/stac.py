@@ -120,8 +120,9 @@ def model_properties(info: ExportInfo, total_parameters: int) -> dict[str, Any]:
         accelerator=None,
         accelerator_constrained=False,
         total_parameters=total_parameters,
-        pretrained=False,
-        pretrained_source=None,
+        # From scratch, or the weights training started from (imported or another run's).
+        pretrained=info.source.init_weights is not None,
+        pretrained_source=info.source.init_weights,
         input=[model_input],
         output=[model_output],
     )
@@ -211,8 +212,6 @@ def _add_unmodelled_fields(properties: dict[str, Any], info: ExportInfo) -> None
         f"classes); a class is present at probability >= {info.threshold}."
     )
     properties["mlm:accelerator"] = None  # runs on CPUs and GPUs alike
-    # None: trained from scratch; else the weights training started from.
-    properties["mlm:pretrained_source"] = info.source.init_weights
 
 
 def _add_assets(item: pystac.Item, info: ExportInfo, bands: list[dict[str, Any]]) -> None:

@@ -184,6 +184,12 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / CKPT_DIR
 
 
+def has_latest(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds a 'latest' checkpoint (or its pointer) a run would resume."""
+    folder = checkpoint_dir(run_dir)
+    return (folder / "latest.json").is_file() or any(folder.glob("latest-e*"))
+
+
 def read_pointer(run_dir: str | Path, tag: str) -> CheckpointRecord | None:
     """The pointer record of ``tag`` ('latest' or 'best'), or None when there is none."""
     path = checkpoint_dir(run_dir) / f"{tag}.json"

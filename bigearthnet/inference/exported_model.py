@@ -13,6 +13,7 @@ import tensorflow as tf
 from bigearthnet.core.util import files_digest
 from bigearthnet.formats.class_map import WEIGHTS_DIGEST
 from bigearthnet.formats.exported import (
+    INFO_FILE,
     INPUT_NAME,
     OUTPUT_NAME,
     SAVEDMODEL_DIR,
@@ -34,6 +35,12 @@ class ExportedModel:
             raise ExportError(f"{saved}: no saved_model.pb: the export is incomplete")
         self._saved = tf.saved_model.load(str(saved))
         self._serve = self._saved.signatures[SIGNATURE]
+        outputs = self._serve.structured_outputs[OUTPUT_NAME].shape[-1]
+        if outputs != self.num_classes:  # maps name every output by these names
+            raise ExportError(
+                f"{self.folder / INFO_FILE}: {self.num_classes} class names for a model of "
+                f"{outputs} outputs"
+            )
 
     @property
     def num_classes(self) -> int:

@@ -25,7 +25,6 @@ import tensorflow as tf
 from bigearthnet import models
 from bigearthnet.core import constants, distributed
 from bigearthnet.core.config import TrainConfig, load_run_config
-from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import files_digest
 from bigearthnet.data.normalization import model_inputs, normalize
 from bigearthnet.formats import checkpoints, weights_record
@@ -107,10 +106,7 @@ class LoadedModel:
             return None
         for folder in (self.run_dir, Path(start)):  # a published run, or imported weights
             if folder is not None and weights_record.is_record_folder(folder):
-                try:
-                    record = weights_record.read_record(folder)
-                except InputError:
-                    continue
+                record = weights_record.read_record(folder)  # damaged: one line naming it
                 return f"{record.source} weights {record.file} (sha256 {record.sha256[:16]})"
         return f"the run {start}"
 
@@ -206,6 +202,13 @@ def recorded_inputs(
     if record.inputs is not None:
         if stats_from is not None:
             log.warning("--stats-from %s ignored: %s records its normalisation", stats_from, prefix)
+        if record.inputs.classes != constants.CLASS_SETS[record.num_classes]:
+            # Maps, reports and exports name every output by these: a list of another set
+            # (43 names on a 19-class head) was a traceback in the middle of a map.
+            raise CheckpointError(
+                f"{prefix}: records {len(record.inputs.classes)} class names that are not the "
+                f"{record.num_classes} classes of its head"
+            )
         return record.inputs
     trained_on = Path(record.data or config.data)
     source = Path(stats_from) if stats_from is not None else trained_on

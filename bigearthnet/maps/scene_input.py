@@ -144,6 +144,18 @@ def _stacked_bands(
     return {name: BandSource(file, i + 1, 1) for i, name in enumerate(names) if name in bands}
 
 
+def require_l2a(scene: Path) -> None:
+    """SceneError for a Level-1C product (top-of-atmosphere reflectance; the models learned
+    from L2A's surface reflectance), known by its metadata file or its product name. Band
+    GeoTIFFs say neither and are taken as L2A."""
+    l1c_metadata = scene.is_dir() and any(scene.glob("MTD_MSIL1C.xml"))
+    if l1c_metadata or "_MSIL1C_" in scene.name:
+        raise SceneError(
+            f"{scene}: a Level-1C product (top-of-atmosphere reflectance); maps take L2A "
+            "(surface reflectance: the L2A product of the same scene, or Sen2Cor's output)"
+        )
+
+
 def boa_offsets(scene: Path) -> dict[str, int]:
     """Band -> BOA_ADD_OFFSET of the product (baseline >= 04.00), else {} (no offset)."""
     metadata = next(iter(sorted(scene.glob("MTD_MSIL2A.xml"))), None) if scene.is_dir() else None
@@ -190,6 +202,7 @@ class Scene:
 
         self.path = path
         self.bands = bands
+        require_l2a(path)
         self.sources = find_bands(path, band_order=band_order, bands=bands)
         self.offsets = boa_offsets(path)
         self.scl = find_scl(path) if mask_clouds else None

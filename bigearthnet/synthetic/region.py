@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 from rasterio.warp import transform
 
+from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import atomic_write_json
 from bigearthnet.synthetic.scene import render_classes, write_bands
@@ -40,6 +41,7 @@ CENTRE_LONLAT = (12.0, 48.0)  # on the boundary of UTM zones 32 and 33
 REGION_CLASSES: tuple[int, ...] = (0, 2, 5, 8, 11, 13, 14, 16, 18, 9, 3)
 FLOOD_CLASS = 17  # inland waters: the look-alike that comes and goes
 FIRST_DATE = dt.date(2020, 3, 15)
+MIN_BLOCK = constants.PATCH_SIZE * 10.0  # metres: one BigEarthNet patch
 DAYS_BETWEEN = 30
 
 
@@ -95,6 +97,14 @@ def _check(out: Path, spec: RegionSpec) -> None:
         raise InputError(f"--dates {spec.dates}: at least 5 (changes need two dates each side)")
     if spec.size % 120 or spec.size < 240:
         raise InputError(f"--size {spec.size}: a multiple of 120 px, at least 240")
+    # A block smaller than one patch (the maps' cell) is truth no map can resolve, and its
+    # count grows as 1/block^2: --block 1 ran for minutes. NaN fails the comparison too.
+    side = spec.size * 10.0
+    if not MIN_BLOCK <= spec.block <= side:
+        raise InputError(
+            f"--block {spec.block}: metres from {MIN_BLOCK:.0f} (one 120-px patch) to the "
+            f"tile side, {side:.0f}"
+        )
 
 
 def _tiles(spec: RegionSpec) -> list[dict]:

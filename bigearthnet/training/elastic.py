@@ -40,6 +40,7 @@ from bigearthnet.formats.history import HistoryRow
 from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import read_manifest
 from bigearthnet.training.driver import EpochDriver, RunHooks
+from bigearthnet.training.initial import keep_start
 from bigearthnet.training.outputs import RunOutputs
 from bigearthnet.training.replica import StepResult
 from bigearthnet.training.sources import GlobalOrderSource
@@ -67,7 +68,7 @@ class ElasticTrainer(RunHooks):
         *,
         then: Callable[[], None] = lambda: None,
     ) -> None:
-        self.cfg = cfg
+        self.cfg = cfg = keep_start(cfg)
         # Collective work after the last epoch (the test evaluation), run inside the elastic
         # function: a worker lost during it resets the world, which then runs it again.
         self.then = then

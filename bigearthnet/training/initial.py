@@ -17,23 +17,53 @@ from pathlib import Path
 import tensorflow as tf
 
 from bigearthnet.core import constants, distributed
-from bigearthnet.core.config import RUN_CONFIG, TrainConfig
-from bigearthnet.core.errors import InputError
+from bigearthnet.core.config import RUN_CONFIG, TrainConfig, load_run_config
+from bigearthnet.core.errors import ConfigError, InputError
 from bigearthnet.data.normalization import model_inputs
-from bigearthnet.formats import weights_record
+from bigearthnet.formats import checkpoints, weights_record
 from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import Manifest
 from bigearthnet.inference.trained_run import load_model
-from bigearthnet.weights.importer import check_registry_fit
+from bigearthnet.weights.importer import check_registry_fit, load_folder
 
 log = distributed.log
 HEAD = "logits"  # the classifier layer of every registry model
 
 
+def resumes(cfg: TrainConfig) -> bool:
+    """Whether this run continues from a checkpoint of its own, which holds its weights and
+    (in its record) its normalisation: the initial weights are then not read again."""
+    return cfg.resume and checkpoints.has_latest(cfg.run_dir)
+
+
+def keep_start(cfg: TrainConfig) -> TrainConfig:
+    """``cfg`` with the ``init_weights`` of the run it resumes (its own config.yaml), so that
+    a resume without ``--init-weights`` keeps the run's provenance; ConfigError when
+    ``--init-weights`` names another start."""
+    if not resumes(cfg) or not (Path(cfg.run_dir) / RUN_CONFIG).is_file():
+        return cfg
+    saved = load_run_config(cfg.run_dir).init_weights
+    given = cfg.init_weights
+    if given and not _same_start(given, saved):
+        started = f"from {saved}" if saved else "from random weights"
+        raise ConfigError(
+            f"--init-weights {given}: {cfg.run_dir} resumes a run that started {started}; "
+            "use another --run-dir, or --no-resume to start this one over"
+        )
+    if saved and not given:
+        log.info("resuming a run that started from %s (its config.yaml)", saved)
+    return dataclasses.replace(cfg, init_weights=saved)
+
+
+def _same_start(given: str, saved: str) -> bool:
+    return bool(saved) and Path(given).resolve() == Path(saved).resolve()
+
+
 def initial_inputs(cfg: TrainConfig, manifest: Manifest) -> ModelInputs:
-    """The run's inputs: the shards' statistics, or those its initial weights expect."""
+    """The run's inputs: the shards' statistics, or those its initial weights expect (a
+    resumed run takes its checkpoint's record instead, once restored)."""
     own = model_inputs(manifest, cfg.labels)
-    if not cfg.init_weights:
+    if not cfg.init_weights or resumes(cfg):
         return own
     path = Path(cfg.init_weights)
     if not (path / RUN_CONFIG).is_file() and not weights_record.is_weights_folder(path):
@@ -62,21 +92,29 @@ def initial_inputs(cfg: TrainConfig, manifest: Manifest) -> ModelInputs:
 
 
 def load_initial_weights(model: tf.keras.Model, cfg: TrainConfig) -> None:
-    """Set ``model``'s weights from ``cfg.init_weights`` (a head that does not fit stays
-    random); with ``cfg.freeze_backbone`` make every layer but the head untrainable."""
+    """Set ``model``'s weights from ``cfg.init_weights``: every layer but the head must fit
+    (a head that does not stays random); with ``cfg.freeze_backbone`` make every layer but
+    the head untrainable. A resumed run's checkpoint holds its weights: nothing is read."""
     path = Path(cfg.init_weights)
-    if weights_record.is_weights_folder(path):
-        model.load_weights(str(path / weights_record.WEIGHTS_FILE), by_name=True,
-                           skip_mismatch=True)  # fmt: skip
-        head = weights_record.read(path).num_classes == cfg.labels
+    if resumes(cfg):
+        log.info("resuming: the checkpoint holds the weights (%s is not read again)", path)
     else:
-        source = load_model(path).model
+        imported = weights_record.is_weights_folder(path)
+        source = load_folder(path) if imported else load_model(path).model
         for layer in model.layers:
-            if layer.weights and _same_shapes(layer, source, layer.name):
-                layer.set_weights(source.get_layer(layer.name).get_weights())
+            if not layer.weights or layer.name == HEAD:
+                continue
+            if not _same_shapes(layer, source, layer.name):
+                raise InputError(
+                    f"--init-weights {path}: its layer {layer.name} does not fit the "
+                    f"--model {cfg.model} of this run"
+                )
+            layer.set_weights(source.get_layer(layer.name).get_weights())
         head = _same_shapes(model.get_layer(HEAD), source, HEAD)
-    log.info("initial weights from %s (%s)", path,
-             "with its head" if head else "head initialised at random")  # fmt: skip
+        if head:
+            model.get_layer(HEAD).set_weights(source.get_layer(HEAD).get_weights())
+        log.info("initial weights from %s (%s)", path,
+                 "with its head" if head else "head initialised at random")  # fmt: skip
     if cfg.freeze_backbone:
         for layer in model.layers:
             layer.trainable = layer.name == HEAD

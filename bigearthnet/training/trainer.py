@@ -23,7 +23,7 @@ from bigearthnet.formats.checkpoints import CheckpointRecord, Position
 from bigearthnet.formats.history import HistoryRow
 from bigearthnet.formats.shards import Manifest, read_manifest
 from bigearthnet.training.driver import EpochDriver
-from bigearthnet.training.initial import initial_inputs
+from bigearthnet.training.initial import initial_inputs, keep_start
 from bigearthnet.training.outputs import RunOutputs
 from bigearthnet.training.replica import Replica
 from bigearthnet.training.schedules import LRSchedule
@@ -66,7 +66,7 @@ class Trainer:
     """Fixed-size training: set up data, replica and outputs; :meth:`run` trains."""
 
     def __init__(self, cfg: TrainConfig, command: list[str] | None = None) -> None:
-        self.cfg = cfg
+        self.cfg = cfg = keep_start(cfg)
         self.manifest = read_manifest(cfg.data)
         self.source = PartitionSource(cfg, self.manifest)
         self.replica = build_replica(cfg, self.manifest, self.source)

@@ -45,6 +45,7 @@ class Layout:
     widths: tuple[int, ...]
     in_channels: int
     head_outputs: int | None  # rows of fc.weight; None without a head
+    other_head: tuple[str, ...] = ()  # a head of other layers (an MLP's fc.0, fc.3): dropped
 
 
 def layout_of(tensors: dict[str, np.ndarray], file: str) -> Layout:
@@ -65,8 +66,19 @@ def layout_of(tensors: dict[str, np.ndarray], file: str) -> Layout:
         raise InputError(f"{file}: conv1.weight has shape {stem.shape}, not (out, in, 7, 7)")
     widths = tuple(int(tensors[f"layer{s}.0.conv1.weight"].shape[0]) for s in range(1, 5))
     fc = tensors.get("fc.weight")
+    other_head = sorted(
+        {key.rsplit(".", 1)[0] for key in tensors if key.startswith("fc.")} - {"fc"}
+    )
     return Layout(model, blocks, bottleneck, int(stem.shape[0]), widths, int(stem.shape[1]),
-                  None if fc is None else int(fc.shape[0]))  # fmt: skip
+                  None if fc is None else int(fc.shape[0]), tuple(other_head))  # fmt: skip
+
+
+def blocks_of(model: str, where: object) -> tuple[tuple[int, ...], bool]:
+    """(blocks per stage, bottleneck) of the registry ResNet ``model``."""
+    for (blocks, bottleneck), name in LAYOUTS.items():
+        if name == model:
+            return blocks, bottleneck
+    raise InputError(f"{where}: model {model!r} is neither {' nor '.join(LAYOUTS.values())}")
 
 
 def layer_names(layout: Layout) -> Iterator[tuple[str, str, str]]:

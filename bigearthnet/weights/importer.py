@@ -17,11 +17,16 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
-from bigearthnet.core.util import overlapping, sha256_file
+from bigearthnet.core.util import first_line, overlapping, sha256_file
 from bigearthnet.formats import weights_record
 from bigearthnet.formats.weights_record import WeightsRecord
 from bigearthnet.weights import convert
-from bigearthnet.weights.sources import SourceFacts, published_stats, source_facts
+from bigearthnet.weights.sources import (
+    SourceFacts,
+    published_stats,
+    source_facts,
+    source_of_keys,
+)
 from bigearthnet.weights.state_dict import StateDict, read_state_dict
 
 
@@ -48,6 +53,12 @@ def convert_file(
     file = str(src)
     state = read_state_dict(src)
     layout = convert.layout_of(state.tensors, file)
+    named = source_of_keys(state.prefix, layout.in_channels)
+    if named is not None and named != source:
+        raise InputError(
+            f"{file}: laid out as {named} weights (keys under {state.prefix!r}, "
+            f"{layout.in_channels} channels), not {source}'s: import it with --source {named}"
+        )
     facts = source_facts(source, layout.in_channels, file)
     target = _target_bands(facts, bands, file)
     stem, notes = convert.adapt_stem(state.tensors["conv1.weight"], facts.channels, target)
@@ -152,6 +163,34 @@ def keras_model(converted: Converted):  # -> tf.keras.Model (TensorFlow imported
     return model
 
 
+def load_folder(folder: str | Path):  # -> tf.keras.Model
+    """An imported weights folder as the network its record describes, every layer loaded:
+    InputError naming ``weights.h5`` when it is damaged or holds another network."""
+    from bigearthnet.models.resnet import build_resnet
+
+    record = weights_record.read(folder)
+    blocks, bottleneck = convert.blocks_of(record.model, folder)
+    model = build_resnet(
+        blocks,
+        bottleneck,
+        input_shape=(constants.PATCH_SIZE, constants.PATCH_SIZE, len(record.bands)),
+        num_classes=max(record.num_classes, 1),
+        name=record.model,
+        stem_width=record.stem_width,
+        widths=record.widths,
+        head=record.has_head,
+    )
+    path = Path(folder) / weights_record.WEIGHTS_FILE
+    try:
+        model.load_weights(str(path))  # by topology: every layer, every shape, or an error
+    except (OSError, ValueError) as err:
+        raise InputError(
+            f"{path}: unreadable, or not the {record.model} its {weights_record.RECORD_FILE} "
+            f"describes ({first_line(err)})"
+        ) from None
+    return model
+
+
 def check_registry_fit(record: WeightsRecord, where: str | Path) -> None:
     """InputError unless the weights fit the registry's model of their name (a narrow
     network of the same layout imports, but only its own builder takes it)."""
@@ -190,6 +229,11 @@ def _head_classes(
     notes: list[str],
 ) -> tuple[str, ...]:
     outputs = layout.head_outputs
+    if layout.other_head:
+        notes.append(
+            f"dropped the head {', '.join(layout.other_head)}: layers the registry's models, "
+            "which end in one linear layer, do not have"
+        )
     if outputs is None or not head:
         if labels is not None:
             raise InputError(f"{file}: has no classifier head of {labels} classes to use")
@@ -199,8 +243,8 @@ def _head_classes(
     if outputs not in constants.CLASS_SETS or (labels is not None and outputs != labels):
         wanted = labels or "19 or 43"
         raise InputError(
-            f"{file}: a head of {outputs} classes, not {wanted}; --no-head imports the "
-            "backbone only"
+            f"{file}: a head of {outputs} classes, not {wanted}; `bigearthnet-weights import "
+            "--no-head` imports the backbone alone, to fine-tune with train.py --init-weights"
         )
     if facts.head_order is not None and len(facts.head_order) != outputs:
         raise InputError(

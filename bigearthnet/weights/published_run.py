@@ -35,9 +35,11 @@ def make_run(
     converted = convert_file(src, source, bands)
     record = converted.record
     if not record.has_head:
+        other = converted.layout.other_head
+        what = f"a head of {', '.join(other)} (not one linear layer)" if other else "no head"
         raise InputError(
-            f"{src}: has no classifier head; a run needs one (use import and train.py "
-            "--init-weights to train a head)"
+            f"{src}: has {what}; a run needs a linear classifier head (use import and "
+            "train.py --init-weights to train one)"
         )
     check_registry_fit(record, src)
     final = Path(out)

@@ -93,6 +93,18 @@ def source_facts(source: str, in_channels: int, file: str) -> SourceFacts:
                        "published BigEarthNet statistics", None)  # fmt: skip
 
 
+def source_of_keys(prefix: str, in_channels: int) -> str | None:
+    """The source whose checkpoints alone are laid out this way (the key prefix in front of
+    the ResNet, the stem's channels), or None when the layout names none: ConfigILM wraps
+    reBEN's encoder as ``model.vision_encoder.``; SSL4EO-S12's MoCo checkpoints keep the
+    query encoder ``encoder_q`` of a 13-band (L1C) or 2-band (S1) stem."""
+    if prefix.startswith("model.vision_encoder."):
+        return "reben"
+    if "encoder_q" in prefix.split(".") and in_channels in (len(L1C_BANDS), 2):
+        return "ssl4eo"
+    return None
+
+
 def published_stats(bands: tuple[str, ...]) -> tuple[dict[str, float], dict[str, float]]:
     """The project's published per-band statistics in physical units (S1 in dB): what a
     channel that the source does not have is normalised with."""

@@ -154,3 +154,25 @@ def test_model_inputs_refuse_what_does_not_fit() -> None:
     ]:
         with pytest.raises(ValueError, match=key):
             ModelInputs.from_json({**good, key: value})
+
+
+@pytest.mark.bad_input
+def test_class_names_of_another_set_than_the_head_are_refused(
+    trained_run, shards_v1, tmp_path, reported_errors, bad_input_row
+):
+    """S06: 43 class names recorded for a 19-class head were a traceback mid-map."""
+    run = tmp_path / "run"
+    shutil.copytree(trained_run, run)
+    pointer = checkpoints.checkpoint_dir(run) / "best.json"
+    body = json.loads(pointer.read_text())
+    body["inputs"]["classes"] = list(constants.CLASSES_43)
+    pointer.write_text(json.dumps(body))
+    out = tmp_path / "map"
+    argv = ["--shards", str(shards_v1), "--run-dir", str(run), "--out", str(out), "--no-progress"]
+    code = map_main(argv)
+    assert code == 2
+    line = reported_errors()[-1]
+    assert "records 43 class names that are not the 19 classes of its head" in line, line
+    assert not out.exists()
+    bad_input_row("a checkpoint recording 43 class names for a 19-class head",
+                  "bigearthnet-map", code, "one line naming the checkpoint; no map")  # fmt: skip

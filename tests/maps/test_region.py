@@ -60,12 +60,12 @@ def test_a_region_series(region, trained_run, tmp_path, capsys, monkeypatch):
     assert "[region] 24 scenes (3 skipped), 6 periods" in capsys.readouterr().out
     record = json.loads((out / "consistency.json").read_text())
     reasons = " | ".join(s["reason"] for s in record["skipped"])
-    assert "a second scene of tile 32UQU" in reasons and "outside the series' date range" in reasons
+    assert "a second scene of tile 32UQU" in reasons and "(--max-gap-days)" in reasons
     assert "T32UQX_20200315T140000" in reasons  # the truncated scene, named
     periods = record["periods"]
     assert len(periods) == SPEC.dates
     width, height = record["grid"]["width"], record["grid"]["height"]
-    cell_km2 = record["cell_km2"]
+    cell_km2 = record["grid"]["cell_m"] ** 2 / 1e6  # LAEA: equal-area, every cell alike
     with open(out / "areas.csv", newline="") as f:
         areas = list(csv.DictReader(f))
     for period in periods:

@@ -15,6 +15,7 @@ from helpers import train_argv
 
 import train
 from bigearthnet.cli.map import main as map_main
+from bigearthnet.core.util import read_csv
 from bigearthnet.formats import region_folder
 from bigearthnet.formats.class_map import probabilities_path
 from bigearthnet.synthetic.region import RegionSpec, generate_region
@@ -165,6 +166,38 @@ def test_a_rerun_with_other_periods_leaves_none_of_the_earlier(
                   code, "every product replaced; none of the earlier periods left")  # fmt: skip
 
 
+def _observed_km2(out: Path) -> dict[str, float]:
+    """km² of every raw period in areas.csv."""
+    totals: dict[str, float] = {}
+    for row in read_csv(out / "areas.csv"):
+        if row["series"] == "raw":
+            totals[row["period"]] = totals.get(row["period"], 0.0) + float(row["km2"])
+    return totals
+
+
+def test_areas_are_ground_areas_whatever_the_crs(
+    region, trained_run, tmp_path, bad_input_row
+) -> None:
+    """R23: in Web Mercator, areas.csv was 2.35x too large (the nominal cell times a count).
+    A rerun into the same folder with another --crs reuses the scene maps, remakes the rest."""
+    out = tmp_path / "out"
+    assert _region(out, trained_run, *_scenes(region), extra=("--cell", "60")) == 0
+    laea = _observed_km2(out)
+    maps = _maps(out)
+    code = _region(out, trained_run, *_scenes(region),
+                   extra=("--cell", "60", "--crs", "EPSG:3857"))  # fmt: skip
+    assert code == 0
+    assert _maps(out) == maps  # the scene maps do not depend on the grid
+    mercator = _observed_km2(out)
+    assert mercator.keys() == laea.keys()
+    for period, km2 in laea.items():  # the same ground; cells on the edges differ
+        assert mercator[period] == pytest.approx(km2, rel=0.1), period
+    record = json.loads((out / region_folder.CONSISTENCY).read_text())
+    assert record["grid"]["crs"] == "EPSG:3857"
+    bad_input_row("--crs EPSG:3857 (not equal-area)", "bigearthnet-map region", code,
+                  "areas.csv in ground km² (each cell's areal scale), as in LAEA")  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "flag, value, needle",
     [
@@ -176,6 +209,8 @@ def test_a_rerun_with_other_periods_leaves_none_of_the_earlier(
         ("--persistence", "1", "inside (0, 1)"),
         ("--crs", "EPSG:4326", "geographic"),
         ("--crs", "EPSG:99999999", "not a CRS"),
+        ("--max-gap-days", "0", "positive integer"),
+        ("--max-gap-days", "nan", "invalid"),
     ],
 )
 def test_options_out_of_range_are_refused_before_mapping(
@@ -226,3 +261,48 @@ def test_a_grid_too_large_for_memory_is_refused_before_mapping(
     assert "--cell 0.1" in line and "GB" in line and "farthest" in line, line
     bad_input_row("`--cell 0.1` (a grid of ~10^9 cells)", "bigearthnet-map region", code,
                   "refused before mapping: the memory it needs, the farthest scene")  # fmt: skip
+
+
+def test_an_l1c_product_in_the_csv_is_refused_before_mapping(
+    region, trained_run, tmp_path, reported_errors, bad_input_row
+) -> None:
+    """R29, R30: a CSV names any folder; an L1C product in it was mapped as L2A."""
+    scenes = [Path(p) for p in _scenes(region)]
+    l1c = tmp_path / "T32UQU-march-toa"
+    shutil.copytree(scenes[0], l1c)
+    (l1c / "MTD_MSIL1C.xml").write_text("<n1:Level-1C_User_Product/>")
+    rows = ["path,date,tile", f"{l1c},2020-03-15,T32UQU"]
+    for scene in scenes[1:]:
+        date, tile = scene.name.split("_")[2][:8], scene.name.split("_")[5]
+        rows.append(f"{scene},{date[:4]}-{date[4:6]}-{date[6:]},{tile}")
+    (tmp_path / "scenes.csv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "out"
+    code = _region(out, trained_run, extra=("--scenes-csv", str(tmp_path / "scenes.csv")))
+    assert code == 2 and not list(out.glob(f"{region_folder.SCENES}/*.tif"))
+    line = reported_errors()[-1]
+    assert str(l1c) in line and "Level-1C" in line, line
+    bad_input_row("an L1C product (MTD_MSIL1C.xml) listed in --scenes-csv",
+                  "bigearthnet-map region", code,
+                  "refused before mapping, the scene named")  # fmt: skip
+
+
+def test_a_scene_far_from_the_others_is_kept_when_the_gap_allows_it(
+    region, trained_run, tmp_path, bad_input_row
+) -> None:
+    """R20: a scene more than 730 days from every other was dropped, with no override."""
+    first = Path(_scenes(region)[0])
+    late = tmp_path / first.name.replace("20200315", "20230315")
+    shutil.copytree(first, late)
+    out = tmp_path / "out"
+    assert _region(out, trained_run, *_scenes(region), str(late)) == 0
+    record = json.loads((out / region_folder.CONSISTENCY).read_text())
+    assert [s["path"] for s in record["skipped"]] == [str(late)]
+    assert "--max-gap-days" in record["skipped"][0]["reason"]
+    code = _region(out, trained_run, *_scenes(region), str(late),
+                   extra=("--max-gap-days", "1200"))  # fmt: skip
+    assert code == 0
+    record = json.loads((out / region_folder.CONSISTENCY).read_text())
+    assert record["skipped"] == [] and str(late) in [s["path"] for s in record["scenes"]]
+    bad_input_row("a scene 3 years after the others, then `--max-gap-days 1200`",
+                  "bigearthnet-map region", code,
+                  "skipped naming --max-gap-days; kept with it")  # fmt: skip

@@ -5,6 +5,7 @@ head only."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from bigearthnet.cli.weights import main as weights_main
 from bigearthnet.core import constants
 from bigearthnet.core.config import load_run_config
 from bigearthnet.formats import checkpoints, weights_record
+from bigearthnet.formats.history import read_history
 from bigearthnet.formats.shards import read_manifest, read_rows
 from bigearthnet.inference.trained_run import load_model
 from bigearthnet.weights.sources import published_stats
@@ -79,6 +81,10 @@ def test_a_published_classifier_is_a_run(published, shards_v1, tmp_path):
     assert export_main([str(run), "--out", str(tmp_path / "export"), "--format", "savedmodel"]) == 0
     card = (tmp_path / "export" / "model_card.md").read_text()
     assert "classifier.safetensors" in card
+    item = json.loads((tmp_path / "export" / "item.json").read_text())["properties"]
+    assert (
+        item["mlm:pretrained"] is True and "classifier.safetensors" in item["mlm:pretrained_source"]
+    )
 
 
 def test_init_weights_with_a_frozen_backbone(published, shards_v1, tmp_path):
@@ -158,3 +164,86 @@ def test_train_refuses_a_published_classifier_as_its_run(
     assert str(run) in line and f"--init-weights {run}" in line, line
     bad_input_row("a `bigearthnet-weights run` folder as --run-dir", "train.py", code,
                   "refused before anything is written; says how to fine-tune from it")  # fmt: skip
+
+
+def _import_backbone(published, folder: Path) -> Path:
+    src = published["root"] / "backbone.safetensors"
+    assert weights_main(["import", str(src), "--out", str(folder)]) == 0
+    return folder
+
+
+@pytest.mark.bad_input
+def test_a_resume_keeps_its_start_without_the_weights_folder(
+    published, shards_v1, tmp_path, reported_errors, bad_input_row
+):
+    """T11, T12: a resume read the initial weights again (and needed their folder), and
+    without --init-weights rewrote config.yaml's init_weights to ''."""
+    weights = _import_backbone(published, tmp_path / "weights")
+    run = tmp_path / "run"
+    flags = ("--model", "resnet18", "--max-steps-per-epoch", "2")
+    assert train.main(train_argv(shards_v1, run, 1, *flags, "--init-weights", str(weights))) == 0
+    moved = weights.rename(tmp_path / "moved")
+    code = train.main(train_argv(shards_v1, run, 2, *flags))
+    assert code == 0 and len(read_history(run)) == 2
+    assert load_run_config(run).init_weights == str(weights)
+    assert load_model(run).initial_weights is not None
+    other = train.main(train_argv(shards_v1, run, 3, *flags, "--init-weights", str(moved)))
+    assert other == 2
+    line = reported_errors()[-1]
+    assert f"--init-weights {moved}" in line and f"started from {weights}" in line, line
+    assert len(read_history(run)) == 2
+    bad_input_row("a resume without --init-weights, its folder moved away", "train.py", code,
+                  "resumes from the checkpoint; config.yaml keeps init_weights")  # fmt: skip
+    bad_input_row("a resume with another --init-weights", "train.py", other,
+                  "refused naming the run's start; nothing trained")  # fmt: skip
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("damage", ["truncated", "another network"])
+def test_damaged_imported_weights_are_one_line_naming_the_file(
+    published, shards_v1, tmp_path, reported_errors, bad_input_row, damage
+):
+    """T08, T10: a truncated weights.h5 exited 1 naming nothing; one of another network
+    loaded with skip_mismatch, leaving the stem random."""
+    weights = _import_backbone(published, tmp_path / "weights")
+    h5 = weights / weights_record.WEIGHTS_FILE
+    if damage == "truncated":
+        h5.write_bytes(h5.read_bytes()[: h5.stat().st_size // 2])
+    else:
+        models.get_model("resnet18", (120, 120, 10), 19).save_weights(str(h5))
+    run = tmp_path / "run"
+    argv = train_argv(shards_v1, run, 1, "--model", "resnet18", "--init-weights", str(weights))
+    code = train.main(argv)
+    assert code == 2
+    line = reported_errors()[-1]
+    assert str(h5) in line and "not the resnet18 its weights.json describes" in line, line
+    assert not (run / "checkpoints").exists()
+    bad_input_row(f"--init-weights whose weights.h5 is {damage}", "train.py", code,
+                  "one line naming weights.h5; nothing trained")  # fmt: skip
+
+
+@pytest.mark.bad_input
+def test_a_published_run_needs_data_to_evaluate_and_a_readable_record_to_export(
+    published, tmp_path, reported_errors, bad_input_row
+):
+    """E01: without --data, the weights file was called a missing data folder. E02: a
+    damaged weights.json was skipped, and every export said mlm:pretrained false."""
+    run = tmp_path / "run"
+    src = published["root"] / "classifier.safetensors"
+    assert weights_main(["run", str(src), "--out", str(run), "--source", "timm"]) == 0
+    code = evaluate.main(["--run-dir", str(run)])
+    assert code == 2
+    line = reported_errors()[-1]
+    assert "a published classifier" in line and "give --data SHARDS" in line, line
+    record = run / weights_record.RECORD_FILE
+    record.write_text(record.read_text()[:40])
+    out = tmp_path / "export"
+    damaged = export_main([str(run), "--out", str(out), "--format", "savedmodel"])
+    assert damaged == 2
+    line = reported_errors()[-1]
+    assert str(record) in line and "unreadable weights record" in line, line
+    assert not out.exists()
+    bad_input_row("a published run, evaluated without --data", "evaluate.py", code,
+                  "one line: a published classifier needs --data")  # fmt: skip
+    bad_input_row("a published run whose weights.json is damaged", "bigearthnet-export",
+                  damaged, "one line naming weights.json; no export")  # fmt: skip

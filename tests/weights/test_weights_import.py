@@ -77,14 +77,79 @@ def test_logits_equal_timms_forward_pass(tmp_path, capsys):
 
 
 def test_a_wrapper_prefix_is_taken_off(tmp_path, fixture_tensors, capsys):
-    wrapped = {f"model.vision_encoder.{k}": v for k, v in fixture_tensors.items()}
-    wrapped["model.loss.weight"] = np.ones(3, np.float32)  # ConfigILM keeps more than the encoder
+    wrapped = {f"model.encoder.{k}": v for k, v in fixture_tensors.items()}
+    wrapped["model.loss.weight"] = np.ones(3, np.float32)  # a Lightning module keeps more
     save_file(wrapped, str(tmp_path / "wrapped.safetensors"))
     assert run_import(tmp_path / "wrapped.safetensors", tmp_path / "w") == 0
     x = reference_inputs()
     assert_close_to_scale(imported_logits(tmp_path / "w", x), FACTS["logits"])
     err = capsys.readouterr().err
-    assert "took the key prefix 'model.vision_encoder.' off" in err and "model.loss.weight" in err
+    assert "took the key prefix 'model.encoder.' off" in err and "model.loss.weight" in err
+
+
+@pytest.mark.bad_input
+def test_a_reben_file_imported_as_timm_is_refused_with_the_source_to_use(
+    tmp_path, fixture_tensors, reported_errors, bad_input_row
+):
+    """P32: ConfigILM's prefix names reBEN; read as timm its channels and head were wrong."""
+    wrapped = {f"model.vision_encoder.{k}": v for k, v in fixture_tensors.items()}
+    save_file(wrapped, str(tmp_path / "reben.safetensors"))
+    code = run_import(tmp_path / "reben.safetensors", tmp_path / "w")  # --source timm: default
+    assert code == 2
+    (line,) = reported_errors()
+    assert "laid out as reben weights" in line and "--source reben" in line, line
+    assert not (tmp_path / "w").exists()
+    bad_input_row("a reBEN file (model.vision_encoder. keys) with the default --source timm",
+                  "bigearthnet-weights import", code, "refused: names --source reben")  # fmt: skip
+
+
+@pytest.mark.bad_input
+def test_an_mlp_head_is_named_where_it_is_dropped_and_makes_no_run(
+    tmp_path, fixture_tensors, reported_errors, bad_input_row
+):
+    """P11: a head of fc.0 (hidden) and fc.3 (classes) was dropped without a word."""
+    rng = np.random.default_rng(4)
+    tensors = {k: v for k, v in fixture_tensors.items() if not k.startswith("fc.")}
+    features = fixture_tensors["fc.weight"].shape[1]
+    tensors |= {
+        "fc.0.weight": rng.standard_normal((32, features)).astype(np.float32),
+        "fc.0.bias": np.zeros(32, np.float32),
+        "fc.3.weight": rng.standard_normal((19, 32)).astype(np.float32),
+        "fc.3.bias": np.zeros(19, np.float32),
+    }
+    src = tmp_path / "mlp.safetensors"
+    save_file(tensors, str(src))
+    assert run_import(src, tmp_path / "w") == 0
+    record = weights_record.read(tmp_path / "w")
+    assert not record.has_head
+    assert any("dropped the head fc.0, fc.3" in note for note in record.adaptations)
+    code = main(["run", str(src), "--out", str(tmp_path / "r")])
+    assert code == 2
+    (line,) = reported_errors()
+    assert "has a head of fc.0, fc.3 (not one linear layer)" in line, line
+    assert not (tmp_path / "r").exists()
+    bad_input_row("an MLP head (fc.0, fc.3)", "bigearthnet-weights import | run", code,
+                  "import: dropped and named in weights.json; run: refused, naming it")  # fmt: skip
+
+
+@pytest.mark.bad_input
+def test_run_on_an_imagenet_head_advises_the_import_that_drops_it(
+    tmp_path, fixture_tensors, reported_errors, bad_input_row
+):
+    """P24: the advice was `--no-head`, an option `run` does not have."""
+    rng = np.random.default_rng(5)
+    tensors = dict(fixture_tensors)
+    features = fixture_tensors["fc.weight"].shape[1]
+    tensors["fc.weight"] = rng.standard_normal((1000, features)).astype(np.float32)
+    tensors["fc.bias"] = np.zeros(1000, np.float32)
+    src = tmp_path / "imagenet.safetensors"
+    save_file(tensors, str(src))
+    code = main(["run", str(src), "--out", str(tmp_path / "r")])
+    assert code == 2
+    (line,) = reported_errors()
+    assert "a head of 1000 classes" in line and "`bigearthnet-weights import --no-head`" in line
+    bad_input_row("a 1000-class (ImageNet) head", "bigearthnet-weights run", code,
+                  "refused: says to import the backbone with --no-head")  # fmt: skip
 
 
 def test_ssl4eo_13_bands_drop_b10(tmp_path, fixture_tensors):
@@ -159,7 +224,7 @@ def test_missing_bands_get_the_mean_filter(tmp_path, fixture_tensors):
     ("change", "flags", "message"),
     [
         ("drop_block", (), "not a ResNet-18 or ResNet-50"),
-        ("head_10", (), "a head of 10 classes, not 19 or 43; --no-head"),
+        ("head_10", (), "not 19 or 43; `bigearthnet-weights import --no-head`"),
         ("stem_7", (), "takes 7 channels; timm weights take"),
         ("extra_tensor", (), "tensors the ResNet layout does not have: layer1.0.se.weight"),
         ("none", ("--source", "ssl4eo", "--bands", "s1"), "cannot serve --bands s1"),

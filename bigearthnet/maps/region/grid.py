@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+from pyproj import Proj
 from rasterio.crs import CRS
 from rasterio.transform import Affine
 from rasterio.warp import Resampling, reproject, transform_bounds, transform_geom
@@ -27,6 +28,7 @@ from bigearthnet.core.errors import InputError
 
 DEFAULT_CRS = "EPSG:3035"
 DEFAULT_CELL_M = 600.0
+AREA_BLOCK_CELLS = 1_000_000  # cells whose areal scale is computed at once
 MAX_CELLS = 40_000 * 40_000  # a continent at 100 m; more is a CRS that cannot hold the region
 
 
@@ -77,9 +79,20 @@ class RegionGrid:
     def cell(self) -> float:
         return float(self.transform.a)
 
-    @property
-    def cell_km2(self) -> float:
-        return self.cell * self.cell / 1e6
+    def cell_areas_km2(self) -> np.ndarray:
+        """(height, width) float32 km² of every cell on the ground: the nominal cell over the
+        CRS's areal scale at its centre. That scale is 1 in an equal-area CRS (the default
+        LAEA); elsewhere it is not (Web Mercator's is 1/cos² of the latitude: 2.2 at 48° N),
+        so areas are never the nominal cell times a count."""
+        proj = Proj(self.crs)
+        areas = np.empty((self.height, self.width), np.float32)
+        rows = max(1, AREA_BLOCK_CELLS // max(self.width, 1))
+        for row in range(0, self.height, rows):
+            window = GridWindow(row, 0, min(rows, self.height - row), self.width)
+            lon, lat = proj(*self.centres(window), inverse=True)
+            scale = proj.get_factors(lon, lat).areal_scale
+            areas[window.slices] = self.cell * self.cell / 1e6 / np.asarray(scale)
+        return areas
 
     @classmethod
     def covering(

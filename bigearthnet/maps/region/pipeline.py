@@ -28,7 +28,6 @@ from bigearthnet.maps.region.products import SceneMap, build_products, memory_ne
 from bigearthnet.maps.region.series import DEFAULT_PERSISTENCE
 
 log = distributed.log
-MAX_GAP_DAYS = 730  # a scene two years from every other is a date typo, not a series
 
 
 @dataclass(frozen=True)
@@ -47,6 +46,8 @@ class RegionOptions:
     batch_size: int = 64
     progress: bool = True
     scenes_only: bool = False  # map the scenes and stop (a Slurm array task)
+    # A scene this many days from every other is a date typo, not part of the series.
+    max_gap_days: int = 730
 
 
 def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> dict | None:
@@ -56,7 +57,7 @@ def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> dict | N
     from bigearthnet.maps.scene import map_scene, scene_map_tags
 
     region_folder.claim(opts.out)
-    wanted, skipped = _usable(acquisitions)
+    wanted, skipped = _usable(acquisitions, opts.max_gap_days)
     predictor = open_predictor(run_dir=opts.run_dir, model_dir=opts.model_dir,
                                checkpoint=opts.checkpoint, stats_from=opts.stats_from)  # fmt: skip
     _check_extent(wanted, opts, predictor)
@@ -117,10 +118,11 @@ def _check_extent(wanted: list[Acquisition], opts: RegionOptions, predictor) -> 
     import psutil
     from rasterio.transform import array_bounds
 
-    from bigearthnet.maps.scene_input import Scene
+    from bigearthnet.maps.scene_input import Scene, require_l2a
 
     footprints: dict[str, Footprint] = {}
     for acq in wanted:
+        require_l2a(Path(acq.path))  # R29: an L1C listed in a CSV was mapped as L2A
         try:
             with Scene(Path(acq.path), bands=tuple(predictor.bands)) as scene:
                 bounds = array_bounds(scene.height, scene.width, scene.transform)
@@ -149,7 +151,9 @@ def _check_extent(wanted: list[Acquisition], opts: RegionOptions, predictor) -> 
         )
 
 
-def _usable(acquisitions: list[Acquisition]) -> tuple[list[Acquisition], list[dict]]:
+def _usable(
+    acquisitions: list[Acquisition], max_gap_days: int
+) -> tuple[list[Acquisition], list[dict]]:
     """The scenes to map, and the skipped ones with their reasons."""
     skipped = []
     second = {id(b) for _, b in duplicates(acquisitions)}
@@ -158,11 +162,11 @@ def _usable(acquisitions: list[Acquisition]) -> tuple[list[Acquisition], list[di
                         "reason": f"a second scene of tile {other.tile} on {other.date} "
                                   f"(the first: {first.path})"})  # fmt: skip
     kept = [a for a in acquisitions if id(a) not in second]
-    far = {id(a) for a in kept if _gap_days(a, kept) > MAX_GAP_DAYS}
+    far = {id(a) for a in kept if _gap_days(a, kept) > max_gap_days}
     for acq in (a for a in kept if id(a) in far):
         skipped.append({"path": acq.path,
-                        "reason": f"dated {acq.date}, over {MAX_GAP_DAYS} days from every "
-                                  "other scene: outside the series' date range"})  # fmt: skip
+                        "reason": f"dated {acq.date}, over {max_gap_days} days from every "
+                                  "other scene (--max-gap-days)"})  # fmt: skip
     for entry in skipped:
         log.warning("skipped %s: %s", entry["path"], entry["reason"])
     return [a for a in kept if id(a) not in far], skipped

@@ -162,19 +162,23 @@ def write_period(
 
 
 def area_rows(
-    labels: np.ndarray, periods: list[str], classes: Sequence[str], cell_km2: float, kind: str
+    labels: np.ndarray, periods: list[str], classes: Sequence[str], areas: np.ndarray, kind: str
 ) -> list[list]:
-    """period, series, class, cells, km2 for each period and class present."""
+    """period, series, class, cells, km2 for each period and class present; ``areas`` holds
+    each cell's km² (:meth:`RegionGrid.cell_areas_km2`)."""
     rows = []
     for t, period in enumerate(periods):
-        values, cells = np.unique(labels[t][labels[t] >= 0], return_counts=True)
-        for value, n in zip(values, cells):
-            rows.append([period, kind, classes[int(value)], int(n), f"{n * cell_km2:.4f}"])
+        known = labels[t] >= 0
+        values = labels[t][known]
+        cells = np.bincount(values, minlength=len(classes))
+        km2 = np.bincount(values, weights=areas[known], minlength=len(classes))
+        for value in np.flatnonzero(cells):
+            rows.append([period, kind, classes[value], int(cells[value]), f"{km2[value]:.4f}"])
     return rows
 
 
 def transition_rows(
-    labels: np.ndarray, periods: list[str], classes: Sequence[str], cell_km2: float
+    labels: np.ndarray, periods: list[str], classes: Sequence[str], areas: np.ndarray
 ) -> list[list]:
     """from_period, to_period, from_class, to_class, cells, km2 of every class pair between
     consecutive periods and between the first and the last, cells known in both."""
@@ -182,14 +186,16 @@ def transition_rows(
     if len(periods) > 2:
         pairs.append((0, len(periods) - 1))
     rows = []
+    size = len(classes) * len(classes)
     for a, b in pairs:
         known = (labels[a] >= 0) & (labels[b] >= 0)
         codes = labels[a][known].astype(np.int64) * len(classes) + labels[b][known]
-        values, cells = np.unique(codes, return_counts=True)
-        for code, n in zip(values, cells):
+        cells = np.bincount(codes, minlength=size)
+        km2 = np.bincount(codes, weights=areas[known], minlength=size)
+        for code in np.flatnonzero(cells):
             src, dst = divmod(int(code), len(classes))
-            rows.append([periods[a], periods[b], classes[src], classes[dst], int(n),
-                         f"{n * cell_km2:.4f}"])  # fmt: skip
+            rows.append([periods[a], periods[b], classes[src], classes[dst], int(cells[code]),
+                         f"{km2[code]:.4f}"])  # fmt: skip
     return rows
 
 
@@ -230,13 +236,13 @@ def build_products(
     smooth_c = series.consistency(smooth.reshape(flat), observed.reshape(flat))
     ever = observed.any(axis=0)
     _write_change_maps(staged, grid, smooth_c, ever, labels_of, tags)
-    km2 = grid.cell_km2
+    areas = grid.cell_areas_km2()
     write_csv(staged / "areas.csv", ("period", "series", "class", "cells", "km2"),
-              area_rows(raw, labels_of, classes, km2, "raw")
-              + area_rows(smooth, labels_of, classes, km2, "consistent"))  # fmt: skip
+              area_rows(raw, labels_of, classes, areas, "raw")
+              + area_rows(smooth, labels_of, classes, areas, "consistent"))  # fmt: skip
     write_csv(staged / "transitions.csv",
               ("from_period", "to_period", "from_class", "to_class", "cells", "km2"),
-              transition_rows(smooth, labels_of, classes, km2))  # fmt: skip
+              transition_rows(smooth, labels_of, classes, areas))  # fmt: skip
     record = {
         "periods": labels_of,
         "period": period,
@@ -261,7 +267,7 @@ def build_products(
         "flicker_rate": {"raw": raw_c.flicker_rate, "consistent": smooth_c.flicker_rate},
         "lasting_changes": int((smooth_c.first_lasting >= 0).sum()),
         "cells_ever_observed": int(ever.sum()),
-        "cell_km2": km2,
+        "observed_km2": float(areas[ever].sum(dtype=np.float64)),
     }
     provenance = {k: v for k, v in tags.items() if k in ("model", "run_dir", "checkpoint")}
     write_collection(staged, grid, labels_of, classes, provenance)
