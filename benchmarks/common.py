@@ -283,12 +283,14 @@ def say(message: str) -> None:
 
 def synthetic_archive(work: Path, patches: int, seed: int = 0) -> Path:
     """A v1 synthetic archive of ``patches`` patches, generated once per work folder."""
-    from bigearthnet.synthetic.archive import generate_archive
+    from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     out = work / f"archive-{patches}-s{seed}"
     if not out.is_dir():  # generate_archive publishes atomically: a folder is complete
         say(f"generating a synthetic archive of {patches} patches")
-        generate_archive(out, patches, layout="v1", seed=seed, workers=os.cpu_count() or 1)
+        generate_archive(
+            out, ArchiveSpec(patches, layout="v1", seed=seed, workers=os.cpu_count() or 1)
+        )
     return out
 
 

@@ -52,11 +52,14 @@ def worker(run: Path, data: Path, out: Path, split: str) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from bigearthnet.core import distributed
     from bigearthnet.evaluation import evaluate as evaluation
+    from bigearthnet.evaluation.options import EvalOptions
 
     distributed.init(threads=1)
     distributed.barrier()
     start = time.perf_counter()
-    evaluation.evaluate_run(run, data_dir=data, split=split, out=out, batch_size=BATCH)
+    opts = EvalOptions(run_dir=Path(run), data=Path(data), split=split, out=Path(out),
+                       batch_size=BATCH)  # fmt: skip
+    evaluation.evaluate_run(opts)
     distributed.barrier()
     if distributed.is_root():
         print(json.dumps({"seconds": time.perf_counter() - start}), flush=True)

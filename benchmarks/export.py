@@ -48,6 +48,7 @@ def run(args, work: Path) -> list[Figure]:
     import tensorflow as tf
 
     from bigearthnet.export.bundle import export_run
+    from bigearthnet.export.options import ExportOptions
     from bigearthnet.formats import exported
 
     threads = os.cpu_count() or 1
@@ -57,7 +58,7 @@ def run(args, work: Path) -> list[Figure]:
     out = work / "p10-export"
     common.say(f"P10: exporting {source}")
     started = time.perf_counter()
-    summary = export_run(source, out, force=True)
+    summary = export_run(ExportOptions(run_dir=source, out=out, force=True))
     export_s = time.perf_counter() - started
     if "onnx" not in summary.info.formats:
         return [Figure("P10", "ONNX export failed", None, limited_by="; ".join(summary.notes))]

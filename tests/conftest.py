@@ -64,20 +64,20 @@ def real_v1(shared_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def synth_v1(tmp_path_factory) -> Path:
     """A learnable synthetic v1 archive of 240 patches."""
-    from bigearthnet.synthetic.archive import generate_archive
+    from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     out = tmp_path_factory.mktemp("synth") / "v1"
-    generate_archive(out, 240, layout="v1", seed=7)
+    generate_archive(out, ArchiveSpec(240, layout="v1", seed=7))
     return out
 
 
 @pytest.fixture(scope="session")
 def synth_v2(tmp_path_factory) -> Path:
     """A synthetic v2 archive (tiles + metadata.parquet + snow/cloud table) of 60 patches."""
-    from bigearthnet.synthetic.archive import generate_archive
+    from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     out = tmp_path_factory.mktemp("synth") / "v2"
-    generate_archive(out, 60, layout="v2", seed=3)
+    generate_archive(out, ArchiveSpec(60, layout="v2", seed=3))
     return out
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from traceback import print_exc
 from typing import NoReturn, TypeVar
@@ -104,6 +104,38 @@ def report(prog: str, message: str, *, warning: bool = False, traceback: bool = 
         print(f"{prog}: {message}", file=sys.stderr)
         if traceback:
             print_exc()
+
+
+def declared_parser(
+    prog: str, description: str, *declared: type, exclude: tuple[str, ...] = ()
+) -> Parser:
+    """A command's parser generated from its declared options (:mod:`bigearthnet.core.
+    declare`), the classes' fields in order."""
+    from bigearthnet.core.declare import add_options
+
+    parser = Parser(prog=prog, description=description)
+    for cls in declared:
+        add_options(parser, cls, exclude=exclude)
+    return parser
+
+
+def dispatch(
+    argv: list[str] | None,
+    commands: Mapping[str, tuple[Callable[[], argparse.ArgumentParser], Handler]],
+    *,
+    prog: str,
+    default: str | None = None,
+) -> int:
+    """Run the sub-command named by ``argv[0]`` (its parser builder and handler); without
+    one, ``default``'s, or a one-line error listing them."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    name = args[0] if args and args[0] in commands else default
+    if name is None:
+        top = Parser(prog=prog)
+        top.add_argument("command", choices=tuple(commands), help="then --help")
+        return run(top, lambda parsed: None, args[:1])
+    build, handler = commands[name]
+    return run(build(), handler, args[1:] if args[:1] == [name] else args)
 
 
 def checked(check: Callable[[str, T], T], kind: Callable[[str], T]) -> Callable[[str], T]:

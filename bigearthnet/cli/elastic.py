@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from bigearthnet.cli.common import Parser, checked, run
+from bigearthnet.core.declare import add_options, from_args
 from bigearthnet.core.errors import ConfigError, require_positive, require_positive_int
 from bigearthnet.scaling import hosts
 from bigearthnet.scaling.controller import (
@@ -94,35 +95,7 @@ def build_parser() -> Parser:
         type=POSITIVE,
         help="stop following after this many epochs (default: when the run ends)",
     )
-    follow.add_argument("--max-workers", type=POSITIVE, help="--policy: the largest world")
-    follow.add_argument(
-        "--min-workers", type=POSITIVE, default=1, help="--policy: the smallest world (default 1)"
-    )
-    follow.add_argument(
-        "--margin",
-        type=checked(require_positive, float),
-        default=1.0,
-        help="--policy: grow only while global batch x margin <= B_simple (default: 1)",
-    )
-    follow.add_argument(
-        "--dwell-epochs",
-        type=POSITIVE,
-        default=2,
-        help="--policy: epochs between two resizes (default: 2)",
-    )
-    follow.add_argument(
-        "--plateau-epochs",
-        type=POSITIVE,
-        default=PolicySettings.plateau_epochs,
-        help="--policy: shrink when validation micro-F1 gained less than --plateau-delta "
-        f"over this many epochs (default: {PolicySettings.plateau_epochs})",
-    )
-    follow.add_argument(
-        "--plateau-delta",
-        type=checked(require_positive, float),
-        default=PolicySettings.plateau_delta,
-        help=f"--policy: see --plateau-epochs (default: {PolicySettings.plateau_delta:g})",
-    )
+    add_options(follow, PolicySettings)
     follow.add_argument(
         "--local",
         type=POSITIVE,
@@ -158,7 +131,7 @@ def _control(args: argparse.Namespace) -> int:
     # Every input is checked before the hosts folder is claimed: a refusal resizes nothing.
     check_run_dir(args.run_dir)
     actions = parse_schedule(args.schedule) if args.schedule is not None else None
-    settings = _policy_settings(args) if actions is None else None
+    settings = from_args(PolicySettings, args) if actions is None else None
     resizer = _resizer(args)
     hosts.claim(args.hosts_dir)
     # Following ends with the run (RUN/status.json) or after --epochs.
@@ -208,21 +181,6 @@ def _by_hand(ctl: SlurmHolders, args: argparse.Namespace) -> int:
             print(f"host {host}:{n}")
         print(f"total {sum(slots.values())} slot(s) on {len(slots)} host(s)")
     return 0
-
-
-def _policy_settings(args: argparse.Namespace) -> PolicySettings:
-    if args.max_workers is None:
-        raise ConfigError("--policy gns needs --max-workers (the largest world it may grow to)")
-    if args.min_workers > args.max_workers:
-        raise ConfigError("--min-workers must not exceed --max-workers")
-    return PolicySettings(
-        max_workers=args.max_workers,
-        min_workers=args.min_workers,
-        margin=args.margin,
-        dwell_epochs=args.dwell_epochs,
-        plateau_epochs=args.plateau_epochs,
-        plateau_delta=args.plateau_delta,
-    )
 
 
 if __name__ == "__main__":

@@ -17,9 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 
-from bigearthnet.cli.common import Parser, add_stats_from, run
+from bigearthnet.cli.common import Parser, run
 from bigearthnet.cli.report import write_quietly
-from bigearthnet.core.errors import require_open_fraction, require_positive_int
+from bigearthnet.core.declare import add_options, from_args
+from bigearthnet.evaluation.options import EvalOptions
 
 PROG = "evaluate.py"
 __all__ = ["build_parser", "main"]
@@ -33,47 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Outputs in OUT: metrics.json, per_class.csv, predictions.h5, thresholds.json "
         "(--tune-thresholds), f1_per_class.png, pr_curves.png, training_curves.png.",
     )
-    parser.add_argument(
-        "--run-dir", required=True, metavar="RUN", help="run folder made by train.py"
-    )
-    parser.add_argument(
-        "--data",
-        metavar="DIR",
-        help="folder with the shards and manifest.json (default: data of RUN/config.yaml)",
-    )
-    parser.add_argument(
-        "--split",
-        default="test",
-        choices=("test", "val", "train"),
-        help="split to score (default: test)",
-    )
-    parser.add_argument(
-        "--checkpoint",
-        default="best",
-        metavar="best|latest|PATH",
-        help="best, latest, or PATH of a checkpoint folder / ckpt prefix (default: best)",
-    )
-    parser.add_argument("--out", metavar="DIR", help="report folder (default: RUN/eval-<split>/)")
-    parser.add_argument(
-        "--threshold",
-        type=float,
-        metavar="T",
-        help="score threshold inside (0, 1) for F1, precision, recall "
-        "(default: threshold of RUN/config.yaml, 0.5)",
-    )
-    parser.add_argument(
-        "--batch-size",
-        type=int,
-        metavar="N",
-        help="batch size per rank (default: that of RUN/config.yaml)",
-    )
-    parser.add_argument(
-        "--tune-thresholds",
-        action="store_true",
-        help="choose one threshold per class on the val split (best F1) and report the "
-        "split with them; saved as OUT/thresholds.json",
-    )
-    add_stats_from(parser)
+    add_options(parser, EvalOptions)
     return parser
 
 
@@ -82,10 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    if args.threshold is not None:
-        require_open_fraction("--threshold", args.threshold)
-    if args.batch_size is not None:
-        require_positive_int("--batch-size", args.batch_size)
+    opts = from_args(EvalOptions, args)
     # TensorFlow's C++ INFO lines (oneDNN, CPU features) drown the rank logs; keep warnings.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     # Imported after parsing so that --help and option errors answer without TensorFlow.
@@ -94,15 +52,5 @@ def _evaluate(args: argparse.Namespace) -> None:
     from bigearthnet.evaluation import evaluate as evaluation
 
     distributed.init(threads=default_threads())
-    evaluation.evaluate_run(
-        args.run_dir,
-        data_dir=args.data,
-        split=args.split,
-        checkpoint=args.checkpoint,
-        out=args.out,
-        threshold=args.threshold,
-        batch_size=args.batch_size,
-        tune_thresholds=args.tune_thresholds,
-        stats_from=args.stats_from,
-    )
-    write_quietly(args.run_dir)
+    evaluation.evaluate_run(opts)
+    write_quietly(opts.run_dir)

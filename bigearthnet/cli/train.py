@@ -124,18 +124,16 @@ def _evaluate_test(cfg: TrainConfig, test_count: int) -> None:
     if not test_count:
         distributed.log.warning("no test split in %s: skipping the final evaluation", cfg.data)
         return
+    from pathlib import Path
+
     from bigearthnet.evaluation.evaluate import evaluate_run
+    from bigearthnet.evaluation.options import EvalOptions
 
     # Every rank scores its part of the test split with the best checkpoint. A warning
     # (also one left from the last epoch) stops it with exit 3: the job may not live to
     # its end, and the rerun, with every epoch done, only evaluates.
-    evaluate_run(
-        cfg.run_dir,
-        data_dir=cfg.data,
-        split="test",
-        checkpoint="best",
-        stop=lambda: STOP.requested,
-    )
+    opts = EvalOptions(run_dir=Path(cfg.run_dir), data=Path(cfg.data), split="test")
+    evaluate_run(opts, stop=lambda: STOP.requested)
 
 
 if __name__ == "__main__":

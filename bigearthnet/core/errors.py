@@ -58,10 +58,25 @@ def require_positive_int(flag: str, value: int) -> int:
     return value
 
 
+def require_non_negative_int(flag: str, value: int) -> int:
+    """``value`` if it is an integer >= 0 (a seed, a count that may be none), else
+    ConfigError naming ``flag``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{flag} must be an integer >= 0, got {value}")
+    return value
+
+
 def require_open_fraction(flag: str, value: float) -> float:
     """``value`` if it lies inside (0, 1), else ConfigError naming ``flag``."""
     if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
         raise ConfigError(f"{flag} must be inside (0, 1), got {value}")
+    return float(value)
+
+
+def require_probability(flag: str, value: float) -> float:
+    """``value`` if it lies in (0, 1], else ConfigError naming ``flag``."""
+    if not (isinstance(value, (int, float)) and 0.0 < value <= 1.0):
+        raise ConfigError(f"{flag} must be in (0, 1], got {value}")
     return float(value)
 
 

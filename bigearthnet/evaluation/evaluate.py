@@ -41,6 +41,7 @@ from bigearthnet.core.config import ConfigError, load_run_config
 from bigearthnet.core.errors import EvaluationError, RequeueRequested
 from bigearthnet.data.rank_data import RankData
 from bigearthnet.evaluation import metrics
+from bigearthnet.evaluation.options import EvalOptions
 from bigearthnet.evaluation.plots import (
     draw_plots,
     plot_f1_per_class,
@@ -196,36 +197,32 @@ def prepare(
     return EvalSetup(loaded, data_dir, manifest, parts, threshold, batch_size)
 
 
-def evaluate_run(
-    run_dir: str | Path,
-    data_dir: str | Path | None = None,
-    split: str = "test",
-    checkpoint: str = "best",
-    out: str | Path | None = None,
-    threshold: float | None = None,
-    batch_size: int | None = None,
-    tune_thresholds: bool = False,
-    stop: Callable[[], bool] | None = None,
-    stats_from: str | Path | None = None,
-) -> EvalSummary:
-    """Collective: evaluate a checkpoint of ``run_dir`` on ``split``; returns the metrics.
+def evaluate_run(opts: EvalOptions, stop: Callable[[], bool] | None = None) -> EvalSummary:
+    """Collective: evaluate a checkpoint of ``opts.run_dir`` on ``opts.split``; returns the
+    metrics.
 
-    Every rank of the job must call it. ``data_dir``, ``threshold`` and ``batch_size``
-    default to the run's config.yaml. With ``tune_thresholds`` per-class thresholds are
-    chosen on the val split and applied to ``split``. Rank 0 writes the report to ``out``
-    (default ``RUN/eval-<split>/``); every rank returns the same record. Raises ConfigError,
-    ShardError or CheckpointError on bad input (on every rank), EvaluationError when the
-    split is not covered exactly once. ``stop``: asked before each batch (every rank
+    Every rank of the job must call it. With ``tune_thresholds`` per-class thresholds are
+    chosen on the val split and applied to the split. Rank 0 writes the report to
+    ``opts.out`` (default ``RUN/eval-<split>/``); every rank returns the same record. Raises
+    ConfigError, ShardError or CheckpointError on bad input (on every rank), EvaluationError
+    when the split is not covered exactly once. ``stop``: asked before each batch (every rank
     votes); when it says so on some rank, all raise RequeueRequested and nothing is written.
     """
-    run_dir = Path(run_dir)
+    split, checkpoint, out, tune_thresholds = (
+        opts.split,
+        opts.checkpoint,
+        opts.out,
+        opts.tune_thresholds,
+    )
+    run_dir = Path(opts.run_dir)
     splits = [split, "val"] if tune_thresholds and split != "val" else [split]
     setup, error = None, None
     try:
         load_run_config(run_dir)  # a mistyped folder is refused before a lock is made in it
         if out is None and distributed.is_root():  # writes into the run folder: one writer
             runlock.acquire(run_dir)
-        setup = prepare(run_dir, data_dir, splits, checkpoint, threshold, batch_size, stats_from)
+        setup = prepare(run_dir, opts.data, splits, checkpoint, opts.threshold, opts.batch_size,
+                        opts.stats_from)  # fmt: skip
     except (ValueError, OSError) as err:  # ConfigError, ShardError, CheckpointError, h5py
         error = err
     distributed.raise_if_any_failed(error, "preparing evaluation")

@@ -27,9 +27,9 @@ from bigearthnet.core.util import atomic_write_text, fsync_tree, overlapping, te
 from bigearthnet.evaluation.summary import EvalSummary, read_metrics
 from bigearthnet.export.card import RunFacts, render_card
 from bigearthnet.export.onnx_model import OnnxModel, OnnxUnavailable, export_onnx
+from bigearthnet.export.options import FORMATS, ExportOptions
 from bigearthnet.export.serving import ServingModule, probe_batch, save_savedmodel
 from bigearthnet.export.stac import (
-    MODEL_NAME_PATTERN,
     build_item,
     training_footprint,
     validate_item,
@@ -41,7 +41,6 @@ from bigearthnet.formats.shards import Manifest
 from bigearthnet.inference.trained_run import LoadedModel, load_model, training_data
 
 log = distributed.log
-FORMATS = ("savedmodel", "onnx")
 # The reloaded SavedModel must reproduce the in-memory model (same graph, same weights).
 SAVEDMODEL_TOLERANCE = 1e-5
 
@@ -57,41 +56,20 @@ class ExportSummary:
     notes: list[str] = field(default_factory=list)  # what was left out, and why
 
 
-def parse_formats(text: str) -> tuple[str, ...]:
-    """``savedmodel,onnx`` -> the formats, in the order given; InputError on an unknown one."""
-    names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in FORMATS]
-    if unknown or not names:
-        raise InputError(
-            f"--format: unknown format {','.join(unknown) or repr(text)}; choose from "
-            f"{','.join(FORMATS)}"
-        )
-    return names
-
-
-def export_run(
-    run_dir: Path,
-    out: Path,
-    *,
-    checkpoint: str = "best",
-    formats: tuple[str, ...] = FORMATS,
-    eval_dir: Path | None = None,
-    name: str | None = None,
-    force: bool = False,
-    stats_from: Path | None = None,
-) -> ExportSummary:
-    """Export the run's ``checkpoint``; InputError (nothing written) on bad input."""
+def export_run(opts: ExportOptions) -> ExportSummary:
+    """Export the run's checkpoint; InputError (nothing written) on bad input."""
+    run_dir, out, eval_dir, stats_from = opts.run_dir, opts.out, opts.eval_dir, opts.stats_from
     started = time.perf_counter()
-    check_name(name)
-    _check_out(out, force, {"the run": run_dir, "--eval-dir": eval_dir, "--stats-from": stats_from})
-    loaded = load_model(run_dir, checkpoint, stats_from)
+    _check_out(out, opts.force, {"the run": run_dir, "--eval-dir": eval_dir,
+                                 "--stats-from": stats_from})  # fmt: skip
+    loaded = load_model(run_dir, opts.checkpoint, stats_from)
     trained_on = training_data(loaded.config, loaded.record)  # card facts, when still there
     evaluation, notes = _evaluation(run_dir, loaded, eval_dir)
     tmp = temp_sibling(out, "partial")
     tmp.mkdir()
     try:
-        onnx, sizes = _write_models(tmp, loaded, formats, notes)
-        info = _export_info(loaded, trained_on, evaluation, name, onnx, sizes)
+        onnx, sizes = _write_models(tmp, loaded, opts.formats, notes)
+        info = _export_info(loaded, trained_on, evaluation, opts.name, onnx, sizes)
         facts = _run_facts(run_dir, loaded, trained_on, evaluation)
         atomic_write_text(tmp / exported.CARD_FILE, render_card(info, facts))
         _write_item(tmp, info, loaded, trained_on)
@@ -110,15 +88,6 @@ def default_name(loaded: LoadedModel) -> str:
     run_name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(str(loaded.run_dir)).name).strip("-.")
     record = loaded.record
     return f"bigearthnet-{record.model}-{loaded.num_classes}c-{run_name or 'run'}-e{loaded.epoch}"
-
-
-def check_name(name: str | None) -> None:
-    """InputError before anything is built unless ``name`` fits the MLM name pattern."""
-    if name is not None and not re.fullmatch(MODEL_NAME_PATTERN, name):
-        raise InputError(
-            f"--name {name!r}: a model name starts with a letter, ends with a letter or digit "
-            "and holds only letters, digits, '_', '.', '-' and spaces"
-        )
 
 
 def _check_out(out: Path, force: bool, inputs: dict[str, Path | None]) -> None:

@@ -18,9 +18,14 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import os
 import shutil
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import numpy as np
 
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import atomic_write_json
@@ -48,6 +53,94 @@ STAGING_PREFIX = ".products-"
 
 class RegionFolderError(InputError):
     """``--out`` is not a region folder this command may write."""
+
+
+def cell_centres(
+    transform: Sequence[float], row: int, col: int, height: int, width: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(height, width) x and y of the centres of the cells ``row..``, ``col..`` of a north-up
+    grid whose affine ``transform`` is (a, b, c, d, e, f): the one formula of the grid's
+    cells, for the products and for every reader of ``consistency.json``."""
+    a, _, left, _, e, top = transform[:6]
+    xs = left + (col + np.arange(width) + 0.5) * a
+    ys = top + (row + np.arange(height) + 0.5) * e
+    x, y = np.meshgrid(xs, ys)
+    return x, y
+
+
+@dataclass(frozen=True)
+class GridRecord:
+    """The series' grid: ``width`` x ``height`` cells of ``cell_m`` in ``crs``."""
+
+    crs: str
+    cell_m: float
+    width: int
+    height: int
+    transform: tuple[float, ...]  # affine (a, b, c, d, e, f), north up: e = -a
+
+    @property
+    def bounds(self) -> tuple[float, float, float, float]:
+        """(left, bottom, right, top) in ``crs``."""
+        a, _, left, _, e, top = self.transform[:6]
+        return left, top + self.height * e, left + self.width * a, top
+
+    def centres(self) -> tuple[np.ndarray, np.ndarray]:
+        return cell_centres(self.transform, 0, 0, self.height, self.width)
+
+
+@dataclass(frozen=True)
+class SceneEntry:
+    path: str
+    tile: str
+    date: str  # ISO
+
+
+@dataclass(frozen=True)
+class SkippedScene:
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ConsistencyRecord:
+    """``consistency.json``: what a complete series is made of and how consistent it is."""
+
+    periods: tuple[str, ...]
+    period: str  # scene-date, month, season or year
+    grid: GridRecord
+    persistence: float
+    scenes: tuple[SceneEntry, ...]
+    skipped: tuple[SkippedScene, ...]
+    cells_observed: dict[str, int]  # period -> cells seen
+    flicker_rate: dict[str, float]  # raw, consistent
+    lasting_changes: int
+    cells_ever_observed: int
+    observed_km2: float  # ground km² of the cells ever observed
+
+
+def write_consistency(out: Path, record: ConsistencyRecord) -> None:
+    atomic_write_json(out / CONSISTENCY, asdict(record))
+
+
+def read_consistency(out: Path) -> ConsistencyRecord:
+    """The record of the complete series in ``out``; InputError naming the file when it is
+    missing (no complete series) or damaged."""
+    path = out / CONSISTENCY
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return ConsistencyRecord(
+            **{
+                **raw,
+                "periods": tuple(raw["periods"]),
+                "grid": GridRecord(**{**raw["grid"], "transform": tuple(raw["grid"]["transform"])}),
+                "scenes": tuple(SceneEntry(**entry) for entry in raw["scenes"]),
+                "skipped": tuple(SkippedScene(**entry) for entry in raw["skipped"]),
+            }
+        )
+    except FileNotFoundError:
+        raise InputError(f"{path}: missing: no complete region series in {out}") from None
+    except (OSError, ValueError, TypeError, KeyError) as err:
+        raise InputError(f"{path}: not a region series record ({err})") from None
 
 
 def claim(out: Path) -> None:
@@ -99,7 +192,7 @@ def staging(out: Path) -> Path:
     return folder
 
 
-def publish(out: Path, staged: Path, record: dict) -> None:
+def publish(out: Path, staged: Path, record: ConsistencyRecord) -> None:
     """Swap the complete products of ``staged`` in for the earlier ones, then write
     ``consistency.json``: taken away only now, and back once every product is in place."""
     (out / CONSISTENCY).unlink(missing_ok=True)
@@ -112,7 +205,7 @@ def publish(out: Path, staged: Path, record: dict) -> None:
         if new.exists():
             new.rename(old)
     shutil.rmtree(staged, ignore_errors=True)
-    atomic_write_json(out / CONSISTENCY, record)
+    write_consistency(out, record)
 
 
 def is_complete(out: Path) -> bool:

@@ -5,13 +5,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
 from bigearthnet.core import constants
-from bigearthnet.core.errors import InputError
+from bigearthnet.core.declare import option
+from bigearthnet.core.errors import ConfigError, InputError
+
+# --stats-from, wherever a run's checkpoint is read.
+STATS_FROM_HELP = (
+    "only for a checkpoint written before runs recorded their normalisation, whose training "
+    "data is gone: normalise with the train split of these shards (made the same way); a "
+    "newer checkpoint carries its own and ignores this"
+)
 
 
 class Predictor(Protocol):
@@ -51,24 +60,40 @@ def check_bands(predictor: Predictor, offered: Sequence[str], what: str) -> None
         )
 
 
-def open_predictor(
-    *,
-    run_dir: str | Path | None = None,
-    model_dir: str | Path | None = None,
-    checkpoint: str = "best",
-    stats_from: str | Path | None = None,
-) -> Predictor:
-    """The model of an export folder (``model_dir``) or of a run's checkpoint (``stats_from``:
-    the normalisation of an older checkpoint that does not record it)."""
-    if (run_dir is None) == (model_dir is None):
-        raise InputError("give a run folder (--run-dir) or an export folder (--model), not both")
-    if model_dir is not None:
-        if stats_from is not None:
-            raise InputError("--stats-from goes with --run-dir: an export records its own")
-        from bigearthnet.inference.exported_model import ExportedModel
+@dataclass(frozen=True)
+class ModelChoice:
+    """The model a command predicts with: a run's checkpoint or an export folder. Declared
+    once: these are the model options of every map command."""
 
-        return ExportedModel(model_dir)
-    from bigearthnet.inference.trained_run import load_model
+    run_dir: Path | None = option(None, "run folder made by train.py", metavar="RUN")
+    model: Path | None = option(
+        None, "an export folder made by bigearthnet-export (no run folder needed)",
+        metavar="EXPORT",
+    )  # fmt: skip
+    checkpoint: str = option(
+        "best", "with --run-dir: best, latest, or PATH of a checkpoint folder / ckpt prefix",
+        metavar="best|latest|PATH",
+    )  # fmt: skip
+    stats_from: Path | None = option(None, STATS_FROM_HELP, metavar="SHARDS")
 
-    assert run_dir is not None
-    return load_model(run_dir, checkpoint, stats_from)
+    def __post_init__(self) -> None:
+        if (self.run_dir is None) == (self.model is None):
+            raise ConfigError("give a run folder (--run-dir) or an export folder (--model), one")
+        if self.model is not None and self.stats_from is not None:
+            raise ConfigError("--stats-from goes with --run-dir: an export records its own")
+
+    @property
+    def folder(self) -> Path:
+        """The run or export folder, for messages."""
+        return self.model or self.run_dir  # type: ignore[return-value]
+
+    def open(self) -> Predictor:
+        """The model of the export folder, or of the run's checkpoint (``stats_from``: the
+        normalisation of an older checkpoint that does not record it)."""
+        if self.model is not None:
+            from bigearthnet.inference.exported_model import ExportedModel
+
+            return ExportedModel(self.model)
+        from bigearthnet.inference.trained_run import load_model
+
+        return load_model(self.folder, self.checkpoint, self.stats_from)

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.errors import require_probability
 from bigearthnet.core.util import first_line, write_csv
 from bigearthnet.formats.class_map import (
     NODATA,
@@ -154,12 +156,26 @@ def transition_rows(a: SceneMap, b: SceneMap, codes: np.ndarray, *, cell_km2: fl
     return rows
 
 
-def map_change(
-    path_a: Path, path_b: Path, *, out: Path, min_prob: float | None = None
-) -> ChangeSummary:
-    """Compare two scene maps and write ``out`` with its table and preview."""
-    if min_prob is not None and not 0.0 < min_prob <= 1.0:
-        raise MapError(f"--min-prob must be in (0, 1], got {min_prob}")
+@dataclass(frozen=True)
+class ChangeOptions:
+    """``bigearthnet-map change``: its options, declared once."""
+
+    before: Path = option(help="the map of the earlier date", positional=True, metavar="A.tif")
+    after: Path = option(help="the map of the later date", positional=True, metavar="B.tif")
+    out: Path = option(help="the change map to write", metavar="CHANGE.tif")
+    min_prob: float | None = option(
+        None, "count a cell only where both dates' top-class probability is at least P, in "
+        "(0, 1] (reads A.tif.probabilities.tif and B.tif.probabilities.tif); default: every "
+        "cell", check=require_probability, metavar="P",
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+def map_change(opts: ChangeOptions) -> ChangeSummary:
+    """Compare two scene maps and write ``opts.out`` with its table and preview."""
+    path_a, path_b, out, min_prob = opts.before, opts.after, opts.out, opts.min_prob
     with_confidence = min_prob is not None
     a = read_scene_map(path_a, with_confidence=with_confidence)
     b = read_scene_map(path_b, with_confidence=with_confidence)

@@ -13,6 +13,7 @@ from bigearthnet.core.progress import progress_bar
 from bigearthnet.core.util import stat_digest
 from bigearthnet.formats.class_map import classes_tags
 from bigearthnet.maps.scene_input import Scene, SceneError
+from bigearthnet.maps.scene_options import SceneMapOptions
 from bigearthnet.maps.scene_output import write_scene_map
 from bigearthnet.maps.windows import StageTimes, predict_scene, window_origins
 
@@ -40,53 +41,31 @@ def scene_map_tags(
     }
 
 
-def map_scene(
-    scene_dir: Path,
-    *,
-    run_dir: str | Path | None = None,
-    model_dir: str | Path | None = None,
-    out: Path,
-    stride: int,
-    checkpoint: str = "best",
-    stats_from: str | Path | None = None,
-    resampling: str | None = None,
-    batch_size: int = 64,
-    progress: bool = True,
-    bbox: tuple[float, float, float, float] | None = None,
-    band_order: list[str] | None = None,
-    mask_clouds: bool = False,
-    labels: int | None = None,
-    predictor: Predictor | None = None,
-) -> dict:
+def map_scene(scene_dir: Path, out: Path, opts: SceneMapOptions, loaded: Predictor) -> dict:
     """Collective: map ``scene_dir`` (a SAFE folder, band GeoTIFFs or a band stack) with the
-    model of a run (``run_dir``, ``checkpoint``) or of an export (``model_dir``); rank 0
-    writes ``out``. ``predictor``: a model already open (a region maps many scenes with one).
-    Returns a summary (windows, cells, seconds, windows/s, and this rank's seconds reading
-    and in the model)."""
+    model ``loaded`` (a region maps many scenes with one); rank 0 writes ``out``. Returns a
+    summary (windows, cells, seconds, windows/s, and this rank's seconds reading and in the
+    model)."""
     from rasterio.transform import Affine
 
-    from bigearthnet.inference.predictor import open_predictor
-
     distributed.init(threads=default_threads())
-    loaded = predictor or open_predictor(
-        run_dir=run_dir, model_dir=model_dir, checkpoint=checkpoint, stats_from=stats_from
-    )
-    if labels is not None and loaded.num_classes != labels:
+    stride, mask_clouds = opts.stride, opts.mask_clouds
+    source = loaded.provenance.get("export") or loaded.provenance.get("run_dir")
+    if opts.labels is not None and loaded.num_classes != opts.labels:
         raise SceneError(
-            f"{model_dir or run_dir}: its model predicts {loaded.num_classes} classes, "
-            f"not the requested {labels}"
+            f"{source}: its model predicts {loaded.num_classes} classes, not the requested "
+            f"{opts.labels}"
         )
     bands = tuple(loaded.bands)
     if any(band in constants.S1_BANDS for band in bands):
         raise SceneError(
-            f"{model_dir or run_dir}: its model takes {constants.describe_bands(bands)}; "
+            f"{source}: its model takes {constants.describe_bands(bands)}; "
             "scene maps read Sentinel-2 scenes only (a Sentinel-1 scene map is out of scope)"
         )
-    scene = Scene(
-        Path(scene_dir), bbox=bbox, band_order=band_order, mask_clouds=mask_clouds, bands=bands
-    )
+    scene = Scene(Path(scene_dir), bbox=opts.bbox, band_order=opts.band_order,
+                  mask_clouds=mask_clouds, bands=bands)  # fmt: skip
     times = StageTimes()
-    method = resampling or loaded.resampling  # as the model's training data was
+    method = opts.resampling or loaded.resampling  # as the model's training data was
     tags = scene_map_tags(
         scene_dir, loaded, stride=stride, resampling=method, mask_clouds=mask_clouds
     )
@@ -95,14 +74,14 @@ def map_scene(
         total = len(rows) * len(window_origins(scene.width, stride))
         started = time.perf_counter()
         with progress_bar(
-            total, desc="scene", unit="window", enabled=progress and distributed.is_root()
+            total, desc="scene", unit="window", enabled=opts.progress and distributed.is_root()
         ) as bar:
             sums = predict_scene(
                 scene,
                 loaded,
                 stride=stride,
                 resampling=method,
-                batch_size=batch_size,
+                batch_size=opts.batch_size,
                 progress=bar.update,
                 times=times,
             )

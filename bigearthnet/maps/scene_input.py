@@ -173,6 +173,11 @@ def boa_offsets(scene: Path) -> dict[str, int]:
     return offsets
 
 
+def band_list(text: str) -> tuple[str, ...]:
+    """``B04,B03,-,B02`` -> the band name of each band of a stack, in order."""
+    return tuple(name.strip() for name in text.split(","))
+
+
 def parse_bbox(text: str) -> tuple[float, float, float, float]:
     """``minx,miny,maxx,maxy`` -> floats; ValueError naming what is wrong."""
     try:

@@ -28,10 +28,6 @@ from bigearthnet.core import distributed
 from bigearthnet.maps.scene_input import WINDOW, Scene, Strip
 from bigearthnet.preprocessing.assembly import assemble, one_blas_thread
 
-# A stride must keep every window on the 60 m grid (multiples of 6 px) and tile the window
-# exactly (so each window covers whole cells).
-STRIDES = tuple(s for s in range(6, WINDOW + 1, 6) if WINDOW % s == 0)
-
 
 @dataclass(frozen=True)
 class WindowBands:

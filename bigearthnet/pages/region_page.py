@@ -10,7 +10,6 @@ import base64
 import csv
 import datetime
 import io
-import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.formats import region_folder
+from bigearthnet.formats.class_map import read_classes
 from bigearthnet.pages import run_figures
 from bigearthnet.pages.render import svg, write_page
 
@@ -27,20 +27,21 @@ PIXELS_PER_CELL_MAX = 8
 
 def write_region_page(folder: Path) -> Path:
     """Write ``folder/region.html`` from the products of ``bigearthnet-map region``."""
-    record = json.loads((folder / "consistency.json").read_text(encoding="utf-8"))
-    classes = _classes(folder, record["periods"][0])
+    record = region_folder.read_consistency(folder)
+    periods_of = list(record.periods)
+    classes = _classes(folder, periods_of[0])
     periods = [
         {
             "label": label,
             "raw": _png(folder / "periods" / f"{label}.tif", classes),
             "consistent": _png(folder / "consistent" / f"{label}.tif", classes),
-            "observed": record["cells_observed"][label],
+            "observed": record.cells_observed[label],
         }
-        for label in record["periods"]
+        for label in periods_of
     ]
-    areas = _areas(folder / "areas.csv", record["periods"])
+    areas = _areas(folder / "areas.csv", periods_of)
     plt = run_figures.pyplot()
-    figure = _areas_figure(plt, areas, record["periods"], classes)
+    figure = _areas_figure(plt, areas, periods_of, classes)
     chart = svg(figure, title="class areas per period, consistent series")
     plt.close(figure)
     return write_page(
@@ -50,7 +51,7 @@ def write_region_page(folder: Path) -> Path:
         periods=periods,
         chart=chart,
         legend=_legend(classes, areas),
-        transitions=_first_to_last(folder / "transitions.csv", record["periods"]),
+        transitions=_first_to_last(folder / "transitions.csv", periods_of),
         written=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
     )
 
@@ -58,8 +59,9 @@ def write_region_page(folder: Path) -> Path:
 def _classes(folder: Path, label: str) -> list[str]:
     import rasterio
 
-    with rasterio.open(folder / "periods" / f"{label}.tif") as src:
-        return json.loads(src.tags()["classes"])
+    path = folder / region_folder.PERIODS / f"{label}.tif"
+    with rasterio.open(path) as src:
+        return read_classes(src.tags(), path)
 
 
 def _png(path: Path, classes: list[str]) -> str:

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from bigearthnet.core import constants
+from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.errors import ConfigError, require_non_negative_int, require_positive_int
 from bigearthnet.formats.shards import (
     FORMAT_VERSION,
     shard_name,
@@ -28,31 +32,103 @@ from bigearthnet.preprocessing.archive import (
     detect_version,
     list_patches,
 )
+from bigearthnet.preprocessing.resample import METHODS
 
 PARTS = ".parts"  # OUT/.parts/<shard>.json: a finished shard's sidecar
 
 
+def slurm_task_defaults(environ=os.environ) -> tuple[int, int]:
+    """(num_tasks, task_index) from a Slurm job array or a multi-task step, else (1, 0)."""
+    if "SLURM_ARRAY_TASK_ID" in environ and "SLURM_ARRAY_TASK_COUNT" in environ:
+        base = int(environ.get("SLURM_ARRAY_TASK_MIN", 0))
+        return int(environ["SLURM_ARRAY_TASK_COUNT"]), int(environ["SLURM_ARRAY_TASK_ID"]) - base
+    if "SLURM_STEP_ID" in environ and "SLURM_NTASKS" in environ and "SLURM_PROCID" in environ:
+        return int(environ["SLURM_NTASKS"]), int(environ["SLURM_PROCID"])
+    return 1, 0
+
+
 @dataclass
 class Options:
-    archive: Path
-    out: Path
-    version: str = "auto"
-    splits_dir: Path | None = None
-    split_ratios: tuple[float, float, float] | None = None
-    seed: int = 0
-    exclude: list[Path] = field(default_factory=list)
-    include_snow_cloud: bool = False
-    resampling: str = "bilinear"
-    band_config: str = constants.DEFAULT_BAND_CONFIG  # a key of constants.BAND_CONFIGS
-    s1_archive: Path | None = None  # where S1 is (v2 default: ARCHIVE/BigEarthNet-S1)
-    shard_size: int = 1000
-    workers: int = 1
-    num_tasks: int = 1
-    task_index: int = 0
-    strict: bool = False
-    overwrite: bool = False
-    join: bool = False
-    progress: bool = True
+    """``bigearthnet-preprocess``'s options, declared once: the command's parser is
+    generated from these fields."""
+
+    archive: Path = option(
+        help="archive root (v1: patch folders; v2: folder with metadata.parquet and "
+        "BigEarthNet-S2/)", positional=True, metavar="ARCHIVE",
+    )  # fmt: skip
+    out: Path = option(help="output folder for shards, manifest.json, rejects.csv",
+                       positional=True, metavar="OUT")  # fmt: skip
+    version: str = option("auto", "archive layout; auto detects it", choices=("auto", "v1", "v2"))
+    splits_dir: Path | None = option(
+        None, "folder with official train.csv, val.csv, test.csv (patch names in the first "
+        "column, no header)", metavar="DIR",
+    )  # fmt: skip
+    split_ratios: tuple[float, float, float] | None = option(
+        None, "seeded random train,val,test split, e.g. 0.6,0.2,0.2 (default when no official "
+        "split is available; overrides the v2 split column)", parse=splits.parse_ratios,
+        metavar="T,V,E",
+    )  # fmt: skip
+    seed: int = option(0, "seed of the random split and shard order",
+                       check=require_non_negative_int)  # fmt: skip
+    exclude: tuple[Path, ...] = option(
+        (), "CSV lists of patch names to leave out (e.g. the snow and cloud lists)",
+        metavar="FILE",
+    )  # fmt: skip
+    include_snow_cloud: bool = option(
+        False, "v2: also use patches of the snow/cloud/shadow parquet"
+    )
+    resampling: str = option("bilinear", "upsampling of the 20 m and 60 m bands (pixel "
+                             "centres aligned)", choices=METHODS)  # fmt: skip
+    band_config: str = option(
+        constants.DEFAULT_BAND_CONFIG, "band configuration: s2 = the 12 S2 bands; s2-10 = "
+        "reBEN's 10 (no 60 m band); s1 = VV,VH; all = VV,VH then s2-10 (reBEN v0.2.0's order)",
+        choices=tuple(constants.BAND_CONFIGS), flag="--bands",
+    )  # fmt: skip
+    s1_archive: Path | None = option(
+        None, "Sentinel-1 for --bands s1|all: v1 needs the BigEarthNet-S1-v1.0 folder; v2 "
+        "defaults to ARCHIVE/BigEarthNet-S1", metavar="DIR",
+    )  # fmt: skip
+    shard_size: int = option(1000, "patches per shard (~345 KB each)",
+                             check=require_positive_int)  # fmt: skip
+    workers: int = option(1, "processes on this node", check=require_positive_int)
+    num_tasks: int | None = option(
+        None, "tasks (nodes) splitting the archive; default from SLURM_ARRAY_TASK_COUNT or "
+        "SLURM_NTASKS, else 1", check=require_positive_int,
+    )  # fmt: skip
+    task_index: int | None = option(
+        None, "this task's index; default from SLURM_ARRAY_TASK_ID or SLURM_PROCID, else 0",
+        check=require_non_negative_int,
+    )  # fmt: skip
+    join: bool = option(
+        False, "only merge finished shards into manifest.json (after a multi-task run)"
+    )
+    strict: bool = option(False, "exit 1 when any patch is rejected")
+    overwrite: bool = option(False, "delete earlier outputs in OUT first")
+    progress: bool = option(True, "a progress bar (logs stay)")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        tasks, index = slurm_task_defaults()
+        if self.num_tasks is None:
+            self.num_tasks = tasks
+        if self.task_index is None:
+            self.task_index = index
+        if not 0 <= self.task_index < self.num_tasks:
+            raise ConfigError(f"--task-index {self.task_index} outside 0..{self.num_tasks - 1}")
+        if not Path(self.archive).is_dir():
+            raise ConfigError(f"{self.archive}: archive folder does not exist")
+
+    @property
+    def tasks(self) -> int:
+        """Tasks splitting the archive (from Slurm when not given)."""
+        assert self.num_tasks is not None  # set by __post_init__
+        return self.num_tasks
+
+    @property
+    def task(self) -> int:
+        """This task's index (from Slurm when not given)."""
+        assert self.task_index is not None  # set by __post_init__
+        return self.task_index
 
     @property
     def bands(self) -> tuple[str, ...]:
@@ -126,7 +202,7 @@ def make_plan(opts: Options) -> Plan:
     )
 
 
-def _apply_exclusions(refs: list[PatchRef], lists: list[Path]):
+def _apply_exclusions(refs: list[PatchRef], lists: Sequence[Path]):
     if not lists:
         return refs, []
     banned: dict[str, str] = {}

@@ -68,7 +68,7 @@ def run(opts: Options, argv: list[str] | None = None) -> int:
     plan = make_plan(opts)  # first: a refused archive or split leaves no OUT behind
     _prepare_out(opts)
     _check_plan_id(opts.out, plan.plan_id)
-    mine = [s for i, s in enumerate(plan.shards) if i % opts.num_tasks == opts.task_index]
+    mine = [s for i, s in enumerate(plan.shards) if i % opts.tasks == opts.task]
     todo = [s for s in mine if not _part_path(opts.out, s).is_file()]
     _remove_stale_temps(opts.out, todo)
     if not opts.join:
@@ -76,8 +76,8 @@ def run(opts: Options, argv: list[str] | None = None) -> int:
             opts,
             f"{plan.version} archive {opts.archive}: {plan.found} patches found, bands "
             f"{constants.describe_bands(opts.bands)}, "
-            f"{len(plan.shards)} shards ({plan.split_source}); task {opts.task_index + 1}/"
-            f"{opts.num_tasks}: {len(mine)} shards, {len(mine) - len(todo)} already done",
+            f"{len(plan.shards)} shards ({plan.split_source}); task {opts.task + 1}/"
+            f"{opts.tasks}: {len(mine)} shards, {len(mine) - len(todo)} already done",
         )
         _process(todo, opts, plan)
     missing = [s.file for s in plan.shards if not _part_path(opts.out, s).is_file()]

@@ -50,9 +50,6 @@ from bigearthnet.scaling.study_outputs import (
     write_outputs,
 )
 
-RULES = ("linear", "sqrt")
-LAUNCHERS = ("auto", "horovodrun", "srun", "none")
-
 
 @dataclass(frozen=True)
 class StudyPoint:
@@ -104,7 +101,7 @@ def with_resolution(
     ``settings.resolution``: no batch size reaches the target in fewer steps than perfect
     scaling from a smaller one that reached it, so validating every resolution x that bound
     steps is fine enough. The updates budget and the warm-up stay the same in steps."""
-    if settings.resolution is None or previous is None or previous.steps_to_target is None:
+    if not settings.resolution or previous is None or previous.steps_to_target is None:
         return point
     bound = previous.steps_to_target * previous.global_batch / point.global_batch
     interval = max(1, min(settings.eval_steps, math.floor(settings.resolution * bound)))

@@ -27,19 +27,42 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.errors import (
+    ConfigError,
+    require_non_negative_int,
+    require_positive,
+    require_positive_int,
+)
 from bigearthnet.formats.elastic_log import Decision
 from bigearthnet.formats.history import HistoryRow
 
 
 @dataclass(frozen=True)
 class PolicySettings:
-    max_workers: int
-    min_workers: int = 1
-    margin: float = 1.0  # grow only while global batch x margin <= B_simple
-    dwell_epochs: int = 2
-    plateau_epochs: int = 3
-    plateau_delta: float = 0.002
-    smoothing: int = 2
+    """The policy's limits; declared once: ``bigearthnet-elastic follow --policy``'s
+    options are generated from these fields."""
+
+    max_workers: int = option(help="--policy: the largest world", check=require_positive_int,
+                              metavar="N", required_by="--policy gns")  # fmt: skip
+    min_workers: int = option(1, "--policy: the smallest world", check=require_positive_int,
+                              metavar="N")  # fmt: skip
+    margin: float = option(1.0, "--policy: grow only while global batch x margin <= B_simple",
+                           check=require_positive)  # fmt: skip
+    dwell_epochs: int = option(2, "--policy: epochs between two resizes",
+                               check=require_non_negative_int, metavar="N")  # fmt: skip
+    plateau_epochs: int = option(
+        3, "--policy: shrink when validation micro-F1 gained less than --plateau-delta over "
+        "this many epochs", check=require_positive_int, metavar="N",
+    )  # fmt: skip
+    plateau_delta: float = option(0.002, "--policy: see --plateau-epochs",
+                                  check=require_positive)  # fmt: skip
+    smoothing: int = 2  # epochs B_simple is averaged over
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.min_workers > self.max_workers:
+            raise ConfigError("--min-workers must not exceed --max-workers")
 
 
 def decide(

@@ -15,7 +15,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bigearthnet.core.errors import InputError
+from bigearthnet.core.config import OPTIMIZERS
+from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.errors import (
+    ConfigError,
+    InputError,
+    require_non_negative,
+    require_open_fraction,
+    require_positive,
+    require_positive_int,
+)
 from bigearthnet.core.util import atomic_path, atomic_write_json, write_csv
 from bigearthnet.scaling.batch_fit import (
     JobSize,
@@ -32,26 +41,73 @@ STUDY_PLOT = "steps_to_target.png"
 STUDY_HTML = "study.html"
 
 
+RULES = ("linear", "sqrt")
+LAUNCHERS = ("auto", "horovodrun", "srun", "none")
+
+
+def batch_sizes(text: str) -> tuple[int, ...]:
+    """``64,128,256`` -> the global batch sizes; ConfigError naming what is wrong."""
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(f"expected integers separated by commas, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ConfigError(f"expected positive batch sizes, got {text!r}")
+    return values
+
+
+def _resolution(flag: str, value: float) -> float:
+    if not (isinstance(value, (int, float)) and 0.0 <= value < 1.0):
+        raise ConfigError(f"{flag} must be in [0, 1), got {value}")
+    return float(value)
+
+
 @dataclass(frozen=True)
 class StudySettings:
-    """What the study runs; every point shares it but the batch size and the LR."""
+    """What the study runs; every point shares it but the batch size and the LR. Declared
+    once: ``bigearthnet-batch-study``'s options are generated from these fields."""
 
-    data: Path
-    out: Path
-    batches: tuple[int, ...]
-    target_f1: float
-    optimizer: str = "sgd"
-    base_lr: float = 0.1
-    base_batch: int = 256
-    rule: str = "linear"
-    ranks: int = 1
-    max_rank_batch: int = 512
-    epochs: int = 20  # budget, in evaluations (capped epochs of eval_steps steps)
-    eval_steps: int = 10
-    warmup_epochs: float = 2.0  # in evaluations of eval_steps steps
-    resolution: float | None = 0.1  # steps to target resolved to this fraction (None: no)
-    launcher: str = "auto"
+    data: Path = option(help="preprocessed shards (manifest.json)", metavar="SHARDS")
+    out: Path = option(help="study folder: runs/, study.csv, plot", metavar="STUDY")
+    batches: tuple[int, ...] = option(
+        help="global batch sizes, comma-separated, e.g. 64,128,256,512", parse=batch_sizes,
+        metavar="B,B,...",
+    )  # fmt: skip
+    target_f1: float = option(help="validation micro-F1 each point trains to",
+                              check=require_open_fraction, metavar="F1")  # fmt: skip
+    optimizer: str = option("sgd", "train.py --optimizer", choices=OPTIMIZERS)
+    base_lr: float = option(0.1, "peak LR at --base-batch", check=require_positive, metavar="LR")
+    base_batch: int = option(256, "global batch --base-lr is meant for",
+                             check=require_positive_int, metavar="B")  # fmt: skip
+    rule: str = option("linear", "LR scaling with the batch: linear (Goyal et al.) or sqrt",
+                       choices=RULES)  # fmt: skip
+    ranks: int = option(1, "processes per point", check=require_positive_int, metavar="N")
+    max_rank_batch: int = option(
+        512, "largest per-rank batch; beyond it gradients are accumulated over passes",
+        check=require_positive_int, metavar="B",
+    )  # fmt: skip
+    epochs: int = option(
+        20, "budget: validations of --eval-steps updates per point, the same number of "
+        "updates at every batch size", check=require_positive_int, metavar="N",
+    )  # fmt: skip
+    eval_steps: int = option(10, "optimizer steps between validations",
+                             check=require_positive_int, metavar="N")  # fmt: skip
+    warmup_epochs: float = option(2.0, "train.py warm-up, in validations",
+                                  check=require_non_negative, metavar="N")  # fmt: skip
+    resolution: float | None = option(
+        0.1, "resolve the steps to target within this fraction: larger batches validate every "
+        "FRACTION x (perfect-scaling steps from the last point that reached the target) "
+        "steps, the same update budget; 0 keeps every point at --eval-steps",
+        check=_resolution, metavar="FRACTION",
+    )  # fmt: skip
+    launcher: str = option(
+        "auto", "auto: srun inside a Slurm allocation, else horovodrun for more than one rank",
+        choices=LAUNCHERS,
+    )  # fmt: skip
     train_args: tuple[str, ...] = field(default_factory=tuple)  # more train.py flags
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass(frozen=True)

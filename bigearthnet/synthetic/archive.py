@@ -57,7 +57,8 @@ from bigearthnet.core.constants import (
     MAP_43_TO_19,
     PATCH_METRES,
 )
-from bigearthnet.core.errors import UsageError
+from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.errors import UsageError, require_non_negative_int, require_positive_int
 from bigearthnet.preprocessing.archive import V2_METADATA, V2_S2_DIR, V2_SNOW_CLOUD
 from bigearthnet.preprocessing.sentinel1 import PAIR_KEY, V1_S1_ARCHIVE, V2_S1_DIR
 from bigearthnet.synthetic.places import Tile, plan_tiles, stamp, utm_wkt
@@ -73,6 +74,7 @@ __all__ = [
     "LAYOUTS",
     "SyntheticPatch",
     "class_signatures",
+    "ArchiveSpec",
     "generate_archive",
     "render_patch",
     "write_band",
@@ -291,17 +293,7 @@ def _is_nonempty_dir(path: Path) -> bool:
     return path.is_dir() and any(path.iterdir())
 
 
-def _check_args(
-    out: Path, num_patches: int, layout: str, seed: int, workers: int, overwrite: bool
-) -> None:
-    if isinstance(num_patches, bool) or not isinstance(num_patches, int) or num_patches < 1:
-        raise UsageError(f"number of patches must be an integer >= 1, got {num_patches!r}")
-    if layout not in LAYOUTS:
-        raise UsageError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise UsageError(f"seed must be an integer >= 0, got {seed!r}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise UsageError(f"workers must be an integer >= 1, got {workers!r}")
+def _check_out(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out} exists and is not a directory")
     if _is_nonempty_dir(out) and not overwrite:
@@ -323,35 +315,57 @@ def _publish(tmp: Path, out: Path, overwrite: bool) -> None:
     os.rename(tmp, out)
 
 
-def generate_archive(
-    out_dir: os.PathLike | str,
-    num_patches: int,
-    layout: str = "v1",
-    seed: int = 0,
-    workers: int = 1,
-    *,
-    overwrite: bool = False,
-    s1: bool = False,
-) -> list[SyntheticPatch]:
-    """Write a synthetic ``layout`` archive of ``num_patches`` patches to ``out_dir``; with
-    ``s1`` also their Sentinel-1 patches (v2: ``OUT/BigEarthNet-S1/``; v1: the S1 v1.0
-    archive as ``OUT/BigEarthNet-S1-v1.0/``, paired through its labels JSON).
+@dataclass(frozen=True)
+class ArchiveSpec:
+    """What ``generate_archive`` writes; declared once: ``bigearthnet-synth``'s options."""
 
-    Returns the patches in generation order. Raises ValueError on bad arguments and
-    FileExistsError if ``out_dir`` is a file, or a non-empty directory without ``overwrite``.
+    patches: int = option(100, "number of patches to generate", check=require_positive_int,
+                          short="-n", metavar="N")  # fmt: skip
+    layout: str = option(
+        "v1", "v1: one folder per patch with a labels JSON (43 classes); v2: reBEN "
+        "BigEarthNet-S2/<tile>/<patch>/ folders plus metadata parquet files (19 classes, "
+        "train/validation/test splits, snow/cloud list)", choices=LAYOUTS,
+    )  # fmt: skip
+    seed: int = option(0, "archive seed: the same seed gives byte-identical files",
+                       check=require_non_negative_int, metavar="S")  # fmt: skip
+    workers: int = option(
+        1, "processes writing patches in parallel; output does not depend on it",
+        check=require_positive_int, short="-j", metavar="W",
+    )  # fmt: skip
+    overwrite: bool = option(
+        False, "replace OUT if it exists and is not empty (the old one is removed only at the end)"
+    )
+    s1: bool = option(
+        False, "also Sentinel-1 VV/VH (float32 dB) of the same regions: v2 in "
+        "OUT/BigEarthNet-S1, v1 as the S1 v1.0 archive OUT/BigEarthNet-S1-v1.0 (preprocess "
+        "--s1-archive)",
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+def generate_archive(out_dir: os.PathLike | str, spec: ArchiveSpec) -> list[SyntheticPatch]:
+    """Write the synthetic archive ``spec`` describes to ``out_dir``; with ``spec.s1`` also
+    its Sentinel-1 patches (v2: ``OUT/BigEarthNet-S1/``; v1: the S1 v1.0 archive as
+    ``OUT/BigEarthNet-S1-v1.0/``, paired through its labels JSON).
+
+    Returns the patches in generation order. Raises UsageError if ``out_dir`` is a file, or a
+    non-empty directory without ``spec.overwrite``.
     """
     out = Path(out_dir)
-    _check_args(out, num_patches, layout, seed, workers, overwrite)
-    patches, jobs, rows = plan_archive(num_patches, layout, seed, s1)
+    _check_out(out, spec.overwrite)
+    layout, seed = spec.layout, spec.seed
+    patches, jobs, rows = plan_archive(spec.patches, layout, seed, spec.s1)
     out.parent.mkdir(parents=True, exist_ok=True)
     # Build beside OUT (same file system, so the final rename is atomic).
     tmp = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:12]}"
     tmp.mkdir()
     try:
-        _run_jobs(str(tmp), seed, jobs, workers)
+        _run_jobs(str(tmp), seed, jobs, spec.workers)
         if layout == "v2":
             _write_v2_metadata(tmp, rows)
-        _publish(tmp, out, overwrite)
+        _publish(tmp, out, spec.overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -31,7 +31,8 @@ import numpy as np
 from rasterio.warp import transform
 
 from bigearthnet.core import constants
-from bigearthnet.core.errors import InputError
+from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.errors import ConfigError, InputError, require_non_negative_int
 from bigearthnet.core.util import atomic_write_json
 from bigearthnet.synthetic.scene import render_classes, write_bands
 
@@ -42,22 +43,57 @@ REGION_CLASSES: tuple[int, ...] = (0, 2, 5, 8, 11, 13, 14, 16, 18, 9, 3)
 FLOOD_CLASS = 17  # inland waters: the look-alike that comes and goes
 FIRST_DATE = dt.date(2020, 3, 15)
 MIN_BLOCK = constants.PATCH_SIZE * 10.0  # metres: one BigEarthNet patch
+MAX_BLOCK = 100_000.0  # metres: larger than any region this writes, a block of one class
 DAYS_BETWEEN = 30
+
+
+def _even_tiles(flag: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 2 or value % 2:
+        raise ConfigError(f"{flag} {value}: an even number >= 2 (two UTM zones)")
+    return value
+
+
+def _enough_dates(flag: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 5:
+        raise ConfigError(f"{flag} {value}: at least 5 (changes need two dates each side)")
+    return value
+
+
+def _tile_size(flag: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value % 120 or value < 240:
+        raise ConfigError(f"{flag} {value}: a multiple of 120 px, at least 240")
+    return value
 
 
 @dataclass(frozen=True)
 class RegionSpec:
-    tiles: int = 4
-    dates: int = 6
-    size: int = 720  # px at 10 m per tile side
+    """A synthetic region; its fields are ``bigearthnet-synth region``'s options."""
+
+    tiles: int = option(4, "tiles, an even number: half in each UTM zone", check=_even_tiles,
+                        metavar="N")  # fmt: skip
+    dates: int = option(6, "acquisition dates, at least 5", check=_enough_dates, metavar="M")
+    size: int = option(720, "tile side in 10 m px, a multiple of 120", check=_tile_size,
+                       metavar="PX")  # fmt: skip
+    block: float = option(3600.0, "side of a land-cover block in metres, from 1200 (one "
+                          "patch) to 100,000", metavar="M")  # fmt: skip
+    layout: str = option("tif", "band GeoTIFF or L2A product folders", choices=("tif", "safe"))
+    seed: int = option(0, "seed", check=require_non_negative_int, metavar="S")
     overlap: float = 1200.0  # metres two neighbouring tiles share
-    block: float = 3600.0  # metres per truth block side
-    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        # A block smaller than one patch (the maps' cell) is truth no map can resolve, and
+        # its count grows as 1/block^2: --block 1 ran for minutes. NaN fails this too.
+        if not MIN_BLOCK <= self.block <= MAX_BLOCK:
+            raise ConfigError(
+                f"--block {self.block}: metres from {MIN_BLOCK:.0f} (one 120-px patch) to "
+                f"{MAX_BLOCK:.0f}"
+            )
 
 
-def generate_region(out: Path, spec: RegionSpec, *, layout: str = "tif") -> dict:
+def generate_region(out: Path, spec: RegionSpec) -> dict:
     """Write the region to ``out`` (which must not exist or be empty); returns the truth."""
-    _check(out, spec)
+    _check(out)
     rng = np.random.default_rng(spec.seed)
     tiles = _tiles(spec)
     truth = _truth(spec, tiles, rng)
@@ -74,7 +110,7 @@ def generate_region(out: Path, spec: RegionSpec, *, layout: str = "tif") -> dict
                 cloud = _cloud(spec.size, rng)
                 bands = render_classes(np.asarray(grid), cloud, 0, int(rng.integers(1 << 31)))
                 epsg, origin = tile["epsg"], (tile["left"], tile["top"])
-                write_bands(tmp / "scenes" / name, bands, spec.size, layout, epsg, origin)
+                write_bands(tmp / "scenes" / name, bands, spec.size, spec.layout, epsg, origin)
                 scenes.append({"name": name, "tile": tile["name"], "date": date.isoformat(),
                                "clouded_px": int(cloud.sum())})  # fmt: skip
         body = _truth_json(spec, tiles, truth, dates, scenes)
@@ -88,23 +124,9 @@ def generate_region(out: Path, spec: RegionSpec, *, layout: str = "tif") -> dict
     return body
 
 
-def _check(out: Path, spec: RegionSpec) -> None:
+def _check(out: Path) -> None:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise InputError(f"{out}: exists and is not an empty folder")
-    if spec.tiles < 2 or spec.tiles % 2:
-        raise InputError(f"--tiles {spec.tiles}: an even number >= 2 (two UTM zones)")
-    if spec.dates < 5:
-        raise InputError(f"--dates {spec.dates}: at least 5 (changes need two dates each side)")
-    if spec.size % 120 or spec.size < 240:
-        raise InputError(f"--size {spec.size}: a multiple of 120 px, at least 240")
-    # A block smaller than one patch (the maps' cell) is truth no map can resolve, and its
-    # count grows as 1/block^2: --block 1 ran for minutes. NaN fails the comparison too.
-    side = spec.size * 10.0
-    if not MIN_BLOCK <= spec.block <= side:
-        raise InputError(
-            f"--block {spec.block}: metres from {MIN_BLOCK:.0f} (one 120-px patch) to the "
-            f"tile side, {side:.0f}"
-        )
 
 
 def _tiles(spec: RegionSpec) -> list[dict]:

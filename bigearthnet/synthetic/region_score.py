@@ -19,13 +19,13 @@ series observed:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from bigearthnet.core.errors import InputError
+from bigearthnet.formats.region_folder import GridRecord, read_consistency
 from bigearthnet.synthetic.region import read_truth
 
 
@@ -50,29 +50,27 @@ class SeriesScore:
 def score_series(region: Path, out: Path) -> SeriesScore:
     """Score the products in ``out`` (``bigearthnet-map region --period scene-date``) against
     the truth of the synthetic ``region``."""
-    for needed in (region / "truth.json", out / "consistency.json"):
-        if not needed.is_file():
-            raise InputError(f"{needed}: missing (a synthetic region's truth and a complete "
-                             "region series are needed)")  # fmt: skip
+    if not (region / "truth.json").is_file():
+        raise InputError(f"{region / 'truth.json'}: missing (not a synthetic region)")
     truth = read_truth(region)
-    record = json.loads((out / "consistency.json").read_text(encoding="utf-8"))
+    record = read_consistency(out)
     ours = {(region / "scenes" / scene["name"]).resolve() for scene in truth["scenes"]}
-    foreign = [s["path"] for s in record["scenes"] if Path(s["path"]).resolve() not in ours]
+    foreign = [s.path for s in record.scenes if Path(s.path).resolve() not in ours]
     if foreign:
         raise InputError(f"{out}: maps {foreign[0]}, not a scene of {region} "
                          f"({len(foreign)} such)")  # fmt: skip
-    periods = record["periods"]
+    periods = record.periods
     if len(periods) != len(truth["dates"]):
         raise InputError(f"{out}: {len(periods)} periods, the truth has {len(truth['dates'])} "
                          "dates (map with --period scene-date)")  # fmt: skip
-    row, col, interior = _cells_in_blocks(truth, record["grid"])
+    row, col, interior = _cells_in_blocks(truth, record.grid)
     classes = truth["classes"][:, row, col]  # (T, h, w)
     maps = np.ma.stack([_read(out / "periods" / f"{p}.tif") for p in periods])
     raw, observed = maps.data, ~np.ma.getmaskarray(maps)
     agreement = [
         float((raw[t] == classes[t])[observed[t] & interior].mean()) for t in range(len(periods))
     ]
-    rates = record["flicker_rate"]
+    rates = record.flicker_rate
     removed = 1.0 - rates["consistent"] / rates["raw"] if rates["raw"] else 1.0
     found = _read(out / "first_change.tif").data.astype(np.int32) - 1  # -1 none
     changed = _read(out / "changes.tif").data
@@ -100,19 +98,16 @@ def score_series(region: Path, out: Path) -> SeriesScore:
     )
 
 
-def _cells_in_blocks(truth: dict, grid: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _cells_in_blocks(truth: dict, grid: GridRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each grid cell's block (row, col) and whether the cell lies wholly inside it, with a
     cell's width of margin for the windows it was mapped from."""
-    a, _, left, _, e, top = grid["transform"]
-    xs = left + (np.arange(grid["width"]) + 0.5) * a
-    ys = top + (np.arange(grid["height"]) + 0.5) * e
-    x, y = np.meshgrid(xs, ys)
+    x, y = grid.centres()
     size = truth["block_m"]
     fcol = (x - truth["left"]) / size
     frow = (truth["top"] - y) / size
     col, row = np.floor(fcol).astype(int), np.floor(frow).astype(int)
     inside = (col >= 0) & (col < truth["cols"]) & (row >= 0) & (row < truth["rows"])
-    margin = abs(a) / size
+    margin = grid.cell_m / size
     fx, fy = fcol - col, frow - row
     interior = inside & (fx > margin) & (fx < 1 - margin) & (fy > margin) & (fy < 1 - margin)
     return row.clip(0, truth["rows"] - 1), col.clip(0, truth["cols"] - 1), interior

@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from bigearthnet.core import constants
+from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.errors import require_non_negative_int, require_positive_int
 from bigearthnet.synthetic.render import class_signatures
 
 EPSG = 32633
@@ -127,6 +129,34 @@ def _profile(
     if driver == "JP2OpenJPEG":
         profile.update(QUALITY="100", REVERSIBLE="YES")  # lossless, as ESA's products
     return profile
+
+
+# Classes the synthetic archive's tiny model tells apart well, in reading order.
+DEMO_CLASSES = (0, 2, 5, 8, 11, 13, 14, 16, 18, 9, 17, 3)
+SCENE_LAYOUTS = ("safe", "tif", "stack")
+
+
+@dataclass(frozen=True)
+class DemoScene:
+    """``bigearthnet-synth scene``: a scene of BLOCKS x BLOCKS squares of 240 px cycling
+    through :data:`DEMO_CLASSES`; declared once (the command's options)."""
+
+    layout: str = option(
+        "safe", "safe: an L2A product folder with JPEG 2000 bands; tif: one GeoTIFF per band; "
+        "stack: one 12-band GeoTIFF at 10 m", choices=SCENE_LAYOUTS,
+    )  # fmt: skip
+    blocks: int = option(3, "N x N land-cover squares of 240 px (3: a 7.2 km scene)",
+                         check=require_positive_int, metavar="N")  # fmt: skip
+    seed: int = option(0, "texture seed", check=require_non_negative_int, metavar="S")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def truth(self) -> SceneTruth:
+        n = self.blocks
+        cycle = [DEMO_CLASSES[i % len(DEMO_CLASSES)] for i in range(n * n)]
+        classes = tuple(tuple(cycle[r * n : (r + 1) * n]) for r in range(n))
+        return SceneTruth(size=240 * n, block=240, border=0, classes=classes)
 
 
 def write_scene(

@@ -16,18 +16,52 @@ from pathlib import Path
 import numpy as np
 
 from bigearthnet.core import constants
+from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import first_line, overlapping, sha256_file
 from bigearthnet.formats import weights_record
 from bigearthnet.formats.weights_record import WeightsRecord
 from bigearthnet.weights import convert
 from bigearthnet.weights.sources import (
+    SOURCES,
     SourceFacts,
     published_stats,
     source_facts,
     source_of_keys,
 )
 from bigearthnet.weights.state_dict import StateDict, read_state_dict
+
+
+@dataclass(frozen=True)
+class WeightsOptions:
+    """What ``bigearthnet-weights import`` and ``run`` take: declared once, the commands'
+    options are generated from it (``run`` has no ``--head``: a run needs one)."""
+
+    src: Path = option(
+        help="the state dict: .safetensors (no PyTorch needed) or .pth/.pt/.ckpt (needs "
+        "PyTorch); a wrapper's key prefix (model.vision_encoder., module.) is taken off",
+        positional=True,
+        metavar="SRC",
+    )
+    out: Path = option(help="the folder to write", metavar="DIR")
+    source: str = option(
+        "timm", "who published it: sets the channels, normalisation and head order", choices=SOURCES
+    )
+    bands: str | None = option(
+        None,
+        "the band configuration to serve (default: the source's own); channels the source "
+        "lacks get the mean filter, channels it has more are dropped",
+        choices=tuple(sorted(constants.BAND_CONFIGS)),
+    )
+    head: bool = option(
+        True,
+        "keep a classifier head; --no-head imports the backbone alone (needed for a head of "
+        "another class count than 19 or 43, e.g. ImageNet's 1000)",
+    )
+    force: bool = option(False, "replace an existing, non-empty --out")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -39,17 +73,10 @@ class Converted:
     layers: dict[str, list[np.ndarray]]  # Keras layer name -> weights, the head included
 
 
-def convert_file(
-    src: str | Path,
-    source: str,
-    bands: str | None = None,
-    *,
-    head: bool = True,
-    labels: int | None = None,
-) -> Converted:
-    """Read ``src`` and convert it for the ``bands`` configuration (default: the source's own
-    channels where they are one). ``head=False`` drops a classifier; ``labels`` (19/43)
-    requires one of that size."""
+def convert_file(opts: WeightsOptions) -> Converted:
+    """Read ``opts.src`` and convert it for ``opts.bands`` (default: the source's own
+    channels where they are one); without ``opts.head`` a classifier is dropped."""
+    src, source = opts.src, opts.source
     file = str(src)
     state = read_state_dict(src)
     layout = convert.layout_of(state.tensors, file)
@@ -60,11 +87,11 @@ def convert_file(
             f"{layout.in_channels} channels), not {source}'s: import it with --source {named}"
         )
     facts = source_facts(source, layout.in_channels, file)
-    target = _target_bands(facts, bands, file)
+    target = _target_bands(facts, opts.bands, file)
     stem, notes = convert.adapt_stem(state.tensors["conv1.weight"], facts.channels, target)
     notes = _prefix_notes(state) + notes
     layers = convert.keras_weights(state.tensors, layout, stem, file)
-    classes = _head_classes(layout, facts, head, labels, file, notes)
+    classes = _head_classes(layout, facts, opts.head, file, notes)
     if classes:
         layers["logits"] = convert.head_rows(state.tensors, facts.head_order, classes)
         if facts.head_order is not None and facts.head_order != classes:
@@ -90,24 +117,16 @@ def convert_file(
     return Converted(record, layout, layers)
 
 
-def import_weights(
-    src: str | Path,
-    out: str | Path,
-    source: str,
-    bands: str | None = None,
-    *,
-    head: bool = True,
-    force: bool = False,
-) -> WeightsRecord:
-    """Convert ``src`` and write the weights folder ``out``; returns its record."""
-    check_out(src, out, force)
-    converted = convert_file(src, source, bands, head=head)
+def import_weights(opts: WeightsOptions) -> WeightsRecord:
+    """Convert ``opts.src`` and write the weights folder ``opts.out``; returns its record."""
+    check_out(opts.src, opts.out, opts.force)
+    converted = convert_file(opts)
 
     def write(folder: Path) -> None:
         keras_model(converted).save_weights(str(folder / weights_record.WEIGHTS_FILE))
         weights_record.write(folder, converted.record)
 
-    write_beside(Path(out), write)
+    write_beside(Path(opts.out), write)
     return converted.record
 
 
@@ -221,12 +240,7 @@ def _target_bands(facts: SourceFacts, bands: str | None, file: str) -> tuple[str
 
 
 def _head_classes(
-    layout: convert.Layout,
-    facts: SourceFacts,
-    head: bool,
-    labels: int | None,
-    file: str,
-    notes: list[str],
+    layout: convert.Layout, facts: SourceFacts, head: bool, file: str, notes: list[str]
 ) -> tuple[str, ...]:
     outputs = layout.head_outputs
     if layout.other_head:
@@ -235,15 +249,12 @@ def _head_classes(
             "which end in one linear layer, do not have"
         )
     if outputs is None or not head:
-        if labels is not None:
-            raise InputError(f"{file}: has no classifier head of {labels} classes to use")
         if outputs is not None:
             notes.append(f"dropped the head of {outputs} outputs (--no-head)")
         return ()
-    if outputs not in constants.CLASS_SETS or (labels is not None and outputs != labels):
-        wanted = labels or "19 or 43"
+    if outputs not in constants.CLASS_SETS:
         raise InputError(
-            f"{file}: a head of {outputs} classes, not {wanted}; `bigearthnet-weights import "
+            f"{file}: a head of {outputs} classes, not 19 or 43; `bigearthnet-weights import "
             "--no-head` imports the backbone alone, to fine-tune with train.py --init-weights"
         )
     if facts.head_order is not None and len(facts.head_order) != outputs:

@@ -19,6 +19,7 @@ from bigearthnet.formats.checkpoints import CheckpointRecord
 from bigearthnet.formats.shards import image_shape
 from bigearthnet.formats.weights_record import WeightsRecord
 from bigearthnet.weights.importer import (
+    WeightsOptions,
     check_out,
     check_registry_fit,
     convert_file,
@@ -27,12 +28,12 @@ from bigearthnet.weights.importer import (
 )
 
 
-def make_run(
-    src: str | Path, out: str | Path, source: str, bands: str | None = None, *, force: bool = False
-) -> WeightsRecord:
-    """Write the run folder ``out`` for the classifier in ``src``; returns the import record."""
-    check_out(src, out, force)
-    converted = convert_file(src, source, bands)
+def make_run(opts: WeightsOptions) -> WeightsRecord:
+    """Write the run folder ``opts.out`` for the classifier in ``opts.src``; returns the
+    import record."""
+    src = opts.src
+    check_out(src, opts.out, opts.force)
+    converted = convert_file(opts)
     record = converted.record
     if not record.has_head:
         other = converted.layout.other_head
@@ -42,7 +43,7 @@ def make_run(
             "train.py --init-weights to train one)"
         )
     check_registry_fit(record, src)
-    final = Path(out)
+    final = Path(opts.out)
     write_beside(final, lambda folder: _write_run(folder, final, keras_model(converted), record))
     return record
 

@@ -22,6 +22,7 @@ from bigearthnet.core import constants, distributed
 from bigearthnet.core.errors import EvaluationError
 from bigearthnet.evaluation import evaluate as evaluation
 from bigearthnet.evaluation import metrics, plots, report
+from bigearthnet.evaluation.options import EvalOptions
 from bigearthnet.evaluation.summary import read_metrics
 from bigearthnet.formats.shards import Manifest, read_manifest, write_manifest
 
@@ -114,7 +115,8 @@ def test_per_class_csv_and_plots(test_eval: Path) -> None:
 
 
 def test_console_table_and_return_value(trained_run: Path, tmp_path: Path, capsys) -> None:
-    summary = evaluation.evaluate_run(trained_run, split="val", out=tmp_path, batch_size=16)
+    opts = EvalOptions(run_dir=trained_run, split="val", out=tmp_path, batch_size=16)
+    summary = evaluation.evaluate_run(opts)
     table = capsys.readouterr().out
     # The record returned is what metrics.json holds, and what its one reader gives back.
     result = json.loads((tmp_path / "metrics.json").read_text())
@@ -233,7 +235,7 @@ def data_without_test(data: Path, dest: Path) -> Path:
         ("no checkpoints", "no 'best' checkpoint"),
         ("class count", "has 19 classes but the run's label set is 43"),
         ("empty split", "the test split is empty"),
-        ("threshold", "--threshold must be inside (0, 1)"),
+        ("threshold", "--threshold: must be inside (0, 1)"),
         ("missing data", "data folder does not exist"),
         ("not a run", "not a training run folder"),
         ("bad checkpoint path", "not a checkpoint"),

@@ -132,7 +132,7 @@ def test_map_from_shards(trained_run: Path, shards_v1: Path, tmp_path: Path) -> 
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--out", "OUT"], "one of the arguments --archive --shards is required"),
+        (["--out", "OUT"], "give --archive DIR or --shards DIR, one of them"),
         (["--archive", "NOWHERE", "--out", "OUT"], "archive folder does not exist"),
         (["--shards", "NOWHERE", "--out", "OUT"], "data folder does not exist"),
         (["--archive", "REAL", "--split", "test", "--out", "OUT"], "--split applies to"),

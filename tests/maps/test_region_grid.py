@@ -95,9 +95,9 @@ def test_a_cloud_is_filled_by_the_other_tile(two_zones):
 
 def test_a_crs_that_cannot_hold_the_region(two_zones):
     footprints = [fp for _, _, fp in two_zones]
-    with pytest.raises(InputError, match="not a projected CRS"):
+    with pytest.raises(InputError, match="geographic .degrees.; the grid needs a projected"):
         RegionGrid.covering(footprints, crs="EPSG:4326")
-    with pytest.raises(InputError, match="not a coordinate reference system"):
+    with pytest.raises(InputError, match="--crs EPSG:99999: not a CRS"):
         RegionGrid.covering(footprints, crs="EPSG:99999")
     with pytest.raises(InputError, match="cannot hold the region"):
         RegionGrid.covering(footprints, cell=0.001)

@@ -142,7 +142,7 @@ def _copy_scene(tmp_path: Path) -> Path:
         ("no scl", "--mask-clouds needs the scene classification band (SCL)"),
         ("bbox outside", "lies outside the scene"),
         ("stack order", "stack.tif: 12 bands, but the band order names 3"),
-        ("bad bbox", "--bbox wants minx,miny,maxx,maxy"),
+        ("bad bbox", "--bbox: wants minx,miny,maxx,maxy"),
         ("other labels", "its model predicts 19 classes, not the requested 43"),
     ],
 )
@@ -291,5 +291,5 @@ def test_bad_change_input_is_one_line_exit_2(scene_model, tmp_path, reported_err
     first, second, third = reported_errors()
     assert "b.tif: CRS EPSG:32634 differs from" in first
     assert "B02.tif: not a map of bigearthnet-map scene" in second
-    assert "--min-prob must be in (0, 1]" in third
+    assert "--min-prob: must be in (0, 1]" in third
     assert not out.exists()

@@ -27,19 +27,19 @@ HALF_STEP = S1_DB_SCALE / 2 + 1e-5  # the stored precision (float32 rounding of 
 
 @pytest.fixture(scope="module")
 def s1_v2(tmp_path_factory) -> Path:
-    from bigearthnet.synthetic.archive import generate_archive
+    from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     out = tmp_path_factory.mktemp("s1") / "v2"
-    generate_archive(out, 24, layout="v2", seed=11, s1=True)
+    generate_archive(out, ArchiveSpec(24, layout="v2", seed=11, s1=True))
     return out
 
 
 @pytest.fixture(scope="module")
 def s1_v1(tmp_path_factory) -> Path:
-    from bigearthnet.synthetic.archive import generate_archive
+    from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     out = tmp_path_factory.mktemp("s1") / "v1"
-    generate_archive(out, 16, layout="v1", seed=12, s1=True)
+    generate_archive(out, ArchiveSpec(16, layout="v1", seed=12, s1=True))
     return out
 
 

@@ -19,10 +19,10 @@ import pytest
 import rasterio
 from conftest import REPO, preprocess
 
-from bigearthnet.cli.preprocess import slurm_task_defaults
 from bigearthnet.core import constants
 from bigearthnet.formats.shards import read_manifest
 from bigearthnet.preprocessing.geotiff import read_band
+from bigearthnet.preprocessing.plan import slurm_task_defaults
 from bigearthnet.preprocessing.resample import upsample
 
 

@@ -28,10 +28,10 @@ FOLLOWER = str(Path(sys.executable).with_name("bigearthnet-elastic"))
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> Path:
-    from bigearthnet.synthetic.archive import generate_archive
+    from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     root = tmp_path_factory.mktemp("malleable")
-    generate_archive(root / "archive", PATCHES, layout="v1", seed=0)
+    generate_archive(root / "archive", ArchiveSpec(PATCHES, layout="v1", seed=0))
     assert preprocess(root / "archive", root / "shards", "--shard-size", "100") == 0
     return root / "shards"
 

@@ -59,11 +59,11 @@ RESIZE_TIMEOUT = 180  # seconds for one grow or shrink to show in the driver's l
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> Path:
     """DATA_ROOT with the shards of a small synthetic archive, and logs/ to submit from."""
-    from bigearthnet.synthetic.archive import generate_archive
+    from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     root = tmp_path_factory.mktemp("slurm-elastic")
     (root / "logs").mkdir()
-    generate_archive(root / "archive", PATCHES, layout="v1", seed=0)
+    generate_archive(root / "archive", ArchiveSpec(PATCHES, layout="v1", seed=0))
     assert preprocess(root / "archive", root / "shards", "--shard-size", str(SHARD_SIZE)) == 0
     return root
 
@@ -417,10 +417,10 @@ def test_the_noise_scale_policy_resizes_a_real_training_with_holder_jobs(
     and holder share them (``--oversubscribe``)."""
     from bigearthnet.core.util import read_csv
     from bigearthnet.formats.elastic_log import DECISIONS
-    from bigearthnet.synthetic.archive import generate_archive
+    from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     data = workspace / "policy-loop" / "shards"
-    generate_archive(workspace / "policy-loop" / "archive", 800, layout="v1", seed=0)
+    generate_archive(workspace / "policy-loop" / "archive", ArchiveSpec(800, layout="v1", seed=0))
     assert preprocess(workspace / "policy-loop" / "archive", data, "--shard-size", "100") == 0
     run = workspace / "runs" / "policy-loop"
     hosts = run / "hosts"

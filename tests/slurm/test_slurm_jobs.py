@@ -105,11 +105,11 @@ def test_sbatch_lines_carry_comments_and_log_to_logs() -> None:
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> Path:
     """DATA_ROOT of the jobs (archive/, shards/, runs/) and their submission folder (logs/)."""
-    from bigearthnet.synthetic.archive import generate_archive
+    from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     root = tmp_path_factory.mktemp("slurm-jobs")
     (root / "logs").mkdir()  # jobs/submit.sh makes it too; plain sbatch needs it
-    generate_archive(root / "archive", PATCHES, layout="v1", seed=0)
+    generate_archive(root / "archive", ArchiveSpec(PATCHES, layout="v1", seed=0))
     return root
 
 

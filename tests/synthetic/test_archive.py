@@ -29,7 +29,12 @@ from bigearthnet.preprocessing import archive
 from bigearthnet.synthetic import archive as synthetic
 from bigearthnet.synthetic import render as synthetic_render
 from bigearthnet.synthetic import tiff as synthetic_tiff
-from bigearthnet.synthetic.archive import SyntheticPatch, class_signatures, generate_archive
+from bigearthnet.synthetic.archive import (
+    ArchiveSpec,
+    SyntheticPatch,
+    class_signatures,
+    generate_archive,
+)
 
 V1_NAME = re.compile(r"^(S2[AB])_MSIL2A_(\d{8}T\d{5,6})_(\d+)_(\d+)$")
 V2_NAME = re.compile(r"^S2[AB]_MSIL2A_\d{8}T\d{6}_N9999_R\d{3}_T\d{2}[A-Z]{3}_(\d+)_(\d+)$")
@@ -62,13 +67,13 @@ def _all_files(root: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def v1_archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[SyntheticPatch]]:
     root = tmp_path_factory.mktemp("v1") / "archive"
-    return root, generate_archive(root, 40, layout="v1", seed=7)
+    return root, generate_archive(root, ArchiveSpec(40, layout="v1", seed=7))
 
 
 @pytest.fixture(scope="module")
 def v2_archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[SyntheticPatch]]:
     root = tmp_path_factory.mktemp("v2") / "archive"
-    return root, generate_archive(root, 40, layout="v2", seed=11)
+    return root, generate_archive(root, ArchiveSpec(40, layout="v2", seed=11))
 
 
 # --------------------------------------------------------------------------- v1 format
@@ -243,9 +248,9 @@ def test_v2_layout_metadata_and_nodata(v2_archive):
 
 
 def test_same_seed_identical_different_seed_differs(tmp_path):
-    a = generate_archive(tmp_path / "a", 6, layout="v1", seed=3)
-    b = generate_archive(tmp_path / "b", 6, layout="v1", seed=3, workers=2)
-    c = generate_archive(tmp_path / "c", 6, layout="v1", seed=4)
+    a = generate_archive(tmp_path / "a", ArchiveSpec(6, layout="v1", seed=3))
+    b = generate_archive(tmp_path / "b", ArchiveSpec(6, layout="v1", seed=3, workers=2))
+    c = generate_archive(tmp_path / "c", ArchiveSpec(6, layout="v1", seed=4))
     assert a == b
     files_a, files_b = _all_files(tmp_path / "a"), _all_files(tmp_path / "b")
     assert files_a == files_b
@@ -256,8 +261,8 @@ def test_same_seed_identical_different_seed_differs(tmp_path):
 
 
 def test_v2_same_seed_identical(tmp_path):
-    generate_archive(tmp_path / "a", 12, layout="v2", seed=5)
-    generate_archive(tmp_path / "b", 12, layout="v2", seed=5, workers=3)
+    generate_archive(tmp_path / "a", ArchiveSpec(12, layout="v2", seed=5))
+    generate_archive(tmp_path / "b", ArchiveSpec(12, layout="v2", seed=5, workers=3))
     assert _all_files(tmp_path / "a") == _all_files(tmp_path / "b")
 
 
@@ -382,7 +387,7 @@ def test_cli_refuses_non_empty_out_unless_overwrite(tmp_path, reported_errors):
 
 def test_empty_out_dir_is_fine_and_file_is_not(tmp_path):
     (tmp_path / "empty").mkdir()
-    assert len(generate_archive(tmp_path / "empty", 1)) == 1
+    assert len(generate_archive(tmp_path / "empty", ArchiveSpec(1))) == 1
     (tmp_path / "file").write_text("x")
     assert main([str(tmp_path / "file"), "--patches", "1"]) == 2
 
@@ -393,18 +398,18 @@ def test_failed_run_leaves_no_out(tmp_path, monkeypatch):
 
     monkeypatch.setattr(synthetic, "write_jobs", boom)
     with pytest.raises(RuntimeError):
-        generate_archive(tmp_path / "out", 3)
+        generate_archive(tmp_path / "out", ArchiveSpec(3))
     assert list(tmp_path.iterdir()) == []
 
 
 def test_api_validates_arguments(tmp_path):
     for kwargs in (
-        {"num_patches": 0},
-        {"num_patches": 2, "layout": "v9"},
-        {"num_patches": 2, "seed": -1},
+        {"patches": 0},
+        {"patches": 2, "layout": "v9"},
+        {"patches": 2, "seed": -1},
     ):
         with pytest.raises(ValueError):
-            generate_archive(tmp_path / "x", **kwargs)
+            generate_archive(tmp_path / "x", ArchiveSpec(**kwargs))
     assert not (tmp_path / "x").exists()
 
 

@@ -29,11 +29,11 @@ pytestmark = pytest.mark.xdist_group("band-configs")
 @pytest.fixture(scope="module")
 def config_shards(tmp_path_factory) -> dict[str, Path]:
     """A v1 archive with Sentinel-1, preprocessed in the configurations all, s2-10 and s2."""
-    from bigearthnet.synthetic.archive import generate_archive
+    from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     root = tmp_path_factory.mktemp("configs")
     archive = root / "v1"
-    generate_archive(archive, 240, layout="v1", seed=7, s1=True)
+    generate_archive(archive, ArchiveSpec(240, layout="v1", seed=7, s1=True))
     shards = {}
     for config in ("all", "s2-10", "s2"):
         out = root / config

@@ -24,7 +24,8 @@ from rasterio.crs import CRS
 from rasterio.transform import Affine
 from rasterio.warp import Resampling, reproject, transform_bounds, transform_geom
 
-from bigearthnet.core.errors import InputError
+from bigearthnet.core.errors import ConfigError, InputError
+from bigearthnet.formats.region_folder import GridRecord, cell_centres
 
 DEFAULT_CRS = "EPSG:3035"
 DEFAULT_CELL_M = 600.0
@@ -128,10 +129,13 @@ class RegionGrid:
     def centres(self, window: GridWindow | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(height, width) x and y of every cell's centre, of the grid or of ``window``."""
         window = window or GridWindow(0, 0, self.height, self.width)
-        cols = self.transform.c + (window.col + np.arange(window.width) + 0.5) * self.cell
-        rows = self.transform.f - (window.row + np.arange(window.height) + 0.5) * self.cell
-        xs, ys = np.meshgrid(cols, rows)
-        return xs, ys
+        return cell_centres(list(self.transform), window.row, window.col, window.height,
+                            window.width)  # fmt: skip
+
+    def record(self) -> GridRecord:
+        """The grid as ``consistency.json`` records it."""
+        transform = tuple(float(v) for v in list(self.transform)[:6])
+        return GridRecord(self.crs, self.cell, self.width, self.height, transform)
 
 
 @dataclass(frozen=True)
@@ -222,11 +226,21 @@ def _bounds_in(footprint: Footprint, crs: str) -> tuple[float, float, float, flo
     return transform_bounds(footprint.crs, crs, *footprint.bounds, densify_pts=21)
 
 
+def projected_crs(text: str) -> str:
+    """--crs: a CRS that rasterio knows and that is projected (a grid in metres);
+    ConfigError otherwise."""
+    _checked_crs(text)
+    return text
+
+
 def _checked_crs(crs: str) -> CRS:
     try:
         parsed = CRS.from_user_input(crs)
-    except Exception as err:
-        raise InputError(f"--crs {crs!r}: not a coordinate reference system ({err})") from None
+    except Exception:
+        raise ConfigError(f"--crs {crs}: not a CRS (e.g. EPSG:3035)") from None
     if not parsed.is_projected:
-        raise InputError(f"--crs {crs}: not a projected CRS in metres (cells are metres)")
+        raise ConfigError(
+            f"--crs {crs}: geographic (degrees); the grid needs a projected CRS in metres, "
+            "e.g. EPSG:3035 (Europe) or a UTM zone"
+        )
     return parsed

@@ -13,53 +13,33 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from bigearthnet.core import distributed
-from bigearthnet.core.errors import InputError
+from bigearthnet.core.errors import (
+    InputError,
+)
 from bigearthnet.formats import region_folder
 from bigearthnet.formats.class_map import check_complete
+from bigearthnet.formats.region_folder import ConsistencyRecord, SkippedScene
 from bigearthnet.maps.region.grid import Footprint, RegionGrid
+from bigearthnet.maps.region.options import RegionOptions
 from bigearthnet.maps.region.periods import Acquisition, duplicates, group_by_period
 from bigearthnet.maps.region.products import SceneMap, build_products, memory_needed
-from bigearthnet.maps.region.series import DEFAULT_PERSISTENCE
 
 log = distributed.log
 
 
-@dataclass(frozen=True)
-class RegionOptions:
-    out: Path
-    run_dir: str | None = None
-    model_dir: str | None = None
-    checkpoint: str = "best"
-    stats_from: str | None = None
-    period: str = "month"
-    crs: str = "EPSG:3035"
-    cell: float = 600.0
-    stride: int = 60
-    mask_clouds: bool = True
-    persistence: float = DEFAULT_PERSISTENCE
-    batch_size: int = 64
-    progress: bool = True
-    scenes_only: bool = False  # map the scenes and stop (a Slurm array task)
-    # A scene this many days from every other is a date typo, not part of the series.
-    max_gap_days: int = 730
-
-
-def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> dict | None:
+def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> ConsistencyRecord | None:
     """Collective: map the scenes, then rank 0 builds the products; rank 0 returns the
     consistency record (None on other ranks, and with ``scenes_only``)."""
-    from bigearthnet.inference.predictor import open_predictor
     from bigearthnet.maps.scene import map_scene, scene_map_tags
 
     region_folder.claim(opts.out)
     wanted, skipped = _usable(acquisitions, opts.max_gap_days)
-    predictor = open_predictor(run_dir=opts.run_dir, model_dir=opts.model_dir,
-                               checkpoint=opts.checkpoint, stats_from=opts.stats_from)  # fmt: skip
+    predictor = opts.model.open()
     _check_extent(wanted, opts, predictor)
     mapped: list[SceneMap] = []
     for acq in wanted:
@@ -75,12 +55,10 @@ def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> dict | N
         if stale:
             log.warning("remapping %s: %s", scene_map.path, stale)
         try:
-            map_scene(Path(acq.path), out=scene_map.path, stride=opts.stride,
-                      resampling=None, batch_size=opts.batch_size, progress=opts.progress,
-                      mask_clouds=opts.mask_clouds, predictor=predictor)  # fmt: skip
+            map_scene(Path(acq.path), scene_map.path, opts.scene_map, predictor)
         except InputError as err:
             log.warning("skipped %s: %s", acq.path, err)
-            skipped.append({"path": acq.path, "reason": str(err)})
+            skipped.append(SkippedScene(acq.path, str(err)))
             continue
         mapped.append(scene_map)
     if not mapped:
@@ -153,22 +131,20 @@ def _check_extent(wanted: list[Acquisition], opts: RegionOptions, predictor) -> 
 
 def _usable(
     acquisitions: list[Acquisition], max_gap_days: int
-) -> tuple[list[Acquisition], list[dict]]:
+) -> tuple[list[Acquisition], list[SkippedScene]]:
     """The scenes to map, and the skipped ones with their reasons."""
     skipped = []
     second = {id(b) for _, b in duplicates(acquisitions)}
     for first, other in duplicates(acquisitions):
-        skipped.append({"path": other.path,
-                        "reason": f"a second scene of tile {other.tile} on {other.date} "
-                                  f"(the first: {first.path})"})  # fmt: skip
+        why = f"a second scene of tile {other.tile} on {other.date} (the first: {first.path})"
+        skipped.append(SkippedScene(other.path, why))
     kept = [a for a in acquisitions if id(a) not in second]
     far = {id(a) for a in kept if _gap_days(a, kept) > max_gap_days}
     for acq in (a for a in kept if id(a) in far):
-        skipped.append({"path": acq.path,
-                        "reason": f"dated {acq.date}, over {max_gap_days} days from every "
-                                  "other scene (--max-gap-days)"})  # fmt: skip
+        why = f"dated {acq.date}, over {max_gap_days} days from every other (--max-gap-days)"
+        skipped.append(SkippedScene(acq.path, why))
     for entry in skipped:
-        log.warning("skipped %s: %s", entry["path"], entry["reason"])
+        log.warning("skipped %s: %s", entry.path, entry.reason)
     return [a for a in kept if id(a) not in far], skipped
 
 

@@ -39,7 +39,13 @@ from bigearthnet.formats.class_map import (
     scaled,
     unscaled,
 )
-from bigearthnet.formats.region_folder import CONSISTENT, PERIODS
+from bigearthnet.formats.region_folder import (
+    CONSISTENT,
+    PERIODS,
+    ConsistencyRecord,
+    SceneEntry,
+    SkippedScene,
+)
 from bigearthnet.maps.region import series
 from bigearthnet.maps.region.catalog import write_collection
 from bigearthnet.maps.region.grid import (
@@ -208,8 +214,8 @@ def build_products(
     cell: float,
     persistence: float,
     tags: dict,
-    skipped: list[dict],
-) -> dict:
+    skipped: list[SkippedScene],
+) -> ConsistencyRecord:
     """Every product of the series, built aside and swapped into ``out`` once complete
     (:func:`~bigearthnet.formats.region_folder.publish`); returns the consistency record."""
     staged = region_folder.staging(out)
@@ -243,32 +249,22 @@ def build_products(
     write_csv(staged / "transitions.csv",
               ("from_period", "to_period", "from_class", "to_class", "cells", "km2"),
               transition_rows(smooth, labels_of, classes, areas))  # fmt: skip
-    record = {
-        "periods": labels_of,
-        "period": period,
-        "grid": {
-            "crs": grid.crs,
-            "cell_m": grid.cell,
-            "width": grid.width,
-            "height": grid.height,
-            "transform": list(grid.transform)[:6],
-        },  # fmt: skip
-        "persistence": persistence,
-        "scenes": [
-            {
-                "path": s.acquisition.path,
-                "tile": s.acquisition.tile,
-                "date": s.acquisition.date.isoformat(),
-            }
+    record = ConsistencyRecord(
+        periods=tuple(labels_of),
+        period=period,
+        grid=grid.record(),
+        persistence=persistence,
+        scenes=tuple(
+            SceneEntry(s.acquisition.path, s.acquisition.tile, s.acquisition.date.isoformat())
             for s in scenes
-        ],  # fmt: skip
-        "skipped": skipped,
-        "cells_observed": {label: int(observed[t].sum()) for t, label in enumerate(labels_of)},
-        "flicker_rate": {"raw": raw_c.flicker_rate, "consistent": smooth_c.flicker_rate},
-        "lasting_changes": int((smooth_c.first_lasting >= 0).sum()),
-        "cells_ever_observed": int(ever.sum()),
-        "observed_km2": float(areas[ever].sum(dtype=np.float64)),
-    }
+        ),
+        skipped=tuple(skipped),
+        cells_observed={label: int(observed[t].sum()) for t, label in enumerate(labels_of)},
+        flicker_rate={"raw": raw_c.flicker_rate, "consistent": smooth_c.flicker_rate},
+        lasting_changes=int((smooth_c.first_lasting >= 0).sum()),
+        cells_ever_observed=int(ever.sum()),
+        observed_km2=float(areas[ever].sum(dtype=np.float64)),
+    )
     provenance = {k: v for k, v in tags.items() if k in ("model", "run_dir", "checkpoint")}
     write_collection(staged, grid, labels_of, classes, provenance)
     region_folder.publish(out, staged, record)

@@ -1,0 +1,47 @@
+"""``evaluate.py``'s options, declared once and free of TensorFlow (``--help`` and option
+errors answer at once): :class:`EvalOptions`, which :func:`~bigearthnet.evaluation.evaluate.
+evaluate_run` takes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bigearthnet.core import constants
+from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.errors import require_open_fraction, require_positive_int
+from bigearthnet.inference.predictor import STATS_FROM_HELP
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """Which checkpoint of which run is scored on which split, and where the report goes;
+    ``data``, ``threshold`` and ``batch_size`` default to the run's config.yaml."""
+
+    run_dir: Path = option(help="run folder made by train.py", metavar="RUN")
+    data: Path | None = option(
+        None, "folder with the shards and manifest.json (default: data of RUN/config.yaml)",
+        metavar="DIR",
+    )  # fmt: skip
+    split: str = option("test", "split to score", choices=constants.SPLITS)
+    checkpoint: str = option(
+        "best", "best, latest, or PATH of a checkpoint folder / ckpt prefix",
+        metavar="best|latest|PATH",
+    )  # fmt: skip
+    out: Path | None = option(None, "report folder (default: RUN/eval-<split>/)", metavar="DIR")
+    threshold: float | None = option(
+        None, "score threshold inside (0, 1) for F1, precision, recall (default: the "
+        "threshold of RUN/config.yaml)", check=require_open_fraction, metavar="T",
+    )  # fmt: skip
+    batch_size: int | None = option(
+        None, "batch size per rank (default: that of RUN/config.yaml)",
+        check=require_positive_int, metavar="N",
+    )  # fmt: skip
+    tune_thresholds: bool = option(
+        False, "choose one threshold per class on the val split (best F1) and report the "
+        "split with them; saved as OUT/thresholds.json",
+    )  # fmt: skip
+    stats_from: Path | None = option(None, STATS_FROM_HELP, metavar="SHARDS")
+
+    def __post_init__(self) -> None:
+        check_fields(self)

@@ -1,0 +1,70 @@
+"""``bigearthnet-export``'s options, declared once and free of TensorFlow (``--help`` and
+option errors answer at once): :class:`ExportOptions`, which
+:func:`~bigearthnet.export.bundle.export_run` takes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.errors import ConfigError
+from bigearthnet.export.stac import MODEL_NAME_PATTERN
+from bigearthnet.inference.predictor import STATS_FROM_HELP
+
+FORMATS = ("savedmodel", "onnx")
+
+
+def parse_formats(text: str) -> tuple[str, ...]:
+    """``savedmodel,onnx`` -> the formats, in the order given; ConfigError on an unknown one."""
+    names = tuple(dict.fromkeys(n.strip().lower() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in FORMATS]
+    if unknown or not names:
+        raise ConfigError(  # argparse names the flag
+            f"unknown format {','.join(unknown) or repr(text)}; choose from {','.join(FORMATS)}"
+        )
+    return names
+
+
+def model_name(flag: str, name: str) -> str:
+    """``name`` if it fits the MLM name pattern (the STAC item's id too), else ConfigError."""
+    if not re.fullmatch(MODEL_NAME_PATTERN, name):
+        raise ConfigError(
+            f"{flag} {name!r}: a model name starts with a letter, ends with a letter or digit "
+            "and holds only letters, digits, '_', '.', '-' and spaces"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """Which checkpoint of which run is exported, as what, and where."""
+
+    run_dir: Path = option(help="run folder made by train.py", positional=True, metavar="RUN")
+    out: Path = option(help="the export folder", metavar="DIR")
+    checkpoint: str = option(
+        "best", "best, latest, or PATH of a checkpoint folder / ckpt prefix",
+        metavar="best|latest|PATH",
+    )  # fmt: skip
+    formats: tuple[str, ...] = option(
+        FORMATS, "model files to write, comma-separated: savedmodel, onnx (the SavedModel is "
+        "what bigearthnet-map --model reads)", parse=parse_formats, flag="--format",
+        metavar="LIST",
+    )  # fmt: skip
+    eval_dir: Path | None = option(
+        None, "the evaluate.py output whose metrics go into the card; it must have evaluated "
+        "the exported checkpoint (default: RUN/eval-test, when it did)", metavar="DIR",
+    )  # fmt: skip
+    name: str | None = option(
+        None, "the model's name in the card and the STAC item (default: "
+        "bigearthnet-MODEL-Cc-RUNNAME-eEPOCH)", check=model_name,
+    )  # fmt: skip
+    force: bool = option(False, "replace an existing, non-empty DIR")
+    stats_from: Path | None = option(None, STATS_FROM_HELP, metavar="SHARDS")
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        unknown = [f for f in self.formats if f not in FORMATS]
+        if unknown or not self.formats:
+            raise ConfigError(f"--format {','.join(self.formats)}: choose from {','.join(FORMATS)}")

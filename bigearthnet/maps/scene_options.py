@@ -1,0 +1,55 @@
+"""How a scene is mapped, declared once and free of TensorFlow (``--help`` answers at once):
+the window stride of the scene maps and :class:`SceneMapOptions`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bigearthnet.core import constants
+from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.errors import require_positive_int
+from bigearthnet.maps.scene_input import WINDOW, band_list, parse_bbox
+from bigearthnet.preprocessing.resample import METHODS
+
+# Window steps that tile a 120 px window exactly and stay on the 60 m grid: the cell sizes.
+STRIDES = tuple(s for s in range(6, WINDOW + 1, 6) if WINDOW % s == 0)
+
+
+@dataclass(frozen=True)
+class SceneMapOptions:
+    """How a scene is mapped: ``bigearthnet-map scene``'s map options, declared once (the
+    region command sets its own stride, batch and cloud masking through the same object)."""
+
+    stride: int = option(
+        60, "window step in 10 m px, the map's cell size (60 = 600 m; 12 = 120 m for a fine "
+        "map)", choices=STRIDES, metavar="PX",
+    )  # fmt: skip
+    resampling: str | None = option(
+        None, "upsampling of the 20/60 m bands (default: the run's training data's)",
+        choices=METHODS,
+    )  # fmt: skip
+    batch_size: int = option(64, "windows per model call", check=require_positive_int,
+                             metavar="N")  # fmt: skip
+    progress: bool = option(True, "a progress bar")
+    bbox: tuple[float, float, float, float] | None = option(
+        None, "map only this box, in the scene's CRS (widened to the 60 m grid)",
+        parse=parse_bbox, metavar="MINX,MINY,MAXX,MAXY",
+    )  # fmt: skip
+    band_order: tuple[str, ...] | None = option(
+        None, "with a multi-band GeoTIFF: the band name of each of its bands in order ('-' "
+        "for a band to ignore); default: the bands' descriptions, else the 12 BigEarthNet "
+        "bands in canonical order (B01,B02,B03,B04,B05,B06,B07,B08,B8A,B09,B11,B12)",
+        parse=band_list, metavar="B01,B02,...",
+    )  # fmt: skip
+    mask_clouds: bool = option(
+        False, "nodata where the L2A scene classification (SCL band, *_SCL_20m.jp2 or "
+        "*SCL*.tif) marks cloud shadow, cloud, thin cirrus or snow (cells more than half "
+        "masked)",
+    )  # fmt: skip
+    labels: int | None = option(
+        None, "the class set the map must have: refused (exit 2) if the model predicts "
+        "another (default: the model's)", choices=tuple(constants.CLASS_SETS),
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        check_fields(self)
