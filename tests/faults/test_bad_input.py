@@ -302,7 +302,7 @@ def test_a_header_only_band_is_named(run, tmp_path, reported_errors, bad_input_r
 
 
 def test_the_documented_strides_are_accepted() -> None:
-    from bigearthnet.maps.windows import STRIDES
+    from bigearthnet.maps.scene_options import STRIDES
 
     docs = (REPO / "docs" / "maps.md").read_text()
     assert ", ".join(map(str, STRIDES[:-1])) + f" or {STRIDES[-1]}" in docs
