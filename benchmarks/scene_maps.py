@@ -47,7 +47,9 @@ def scene(work: Path, size: int, layout: str) -> Path:
     """The benchmark scene, written once per work folder."""
     from bigearthnet.synthetic.scene import SceneTruth, write_scene
 
-    out = work / f"p9-scene-{size}-{layout}" / ("S2B_MSIL2A_P9.SAFE" if layout == "safe" else "b")
+    # "-r1": written with its bands' scale/offset (maps/radiometry.py); older copies lack them.
+    folder = work / f"p9-scene-{size}-{layout}-r1"
+    out = folder / ("S2B_MSIL2A_P9.SAFE" if layout == "safe" else "b")
     if not out.parent.is_dir():
         blocks = max(1, size // 240)
         classes = tuple(tuple((3 * i + j) % 19 for j in range(blocks)) for i in range(blocks))

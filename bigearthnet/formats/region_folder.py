@@ -93,6 +93,7 @@ class SceneEntry:
     path: str
     tile: str
     date: str  # ISO
+    radiometry: str = ""  # the reflectance offset applied, and the evidence for it
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,13 @@ log = distributed.log
 
 
 def scene_map_tags(
-    scene_dir: Path, predictor: Predictor, *, stride: int, resampling: str, mask_clouds: bool
+    scene_dir: Path,
+    predictor: Predictor,
+    *,
+    stride: int,
+    resampling: str,
+    mask_clouds: bool,
+    radiometry: str,
 ) -> dict[str, str]:
     """What made a scene map, as its tags: the scene (resolved path, and a digest of its
     files' sizes and mtimes), the model (its provenance with the weights' digest, its
@@ -38,6 +44,7 @@ def scene_map_tags(
         "stride_px": str(stride),
         "resampling": resampling,
         "clouds_masked": str(mask_clouds),
+        "radiometry": radiometry,  # the reflectance offset applied, and why
     }
 
 
@@ -63,12 +70,13 @@ def map_scene(scene_dir: Path, out: Path, opts: SceneMapOptions, loaded: Predict
             "scene maps read Sentinel-2 scenes only (a Sentinel-1 scene map is out of scope)"
         )
     scene = Scene(Path(scene_dir), bbox=opts.bbox, band_order=opts.band_order,
-                  mask_clouds=mask_clouds, bands=bands)  # fmt: skip
+                  mask_clouds=mask_clouds, bands=bands, boa_offset=opts.boa_offset)  # fmt: skip
     times = StageTimes()
     method = opts.resampling or loaded.resampling  # as the model's training data was
     tags = scene_map_tags(
-        scene_dir, loaded, stride=stride, resampling=method, mask_clouds=mask_clouds
-    )
+        scene_dir, loaded, stride=stride, resampling=method, mask_clouds=mask_clouds,
+        radiometry=scene.radiometry.describe(),
+    )  # fmt: skip
     try:
         rows = window_origins(scene.height, stride)[distributed.rank() :: distributed.size()]
         total = len(rows) * len(window_origins(scene.width, stride))

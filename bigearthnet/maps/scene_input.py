@@ -7,14 +7,14 @@ Inputs (:func:`find_bands`):
   (``*.SAFE/GRANULE/*/IMG_DATA/R10m|R20m|R60m/*_B02_10m.jp2`` ..., JPEG 2000 read through
   rasterio/GDAL), each band at its native resolution;
 - a folder of single-band GeoTIFFs named by band (``*B02*.tif`` ..., native resolutions);
-- one multi-band GeoTIFF at 10 m whose bands are named by ``band_order`` (or by the band
-  descriptions, or are the 12 BigEarthNet bands in :data:`constants.BANDS` order).
+- one multi-band GeoTIFF at 10 m whose bands are named by ``band_order`` or by the band
+  descriptions (``B02`` or Earth Engine's ``B2``), never taken in an assumed order.
 
-Products of processing baseline 04.00 and later store reflectance + 1000 and say so with
-``BOA_ADD_OFFSET`` (-1000) in ``MTD_MSIL2A.xml``; it is applied, so values match the
-archive's. Pixels without data are 0 in B02 (L2A fills nodata with 0 in every band); with
-``mask_clouds`` the scene classification band (SCL, 20 m) also removes cloud shadows,
-clouds, cirrus and snow (:data:`SCL_MASKED`).
+Each band's reflectance offset is decided from the scene's metadata by
+:mod:`bigearthnet.maps.radiometry` and applied, so values match the archive's. Pixels without
+data are 0 in B02 (L2A fills nodata with 0 in every band); with ``mask_clouds`` the scene
+classification band (SCL, 20 m) also removes cloud shadows, clouds, cirrus and snow
+(:data:`SCL_MASKED`).
 
 A ``bbox`` (scene CRS) is widened to the 60 m grid, so every band's window starts on a
 whole native pixel and a window there is read exactly as over the whole scene.
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import re
-import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,13 +33,11 @@ import numpy as np
 from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import first_line
+from bigearthnet.maps.radiometry import Radiometry, decide
 
 WINDOW = constants.PATCH_SIZE  # 120 px at 10 m
 BAND_FACTOR = {b: constants.BAND_RESOLUTION_M[b] // 10 for b in constants.BANDS}
 COARSEST = max(BAND_FACTOR.values())  # 6: the 60 m grid every window origin sits on
-# The L2A product metadata numbers its bands 0..12 in this order (B10 has no L2A image).
-PRODUCT_BAND_IDS = ("B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09",
-                    "B10", "B11", "B12")  # fmt: skip
 # Scene classification (L2A SCL) values that hide the land cover.
 SCL_MASKED = {3: "cloud shadow", 8: "cloud, medium probability", 9: "cloud, high probability",
               10: "thin cirrus", 11: "snow or ice"}  # fmt: skip
@@ -116,8 +113,8 @@ def _band_file(scene: Path, jp2: list[Path], band: str, res: int) -> Path | None
 def _stacked_bands(
     file: Path, band_order: Sequence[str] | None, bands: tuple[str, ...]
 ) -> dict[str, BandSource]:
-    """One multi-band GeoTIFF: bands named by ``band_order``, else by their descriptions,
-    else the 12 BigEarthNet bands in canonical order."""
+    """One multi-band GeoTIFF: bands named by ``band_order``, else by their descriptions
+    (``B02`` or Earth Engine's ``B2``); never in an assumed order."""
     import rasterio
 
     try:
@@ -126,11 +123,14 @@ def _stacked_bands(
     except rasterio.errors.RasterioIOError as err:
         raise SceneError(f"{file}: cannot read ({err})") from None
     if band_order:
-        names = list(band_order)
-    elif all(d in constants.BANDS for d in descriptions):
-        names = list(descriptions)
+        names = [band_name(name) for name in band_order]
+    elif all(descriptions):
+        names = [band_name(d) for d in descriptions]
     else:
-        names = list(constants.BANDS)
+        raise SceneError(
+            f"{file}: its bands are not named (no band descriptions): give --band-order "
+            "B01,B02,... ('-' for a band to ignore)"
+        )
     if len(names) != count:
         raise SceneError(f"{file}: {count} bands, but the band order names {len(names)}")
     unknown = [n for n in names if n not in constants.BANDS and n != "-"]
@@ -142,6 +142,16 @@ def _stacked_bands(
     if not np.allclose(res, (10.0, 10.0)):
         raise SceneError(f"{file}: {res[0]:g} x {res[1]:g} pixels; a band stack must be at 10 m")
     return {name: BandSource(file, i + 1, 1) for i, name in enumerate(names) if name in bands}
+
+
+def band_name(name: str) -> str:
+    """A band's name as this project writes it: Earth Engine's ``B2`` is ``B02``; ``-`` (a
+    band to ignore) and unknown names stay as they are (and are refused by name)."""
+    match = re.fullmatch(r"B0?(\d{1,2})(A?)", name.strip(), re.IGNORECASE)
+    if match is None:
+        return name.strip()
+    number, narrow = int(match.group(1)), match.group(2).upper()
+    return f"B{number}A" if narrow else f"B{number:02d}"
 
 
 def require_l2a(scene: Path) -> None:
@@ -156,21 +166,11 @@ def require_l2a(scene: Path) -> None:
         )
 
 
-def boa_offsets(scene: Path) -> dict[str, int]:
-    """Band -> BOA_ADD_OFFSET of the product (baseline >= 04.00), else {} (no offset)."""
-    metadata = next(iter(sorted(scene.glob("MTD_MSIL2A.xml"))), None) if scene.is_dir() else None
-    if metadata is None:
-        return {}
-    try:
-        root = ET.parse(metadata).getroot()
-    except ET.ParseError as err:
-        raise SceneError(f"{metadata}: unreadable product metadata ({err})") from None
-    offsets = {}
-    for element in root.iter("BOA_ADD_OFFSET"):
-        band_id = int(element.get("band_id", "-1"))
-        if 0 <= band_id < len(PRODUCT_BAND_IDS):
-            offsets[PRODUCT_BAND_IDS[band_id]] = int(float(element.text or 0))
-    return offsets
+def radiometry_of(
+    scene: Path, sources: dict[str, BandSource], boa_offset: int | None
+) -> Radiometry:
+    """The offset of each band of ``sources`` (:mod:`bigearthnet.maps.radiometry`)."""
+    return decide(scene, {band: (s.file, s.index) for band, s in sources.items()}, boa_offset)
 
 
 def band_list(text: str) -> tuple[str, ...]:
@@ -201,6 +201,7 @@ class Scene:
         band_order: Sequence[str] | None = None,
         mask_clouds: bool = False,
         bands: tuple[str, ...] = constants.BANDS,
+        boa_offset: int | None = None,
     ) -> None:
         import rasterio
         from rasterio.transform import Affine
@@ -209,7 +210,6 @@ class Scene:
         self.bands = bands
         require_l2a(path)
         self.sources = find_bands(path, band_order=band_order, bands=bands)
-        self.offsets = boa_offsets(path)
         self.scl = find_scl(path) if mask_clouds else None
         if mask_clouds and self.scl is None:
             raise SceneError(f"{path}: --mask-clouds needs the scene classification band (SCL)")
@@ -223,6 +223,12 @@ class Scene:
                 raise SceneError(f"{file}: cannot read this band ({first_line(err)})") from None
         reference = self._open[self.sources["B02"].file]
         self._check_grids(reference)
+        try:  # once every band file has opened: a damaged one is named as such first
+            self.radiometry = radiometry_of(path, self.sources, boa_offset)
+        except InputError:
+            self.close()
+            raise
+        self.offsets = self.radiometry.offsets
         self.crs = reference.crs
         self.row0, self.col0, self.height, self.width = self._area(bbox, reference)
         self.transform = reference.transform @ Affine.translation(self.col0, self.row0)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import require_positive_int
+from bigearthnet.maps.radiometry import OFFSET_CHOICES
 from bigearthnet.maps.scene_input import WINDOW, band_list, parse_bbox
 from bigearthnet.preprocessing.resample import METHODS
 
@@ -49,6 +50,12 @@ class SceneMapOptions:
     labels: int | None = option(
         None, "the class set the map must have: refused (exit 2) if the model predicts "
         "another (default: the model's)", choices=tuple(constants.CLASS_SETS),
+    )  # fmt: skip
+
+    boa_offset: int | None = option(
+        None, "DN to add to every band where the scene's metadata does not say (0: stored as "
+        "10,000 x reflectance; -1000: baseline 04.00 on, +1,000); refused where it does and "
+        "disagrees", choices=OFFSET_CHOICES, metavar="0|-1000",
     )  # fmt: skip
 
     def __post_init__(self) -> None:

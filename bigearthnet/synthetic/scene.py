@@ -25,6 +25,7 @@ import numpy as np
 from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import require_non_negative_int, require_positive_int
+from bigearthnet.maps.radiometry import REFLECTANCE_SCALE
 from bigearthnet.synthetic.render import class_signatures
 
 EPSG = 32633
@@ -200,6 +201,8 @@ def write_bands(
         folder.mkdir(parents=True, exist_ok=True)
         profile = _profile(size, factor, driver, image.dtype.name, epsg, origin)
         with rasterio.open(path, "w", **profile) as dst:
+            if layout != "safe" and band != "SCL":  # what the values are: offset-free DN
+                dst.scales, dst.offsets = (REFLECTANCE_SCALE,), (0.0,)
             dst.write(image, 1)
         files[band] = path
     if layout == "safe":
@@ -217,6 +220,8 @@ def write_stack(out: Path, truth: SceneTruth, bands: dict[str, np.ndarray]) -> d
             factor = constants.BAND_RESOLUTION_M[band] // 10
             dst.write(bands[band].repeat(factor, axis=0).repeat(factor, axis=1), index)
             dst.set_band_description(index, band)
+        dst.scales = (REFLECTANCE_SCALE,) * dst.count  # offset-free DN
+        dst.offsets = (0.0,) * dst.count
     return {band: out for band in constants.BANDS}
 
 

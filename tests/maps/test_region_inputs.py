@@ -70,6 +70,8 @@ def test_scenes_whose_folders_share_a_name_get_a_map_each(
     assert len(maps) == len(rows) - 1 == SPEC.tiles * SPEC.dates
     record = json.loads((out / region_folder.CONSISTENCY).read_text())
     assert len(record["scenes"]) == len(maps) and len(record["periods"]) == SPEC.dates
+    # Each scene's reflectance offset, and the evidence, in the scene table.
+    assert {s["radiometry"] for s in record["scenes"]} == {"DN +0 (scale/offset of the bands)"}
     bad_input_row("scene folders DATE/TILE sharing names, a CSV with a BOM",
                   "bigearthnet-map region --scenes-csv", code,
                   "a map per scene, each period its own dates")  # fmt: skip
@@ -306,3 +308,25 @@ def test_a_scene_far_from_the_others_is_kept_when_the_gap_allows_it(
     bad_input_row("a scene 3 years after the others, then `--max-gap-days 1200`",
                   "bigearthnet-map region", code,
                   "skipped naming --max-gap-days; kept with it")  # fmt: skip
+
+
+def test_a_scene_whose_offset_is_undecidable_is_refused_before_mapping(
+    region, trained_run, tmp_path, reported_errors, bad_input_row
+) -> None:
+    """R03 in a region: band GeoTIFFs without scale/offset (cut out of a product) among
+    the region's scenes: exit 2 naming the scene and --boa-offset, no scene mapped."""
+    import rasterio
+
+    scenes = _scenes(region)
+    untagged = tmp_path / Path(scenes[0]).name
+    shutil.copytree(scenes[0], untagged)
+    for band in untagged.glob("B*.tif"):
+        with rasterio.open(band, "r+") as dst:
+            dst.scales, dst.offsets = (1.0,), (0.0,)
+    out = tmp_path / "out"
+    code = _region(out, trained_run, *scenes[1:], str(untagged))
+    assert code == 2 and not list(out.glob(f"{region_folder.SCENES}/*.tif"))
+    line = reported_errors()[-1]
+    assert str(untagged) in line and "--boa-offset" in line, line
+    bad_input_row("a scene of band GeoTIFFs without scale/offset", "bigearthnet-map region",
+                  code, "refused before mapping, naming the scene and --boa-offset")  # fmt: skip

@@ -100,7 +100,9 @@ def test_safe_offset_gives_the_values_of_the_band_geotiffs(tmp_path):
     write_scene(tmp_path / "bands", TRUTH, seed=2, layout="tif")
     write_scene(tmp_path / "x.SAFE", TRUTH, seed=2, layout="safe")
     plain, safe = Scene(tmp_path / "bands"), Scene(tmp_path / "x.SAFE")
-    assert safe.offsets["B02"] == -1000 and not plain.offsets
+    assert safe.offsets["B02"] == -1000 and set(plain.offsets.values()) == {0}
+    assert "MTD_MSIL2A.xml" in safe.radiometry.evidence
+    assert plain.radiometry.evidence == "scale/offset of the bands"
     first = [dict(strip_windows(s, 120, 60, "bilinear")) for s in (plain, safe)]
     assert first[0].keys() == first[1].keys() and len(first[0]) > 5
     for col in first[0]:
@@ -120,7 +122,9 @@ def test_a_real_patch_as_a_scene_gives_its_shard_image(real_v1, tmp_path):
                 images[name] = image
     assert len(images) >= 5
     for name, image in images.items():
-        windows = dict(strip_windows(Scene(real_v1 / name), 0, 60, manifest.resampling))
+        # BigEarthNet's DN are offset-free by definition; the files do not say so.
+        patch = Scene(real_v1 / name, boa_offset=0)
+        windows = dict(strip_windows(patch, 0, 60, manifest.resampling))
         np.testing.assert_array_equal(windows[0], image)
 
 
@@ -293,3 +297,78 @@ def test_bad_change_input_is_one_line_exit_2(scene_model, tmp_path, reported_err
     assert "B02.tif: not a map of bigearthnet-map scene" in second
     assert "--min-prob: must be in (0, 1]" in third
     assert not out.exists()
+
+
+def _untagged_copy(scene: Path, out: Path) -> Path:
+    """``scene``'s bands as plain GeoTIFFs without scale/offset (what gdal_translate of a
+    product's JPEG 2000 gives): the files no longer say what their values are."""
+    out.mkdir()
+    for band in sorted(scene.rglob("*.jp2")) or sorted(scene.glob("*.tif")):
+        name = band.stem.split("_")[-2] if band.suffix == ".jp2" else band.stem
+        copy_dataset(band, out / f"{name}.tif", driver="GTiff")
+        if name != "SCL":
+            with rasterio.open(out / f"{name}.tif", "r+") as dst:
+                dst.scales, dst.offsets = (1.0,), (0.0,)
+    return out
+
+
+@pytest.mark.bad_input
+def test_band_geotiffs_converted_from_a_baseline_4_product_are_read_as_it_says(
+    scene_model, tmp_path, reported_errors, bad_input_row
+):
+    """R03: band GeoTIFFs converted from an N0400 SAFE product were read 1000 too bright.
+    Their files say nothing of the offset: refused, naming --boa-offset; a wrong value is
+    refused where the metadata says otherwise; with the right one, the SAFE product's map."""
+    safe = tmp_path / "S2B_MSIL2A_20200801T100559_N0400_R022_T33UXP_20200801T130116.SAFE"
+    write_scene(safe, TRUTH, seed=2, layout="safe")
+    converted = _untagged_copy(safe, tmp_path / "converted")
+    out = tmp_path / "converted.tif"
+    argv = ["scene", str(converted), "--run-dir", str(scene_model), "--out", str(out),
+            "--no-progress"]  # fmt: skip
+    code = map_main(argv)
+    assert code == 2 and not out.exists()
+    line = reported_errors()[-1]
+    assert str(converted) in line and "--boa-offset -1000" in line, line
+    assert map_main(["scene", str(safe), *argv[2:], "--boa-offset", "0"]) == 2
+    assert "--boa-offset 0 contradicts its metadata" in reported_errors()[-1]
+    fixed = map_scene(converted, scene_model, out, "--boa-offset", "-1000")
+    reference = map_scene(safe, scene_model, tmp_path / "safe.tif")
+    np.testing.assert_array_equal(fixed, reference)
+    with rasterio.open(out) as src:
+        assert src.tags()["radiometry"] == "DN -1000 (--boa-offset)"
+    bad_input_row("band GeoTIFFs converted from an N0400 product (no offset tags)",
+                  "bigearthnet-map scene", code,
+                  "refused naming --boa-offset; with -1000 the SAFE map")  # fmt: skip
+
+
+@pytest.mark.bad_input
+def test_a_stack_named_the_earth_engine_way_is_read_by_its_names(
+    scene_model, tmp_path, reported_errors, bad_input_row
+):
+    """R36: bands described B2, B8A, ... in another order were read in canonical order."""
+    stack = tmp_path / "stack.tif"
+    write_scene(stack, TRUTH, seed=1, layout="stack")
+    shuffled = tmp_path / "ee.tif"
+    with rasterio.open(stack) as src:
+        profile, names = src.profile, list(src.descriptions)
+        order = list(reversed(range(src.count)))
+        with rasterio.open(shuffled, "w", **profile) as dst:
+            for index, source in enumerate(order, start=1):
+                dst.write(src.read(source + 1), index)
+                dst.set_band_description(index, names[source].replace("B0", "B"))
+            dst.scales, dst.offsets = (1e-4,) * dst.count, (0.0,) * dst.count
+    reference = map_scene(stack, scene_model, tmp_path / "stack-map.tif")
+    np.testing.assert_array_equal(map_scene(shuffled, scene_model, tmp_path / "ee-map.tif"),
+                                  reference)  # fmt: skip
+    unnamed = tmp_path / "unnamed.tif"
+    with rasterio.open(stack) as src, rasterio.open(unnamed, "w", **src.profile) as dst:
+        dst.write(src.read())
+    out = tmp_path / "unnamed-map.tif"
+    argv = ["scene", str(unnamed), "--run-dir", str(scene_model), "--out", str(out)]
+    code = map_main([*argv, "--no-progress", "--boa-offset", "0"])
+    assert code == 2 and not out.exists()
+    assert "its bands are not named" in reported_errors()[-1]
+    bad_input_row("a band stack described B2, B8A, ... in reverse order", "bigearthnet-map scene",
+                  0, "read by its names: the canonical stack's map")  # fmt: skip
+    bad_input_row("a band stack without band descriptions", "bigearthnet-map scene", code,
+                  "refused: names --band-order, never an assumed order")  # fmt: skip

@@ -137,6 +137,7 @@ def test_scene_maps_read_the_model_s2_bands(
     with rasterio.open(ten_bands, "w", **profile) as dst:
         dst.write(ten)
         dst.descriptions = tuple(constants.S2_10_BANDS)
+        dst.scales, dst.offsets = (1e-4,) * len(keep), (0.0,) * len(keep)  # offset-free DN
     out = tmp_path / "map.tif"
     argv = ["scene", str(ten_bands), "--run-dir", str(config_runs["s2-10"]), "--out", str(out)]
     assert map_cli.main(argv) == 0

@@ -9,6 +9,7 @@ from pathlib import Path
 from bigearthnet.core.declare import check_fields, nested, option
 from bigearthnet.core.errors import require_open_fraction, require_positive, require_positive_int
 from bigearthnet.inference.predictor import ModelChoice
+from bigearthnet.maps.radiometry import OFFSET_CHOICES
 from bigearthnet.maps.region.grid import projected_crs
 from bigearthnet.maps.region.periods import PERIODS
 from bigearthnet.maps.region.series import DEFAULT_PERSISTENCE
@@ -47,6 +48,12 @@ class RegionOptions:
         "series)", check=require_positive_int, metavar="D",
     )  # fmt: skip
 
+    boa_offset: int | None = option(
+        None, "DN to add to every band of a scene whose metadata does not say (0: stored as "
+        "10,000 x reflectance; -1000: baseline 04.00 on); refused where it does and disagrees",
+        choices=OFFSET_CHOICES, metavar="0|-1000",
+    )  # fmt: skip
+
     def __post_init__(self) -> None:
         check_fields(self)
 
@@ -54,4 +61,5 @@ class RegionOptions:
     def scene_map(self) -> SceneMapOptions:
         """How each scene is mapped (resampling as the model's training data)."""
         return SceneMapOptions(stride=self.stride, batch_size=self.batch_size,
-                               progress=self.progress, mask_clouds=self.mask_clouds)  # fmt: skip
+                               progress=self.progress, mask_clouds=self.mask_clouds,
+                               boa_offset=self.boa_offset)  # fmt: skip

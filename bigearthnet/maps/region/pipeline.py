@@ -40,14 +40,14 @@ def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> Consiste
     region_folder.claim(opts.out)
     wanted, skipped = _usable(acquisitions, opts.max_gap_days)
     predictor = opts.model.open()
-    _check_extent(wanted, opts, predictor)
+    radiometry = _check_scenes(wanted, opts, predictor)
     mapped: list[SceneMap] = []
     for acq in wanted:
         path = region_folder.scene_map_path(opts.out, acq.path, acq.tile, acq.date)
         scene_map = SceneMap(acq, path)
         made_as = scene_map_tags(Path(acq.path), predictor, stride=opts.stride,
-                                 resampling=predictor.resampling,
-                                 mask_clouds=opts.mask_clouds)  # fmt: skip
+                                 resampling=predictor.resampling, mask_clouds=opts.mask_clouds,
+                                 radiometry=radiometry.get(acq.path, ""))  # fmt: skip
         stale = _stale(scene_map, made_as)
         if stale is None:
             mapped.append(scene_map)  # mapped by an earlier run: the map is written last
@@ -89,22 +89,32 @@ def _stale(scene_map: SceneMap, made_as: dict[str, str]) -> str | None:
     return f"made with another {', '.join(differ)} than this run's" if differ else None
 
 
-def _check_extent(wanted: list[Acquisition], opts: RegionOptions, predictor) -> None:
-    """Before the first scene is mapped: every scene inside the area of use of ``--crs``,
-    and a grid whose products fit in memory; else InputError naming the scene to look at
-    (a stray tile of another continent made a grid of 13,506 x 10,846 cells)."""
+def _check_scenes(wanted: list[Acquisition], opts: RegionOptions, predictor) -> dict[str, str]:
+    """Before the first scene is mapped: no L1C product, every scene's reflectance offset
+    decided (:mod:`bigearthnet.maps.radiometry`), every scene inside the area of use of
+    ``--crs``, and a grid whose products fit in memory; else InputError naming the scene to
+    look at (a stray tile of another continent made a grid of 13,506 x 10,846 cells).
+    Returns each readable scene's radiometry, in words."""
     import psutil
     from rasterio.transform import array_bounds
 
+    from bigearthnet.maps.radiometry import RadiometryError
     from bigearthnet.maps.scene_input import Scene, require_l2a
 
     footprints: dict[str, Footprint] = {}
+    radiometry: dict[str, str] = {}
     for acq in wanted:
-        require_l2a(Path(acq.path))  # R29: an L1C listed in a CSV was mapped as L2A
+        scene_dir = Path(acq.path)
+        require_l2a(scene_dir)  # R29: an L1C listed in a CSV was mapped as L2A
         try:
-            with Scene(Path(acq.path), bands=tuple(predictor.bands)) as scene:
+            with Scene(
+                scene_dir, bands=tuple(predictor.bands), boa_offset=opts.boa_offset
+            ) as scene:
+                radiometry[acq.path] = scene.radiometry.describe()
                 bounds = array_bounds(scene.height, scene.width, scene.transform)
                 footprints[acq.path] = Footprint(str(scene.crs), bounds)
+        except RadiometryError:
+            raise  # undecidable or contradicted: exit 2 naming it, before any is mapped
         except InputError:
             continue  # mapping it names what is wrong, and skips it
     for path, fp in footprints.items():
@@ -114,7 +124,7 @@ def _check_extent(wanted: list[Acquisition], opts: RegionOptions, predictor) -> 
                 "region, or a region for another --crs"
             )
     if not footprints:
-        return
+        return radiometry
     grid = RegionGrid.covering(list(footprints.values()), opts.crs, opts.cell)
     periods = len(group_by_period(wanted, opts.period))
     need = memory_needed(grid, predictor.num_classes, periods)
@@ -127,6 +137,7 @@ def _check_extent(wanted: list[Acquisition], opts: RegionOptions, predictor) -> 
             f"{grid.height} cells, whose products need {need / 1e9:.1f} GB ({free / 1e9:.1f} GB "
             f"free); the scene farthest from the others is {farthest}"
         )
+    return radiometry
 
 
 def _usable(

@@ -95,6 +95,14 @@ def footprint(scene: SceneMap) -> Footprint:
         return Footprint(str(src.crs), tuple(src.bounds))  # type: ignore[arg-type]
 
 
+def scene_tag(scene: SceneMap, key: str) -> str:
+    """A tag of the scene's map (what made it: :func:`~bigearthnet.maps.scene.scene_map_tags`)."""
+    import rasterio
+
+    with rasterio.open(scene.path) as src:
+        return src.tags().get(key, "")
+
+
 def scene_classes(scene: SceneMap) -> list[str]:
     import rasterio
 
@@ -255,7 +263,12 @@ def build_products(
         grid=grid.record(),
         persistence=persistence,
         scenes=tuple(
-            SceneEntry(s.acquisition.path, s.acquisition.tile, s.acquisition.date.isoformat())
+            SceneEntry(
+                s.acquisition.path,
+                s.acquisition.tile,
+                s.acquisition.date.isoformat(),
+                scene_tag(s, "radiometry"),
+            )  # fmt: skip
             for s in scenes
         ),
         skipped=tuple(skipped),
