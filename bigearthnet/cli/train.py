@@ -27,7 +27,7 @@ from bigearthnet.cli.report import write_quietly
 from bigearthnet.core.config import TrainConfig, default_threads, resolve
 from bigearthnet.core.errors import EXIT_REQUEUE, ConfigError
 from bigearthnet.core.options import add_config_arguments
-from bigearthnet.core.signals import STOP, remember_warnings
+from bigearthnet.core.signals import STOP, ignore_warnings_now, remember_warnings
 
 PROG = "train.py"
 __all__ = ["EXIT_REQUEUE", "build_parser", "cli", "main"]
@@ -57,7 +57,10 @@ def cli(argv: list[str] | None = None) -> int:
     of its own, where a SIGUSR1 outside the training's handlers never kills (start-up: it
     stops training at the first step; after training stopped: ignored)."""
     remember_warnings()
-    return main(argv)
+    try:
+        return main(argv)
+    finally:
+        ignore_warnings_now()
 
 
 def check_model(cfg: TrainConfig) -> None:

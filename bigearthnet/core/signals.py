@@ -86,3 +86,13 @@ def remember_warnings() -> None:
     STOP.own_process = True
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGUSR1, STOP._remember)
+
+
+def ignore_warnings_now() -> None:
+    """At the end of a command's own process: a SIGUSR1 from here on is ignored by the
+    kernel. A Python handler would not do: while the interpreter shuts down, Python puts
+    every signal with a Python handler back to its default action, and a warning the job
+    script passed on late then killed a rank that had stopped and saved (exit 138 instead
+    of 3). An ignored signal stays ignored through the shutdown."""
+    if STOP.own_process and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
