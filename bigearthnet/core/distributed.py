@@ -26,6 +26,7 @@ import tensorflow as tf
 from horovod.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
 from bigearthnet.core.errors import InputError, RunFailed
+from bigearthnet.core.util import first_line
 
 log = logging.getLogger("bigearthnet")
 
@@ -301,13 +302,22 @@ def elastic_run(func):
         try:
             return func(state)
         except tf.errors.OpError as err:
-            # Horovod 0.28's TF wrapper recognises only HorovodAllreduce/Allgather/Broadcast
-            # in the message and SILENTLY RETURNS for any other UnknownError - e.g. a failed
-            # HorovodGroupedAllreduce - so a survivor of a lost worker would stop "successfully".
-            if "Horovod" in err.message:
-                raise HorovodInternalError(err) from err
-            raise
+            raise elastic_failure(err) from err
 
     # Horovod: catches worker failures and host updates, re-initialises Horovod with the
     # new set of workers, runs the reset callbacks, syncs the state, and calls func again.
     return hvd.elastic.run(translated)
+
+
+def elastic_failure(err: tf.errors.OpError) -> Exception:
+    """What an op error inside the elastic function becomes: HorovodInternalError (reset the
+    world, roll back to the last commit) when a collective failed, else RunFailed (exit 1).
+
+    Never the OpError itself: Horovod 0.28's TF wrapper recognises a failed collective by
+    "HorovodAllreduce/Allgather/Broadcast" in the message and SILENTLY RETURNS on any other
+    UnknownError. A collective inside a tf.function is reported by its node name (ours:
+    ``grad_3``), so a survivor whose allreduce read Gloo's "Connection reset by peer"
+    ended its training "successfully" (CI, a worker killed mid-step)."""
+    if "Horovod" in err.message or _PEER_GONE.search(str(err)):
+        return HorovodInternalError(err)
+    return RunFailed(first_line(err))
