@@ -44,20 +44,22 @@ def tile_windows(stride: int = STRIDE) -> int:
 
 
 def scene(work: Path, size: int, layout: str) -> Path:
-    """The benchmark scene, written once per work folder."""
+    """The benchmark scene in ``layout`` (a form of ``bigearthnet-synth scene``), written once
+    per work folder; its path is kept in ``scene-path`` beside it."""
     from bigearthnet.synthetic.scene import SceneTruth, write_scene
 
     # "-r1": written with its bands' scale/offset (maps/radiometry.py); older copies lack them.
     folder = work / f"p9-scene-{size}-{layout}-r1"
-    out = folder / ("S2B_MSIL2A_P9.SAFE" if layout == "safe" else "b")
-    if not out.parent.is_dir():
+    if not (folder / "scene-path").is_file():
         blocks = max(1, size // 240)
         classes = tuple(tuple((3 * i + j) % 19 for j in range(blocks)) for i in range(blocks))
         truth = SceneTruth(size=size, block=size // blocks, border=0, classes=classes)
-        tmp = out.parent.with_name(out.parent.name + ".tmp")
-        write_scene(tmp / out.name, truth, seed=9, layout=layout)
-        tmp.rename(out.parent)
-    return out
+        tmp = folder.with_name(folder.name + ".tmp")
+        name = "S2B_MSIL2A_P9.SAFE" if layout == "safe" else "b"
+        written = write_scene(tmp / name, truth, seed=9, layout=layout)
+        (tmp / "scene-path").write_text(written.relative_to(tmp).as_posix())
+        tmp.rename(folder)
+    return folder / (folder / "scene-path").read_text()
 
 
 def measure_command(run: Path, scene_dir: Path, out: Path) -> float:
@@ -118,24 +120,45 @@ def run(args, work: Path) -> list[Figure]:
 
     trained = trained_run(work)
     safe, tif = scene(work, args.size, "safe"), scene(work, args.size, "tif")
+    zarr, cog = scene(work, args.size, "zarr"), scene(work, args.size, "stac")
     common.say(f"P9: a {args.size} px scene at stride {STRIDE}, ResNet-50, 1 rank x 1 thread")
     rates = common.interleave(
         {
             "command": lambda rep: measure_command(trained, safe, work / f"p9-map-{rep}.tif"),
+            "command zarr": lambda rep: measure_command(trained, zarr, work / f"p9-z-{rep}.tif"),
+            "command cog": lambda rep: measure_command(trained, cog, work / f"p9-c-{rep}.tif"),
             "forward": lambda rep: measure_worker("forward", safe, trained),
             "read jp2": lambda rep: measure_worker("read", safe, None),
             "read tif": lambda rep: measure_worker("read", tif, None),
+            "read zarr": lambda rep: measure_worker("read", zarr, None),
+            "read cog": lambda rep: measure_worker("read", cog, None),
         },
         args.repeats,
         common.say,
     )
+    return figures(args.size, rates)
+
+
+def figures(size: int, rates: dict[str, list[float]]) -> list[Figure]:
     read_jp2 = common.median(rates["read jp2"])
     cores = (tile_windows() / read_jp2) / (tile_windows() / H100_WINDOWS_PER_S)
     return [
         Figure("P9", "bigearthnet-map scene windows/s / the model's forward alone, ResNet-50, "
                "1 rank, JPEG 2000 input", common.paired_ratio(rates["command"], rates["forward"]),
                "x", ">=", 0.8, "reading JPEG 2000 strips and upsampling 20/60 m bands per "
-               "window", {"windows_per_s": rates, "size_px": args.size}),
+               "window", {"windows_per_s": rates, "size_px": size}),
+        Figure("P9-zarr", "the same, from the scene as an EOPF Zarr product",
+               common.paired_ratio(rates["command zarr"], rates["forward"]), "x", ">=", 0.8,
+               "decoding the Zarr chunks under each strip (kept per chunk row)"),
+        Figure("P9-cog", "the same, from the scene as a STAC item with COG assets",
+               common.paired_ratio(rates["command cog"], rates["forward"]), "x", ">=", 0.8,
+               "reading the COGs' deflate tiles"),
+        Figure("P9-read-zarr", "reading + upsampling alone: EOPF Zarr / JPEG 2000, 1 core",
+               common.paired_ratio(rates["read zarr"], rates["read jp2"]), "x", ">=", 1.0,
+               "zstd chunks of 1,830 px decoded once per chunk row"),
+        Figure("P9-read-cog", "reading + upsampling alone: COG / JPEG 2000, 1 core",
+               common.paired_ratio(rates["read cog"], rates["read jp2"]), "x", ">=", 1.0,
+               "deflate tiles of 512 px"),
         Figure("P9-read-jp2", "reading + upsampling alone, JPEG 2000 product, 1 core",
                read_jp2, "windows/s", limited_by="OpenJPEG decoding: ~80 % of the reading "
                "time (profiled: strips 0.90 s, window assembly 0.24 s for 529 windows)"),

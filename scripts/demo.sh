@@ -50,9 +50,11 @@ rm -rf "$DEMO_DIR/scene.SAFE"
 "$bin/bigearthnet-report" "$DEMO_DIR/run" >/dev/null  # the page again, now with the maps
 
 step "8/8 a region over time: 4 tiles in UTM 32/33 x 6 dates -> its series $DEMO_DIR/region"
+# --layout mixed: the scenes come as SAFE products, EOPF Zarr products, STAC items with COGs
+# (Earth Search's and Planetary Computer's style) and band GeoTIFFs, in turn.
 rm -rf "$DEMO_DIR/region-scenes" "$DEMO_DIR/region"  # a fresh region, mapped afresh
 "$bin/bigearthnet-synth" region "$DEMO_DIR/region-scenes" --tiles 4 --dates 6 --size 480 \
-  --block 2400
+  --block 2400 --layout mixed
 "$bin/bigearthnet-map" region "$DEMO_DIR"/region-scenes/scenes/* --model "$DEMO_DIR/export" \
   --out "$DEMO_DIR/region" --period scene-date --no-progress
 "$bin/bigearthnet-synth" score "$DEMO_DIR/region-scenes" "$DEMO_DIR/region"

@@ -52,8 +52,10 @@ class SceneCommand:
     """``bigearthnet-map scene``."""
 
     scene: Path = option(
-        help="an L2A .SAFE product folder (JPEG 2000 bands), a folder of single-band GeoTIFFs "
-        "named by band (*B02*.tif ...), or one multi-band GeoTIFF at 10 m (see --band-order)",
+        help="an L2A .SAFE product folder (JPEG 2000 bands), an EOPF Zarr product (.zarr, "
+        ".zarr.zip), a STAC item file (or FILE#ID: an item of a saved search) with COG assets, "
+        "a folder of single-band GeoTIFFs named by band (*B02*.tif ...), or one multi-band "
+        "GeoTIFF at 10 m (see --band-order)",
         positional=True, metavar="INPUT",
     )  # fmt: skip
     out: Path = option(help="the map to write", metavar="MAP.tif")
@@ -120,9 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     return dispatch(argv, commands, prog=PROG, default="patches")
 
 
-def check_out(out: Path, model: ModelChoice | None = None, **inputs: Path | None) -> None:
-    """MapError when ``out`` is an input of the command or a folder holding one."""
-    named = {f"--{k.replace('_', '-')}": v for k, v in inputs.items()}
+def check_out(
+    out: Path, model: ModelChoice | None = None, scenes: tuple[str, ...] = (), **inputs: Path | None
+) -> None:
+    """MapError when ``out`` is an input of the command or a folder holding one (of a scene:
+    any file it is read from)."""
+    from bigearthnet.cli.map_region import scene_inputs
+
+    named: dict[str, str | Path | None] = {f"--{k.replace('_', '-')}": v for k, v in inputs.items()}
+    named.update(scene_inputs(list(scenes)))
     if model is not None:
         named.update({"--run-dir": model.run_dir, "--model": model.model})
     clash = overlapping(out, named)
@@ -186,7 +194,7 @@ def _map_scene(args: argparse.Namespace) -> None:
     from bigearthnet.maps.scene import map_scene
 
     command = from_args(SceneCommand, args)
-    check_out(command.out, command.model, scene=command.scene)
+    check_out(command.out, command.model, scenes=(str(command.scene),))
     map_scene(command.scene, command.out, command.map, command.model.open())
 
 

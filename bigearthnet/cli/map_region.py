@@ -25,12 +25,18 @@ class RegionCommand:
 
     region: RegionOptions = nested(RegionOptions)
     scenes: tuple[Path, ...] = option(
-        (), "L2A product folders, band-GeoTIFF folders or band stacks named like L2A products "
-        "(tile and date are read from the name)", positional=True, metavar="SCENE",
+        (), "L2A .SAFE folders, EOPF .zarr products, STAC item files, band-GeoTIFF folders or "
+        "band stacks: tile and date from a STAC item's properties, else from the product "
+        "name", positional=True, metavar="SCENE",
     )  # fmt: skip
     scenes_csv: Path | None = option(
         None, "scenes as rows path,date[,tile] (a header row path,date,tile is allowed): for "
         "inputs not named like products", metavar="CSV",
+    )  # fmt: skip
+    stac_items: Path | None = option(
+        None, "scenes as STAC items: a FeatureCollection or ItemCollection file (a saved "
+        "search) or a folder of item files; tile and date from each item's properties",
+        metavar="FILE|DIR",
     )  # fmt: skip
 
 
@@ -47,13 +53,21 @@ def build_region_parser() -> Parser:
 
 def acquisitions_of(command: RegionCommand):
     """The scenes given, as Acquisitions; InputError naming the scene or the CSV row."""
+    from bigearthnet.maps.inputs import stac_item
     from bigearthnet.maps.region.periods import Acquisition, from_product_name
 
-    found = [from_product_name(str(path)) for path in command.scenes]
+    def acquisition(scene: str) -> Acquisition:
+        if stac_item.is_stac(scene):
+            return Acquisition(scene, *stac_item.tile_and_date(scene))
+        return from_product_name(scene)
+
+    found = [acquisition(str(path)) for path in command.scenes]
     if command.scenes_csv is not None:
         found += _from_csv(command.scenes_csv, Acquisition)
+    if command.stac_items is not None:
+        found += [acquisition(ref) for ref in stac_item.items_in(command.stac_items)]
     if not found:
-        raise InputError("no scene given: SCENE... or --scenes-csv CSV")
+        raise InputError("no scene given: SCENE..., --scenes-csv CSV or --stac-items FILE|DIR")
     return found
 
 
@@ -77,6 +91,21 @@ def _from_csv(path: Path, make) -> list:
     return rows
 
 
+def scene_inputs(scenes: list[str]) -> dict[str, str]:
+    """Every file the scenes are read from, by name, for the check that --out overlaps none:
+    a STAC item's collection file and its local assets too."""
+    from bigearthnet.maps.inputs import stac_item
+
+    inputs = {}
+    for scene in scenes:
+        inputs[f"SCENE {scene}"] = scene.partition(stac_item.REF)[0]
+        if stac_item.is_stac(scene):
+            for href in stac_item.asset_hrefs(scene):
+                if "://" not in href:
+                    inputs[f"the asset {href} of {scene}"] = href
+    return inputs
+
+
 def map_region_command(args: argparse.Namespace) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     from bigearthnet.core import distributed
@@ -86,7 +115,7 @@ def map_region_command(args: argparse.Namespace) -> None:
     command = from_args(RegionCommand, args)
     options, model = command.region, command.region.model
     acquisitions = acquisitions_of(command)
-    inputs = {f"SCENE {a.path}": a.path for a in acquisitions}
+    inputs: dict[str, str | Path | None] = dict(scene_inputs([a.path for a in acquisitions]))
     inputs.update({"--run-dir": model.run_dir, "--model": model.model})
     clash = overlapping(options.out, inputs)
     if clash is not None:

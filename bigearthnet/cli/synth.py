@@ -103,9 +103,9 @@ def _scene(args: argparse.Namespace) -> None:
     if args.out.exists():
         raise UsageError(f"{args.out}: exists; choose a new path")
     truth = spec.truth()
-    write_scene(args.out, truth, seed=spec.seed, layout=spec.layout)
+    scene = write_scene(args.out, truth, seed=spec.seed, layout=spec.layout)
     names = constants.CLASSES_19
-    print(f"wrote a {truth.size} x {truth.size} px {spec.layout} scene to {args.out}; "
+    print(f"wrote a {truth.size} x {truth.size} px {spec.layout} scene to {scene}; "
           "land cover by row:")  # fmt: skip
     for row in truth.classes:
         print("  " + " | ".join(names[c] for c in row))

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from bigearthnet.core import constants, distributed
 from bigearthnet.core.config import default_threads
 from bigearthnet.core.progress import progress_bar
-from bigearthnet.core.util import stat_digest
 from bigearthnet.formats.class_map import classes_tags
+from bigearthnet.maps.inputs import scene_digest
 from bigearthnet.maps.scene_input import Scene, SceneError
 from bigearthnet.maps.scene_options import SceneMapOptions
 from bigearthnet.maps.scene_output import write_scene_map
@@ -33,12 +33,12 @@ def scene_map_tags(
     radiometry: str,
 ) -> dict[str, str]:
     """What made a scene map, as its tags: the scene (resolved path, and a digest of its
-    files' sizes and mtimes), the model (its provenance with the weights' digest, its
-    classes) and the options. A map whose tags equal these was made as this call would
-    make it; any other is remade (a region rerun reuses maps by this)."""
+    files' sizes and mtimes, a STAC item's content), the model (its provenance with the
+    weights' digest, its classes) and the options. A map whose tags equal these was made as
+    this call would make it; any other is remade (a region rerun reuses maps by this)."""
     return {
         "scene": str(Path(scene_dir).resolve()),
-        "scene_inputs": stat_digest(scene_dir),
+        "scene_inputs": scene_digest(scene_dir),
         **predictor.provenance,
         **classes_tags(predictor.class_names),
         "stride_px": str(stride),
@@ -49,7 +49,7 @@ def scene_map_tags(
 
 
 def map_scene(scene_dir: Path, out: Path, opts: SceneMapOptions, loaded: Predictor) -> dict:
-    """Collective: map ``scene_dir`` (a SAFE folder, band GeoTIFFs or a band stack) with the
+    """Collective: map ``scene_dir`` (any form of :mod:`bigearthnet.maps.inputs`) with the
     model ``loaded`` (a region maps many scenes with one); rank 0 writes ``out``. Returns a
     summary (windows, cells, seconds, windows/s, and this rank's seconds reading and in the
     model)."""

@@ -13,9 +13,11 @@ marked in SCL.
   spectral signatures of the synthetic archive (:func:`.scene.render_classes`).
 * **Clouds**: in about a third of the scenes one rectangle, bright and SCL class 9.
 
-Written as ``OUT/scenes/<product name>/`` (band GeoTIFFs, or ``--layout safe``), named
-like L2A products (``S2B_MSIL2A_<date>T100559_N0400_R022_T<tile>_<date>T130116``) so tile
-and date come from the name, and ``OUT/truth.json``: the grid, the blocks' classes per date,
+Written as ``OUT/scenes/<product name>`` in the form ``--layout`` names (band GeoTIFF
+folders, SAFE products, ``.zarr`` products, or STAC items ``.json`` with their COGs in
+``OUT/assets/``; ``mixed`` takes the forms in turn), named like L2A products
+(``S2B_MSIL2A_<date>T100559_N0400_R022_T<tile>_<date>T130116``) so tile and date come from
+the name, and ``OUT/truth.json``: the grid, the blocks' classes per date,
 the events and every scene's footprint.
 """
 
@@ -35,6 +37,7 @@ from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import ConfigError, InputError, require_non_negative_int
 from bigearthnet.core.util import atomic_write_json
 from bigearthnet.synthetic.scene import render_classes, write_bands
+from bigearthnet.synthetic.scene_forms import FORM_LAYOUTS, write_form
 
 TRUTH_CRS = "EPSG:3035"
 CENTRE_LONLAT = (12.0, 48.0)  # on the boundary of UTM zones 32 and 33
@@ -45,6 +48,8 @@ FIRST_DATE = dt.date(2020, 3, 15)
 MIN_BLOCK = constants.PATCH_SIZE * 10.0  # metres: one BigEarthNet patch
 MAX_BLOCK = 100_000.0  # metres: larger than any region this writes, a block of one class
 DAYS_BETWEEN = 30
+MIXED = ("safe", "zarr", "stac", "stac-pc", "tif")  # --layout mixed: scene i is MIXED[i % 5]
+REGION_LAYOUTS = ("tif", "safe", "zarr", "stac", "stac-pc", "mixed")
 
 
 def _even_tiles(flag: str, value: int) -> int:
@@ -76,7 +81,11 @@ class RegionSpec:
                        metavar="PX")  # fmt: skip
     block: float = option(3600.0, "side of a land-cover block in metres, from 1200 (one "
                           "patch) to 100,000", metavar="M")  # fmt: skip
-    layout: str = option("tif", "band GeoTIFF or L2A product folders", choices=("tif", "safe"))
+    layout: str = option(
+        "tif", "how each scene is written: band GeoTIFF folders, L2A products (safe), EOPF "
+        "Zarr products, STAC items with COGs (stac: Earth Search's style, stac-pc: Planetary "
+        "Computer's), or mixed: the forms in turn", choices=REGION_LAYOUTS,
+    )  # fmt: skip
     seed: int = option(0, "seed", check=require_non_negative_int, metavar="S")
     overlap: float = 1200.0  # metres two neighbouring tiles share
 
@@ -101,7 +110,7 @@ def generate_region(out: Path, spec: RegionSpec) -> dict:
     tmp = out.with_name(f".{out.name}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        scenes = []
+        scenes: list[dict] = []
         for tile in tiles:
             block_of = _pixel_blocks(tile, spec, truth)
             for d, date in enumerate(dates):
@@ -110,9 +119,16 @@ def generate_region(out: Path, spec: RegionSpec) -> dict:
                 cloud = _cloud(spec.size, rng)
                 bands = render_classes(np.asarray(grid), cloud, 0, int(rng.integers(1 << 31)))
                 epsg, origin = tile["epsg"], (tile["left"], tile["top"])
-                write_bands(tmp / "scenes" / name, bands, spec.size, spec.layout, epsg, origin)
+                form = MIXED[len(scenes) % len(MIXED)] if spec.layout == "mixed" else spec.layout
+                if form in FORM_LAYOUTS:
+                    path = write_form(tmp / "scenes", bands, spec.size, form, epsg=epsg,
+                                      origin=origin, name=name)  # fmt: skip
+                else:
+                    path = write_bands(tmp / "scenes" / name, bands, spec.size, form, epsg,
+                                       origin)  # fmt: skip
                 scenes.append({"name": name, "tile": tile["name"], "date": date.isoformat(),
-                               "clouded_px": int(cloud.sum())})  # fmt: skip
+                               "clouded_px": int(cloud.sum()), "form": form,
+                               "path": path.relative_to(tmp).as_posix()})  # fmt: skip
         body = _truth_json(spec, tiles, truth, dates, scenes)
         atomic_write_json(tmp / "truth.json", body)
     except BaseException:

@@ -25,15 +25,15 @@ import numpy as np
 from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import require_non_negative_int, require_positive_int
-from bigearthnet.maps.radiometry import REFLECTANCE_SCALE
+from bigearthnet.maps.radiometry import BOA_ADD_OFFSET, REFLECTANCE_SCALE
 from bigearthnet.synthetic.render import class_signatures
+from bigearthnet.synthetic.scene_forms import FORM_LAYOUTS, stored, write_form
 
 EPSG = 32633
 ORIGIN = (500000.0, 5300040.0)  # upper-left corner, metres
 PRODUCT = "S2B_MSIL2A_20200801T100559_N0400_R022_T33UXP_20200801T130116"
 GRANULE = "L2A_T33UXP_A017956_20200801T100558"
 TILE_DATE = "T33UXP_20200801T100559"
-BOA_ADD_OFFSET = -1000
 CLOUD_REFLECTANCE = 7000  # bright in every band, as thick cloud
 SCL_CLOUD, SCL_LAND = 9, 4  # L2A scene classification: cloud high probability, vegetation
 
@@ -134,7 +134,7 @@ def _profile(
 
 # Classes the synthetic archive's tiny model tells apart well, in reading order.
 DEMO_CLASSES = (0, 2, 5, 8, 11, 13, 14, 16, 18, 9, 17, 3)
-SCENE_LAYOUTS = ("safe", "tif", "stack")
+SCENE_LAYOUTS = ("safe", "tif", "stack", *FORM_LAYOUTS)
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,9 @@ class DemoScene:
 
     layout: str = option(
         "safe", "safe: an L2A product folder with JPEG 2000 bands; tif: one GeoTIFF per band; "
-        "stack: one 12-band GeoTIFF at 10 m", choices=SCENE_LAYOUTS,
+        "stack: one 12-band GeoTIFF at 10 m; zarr, zarr-zip: an EOPF Zarr product in OUT/; "
+        "stac, stac-pc: a STAC item (Earth Search's or Planetary Computer's style) in "
+        "OUT/items/ with its COGs in OUT/assets/", choices=SCENE_LAYOUTS,
     )  # fmt: skip
     blocks: int = option(3, "N x N land-cover squares of 240 px (3: a 7.2 km scene)",
                          check=require_positive_int, metavar="N")  # fmt: skip
@@ -160,15 +162,19 @@ class DemoScene:
         return SceneTruth(size=240 * n, block=240, border=0, classes=classes)
 
 
-def write_scene(
-    out: Path, truth: SceneTruth, *, seed: int = 0, layout: str = "tif"
-) -> dict[str, Path]:
-    """Write the scene as ``layout`` ``tif`` (band GeoTIFFs in ``out``), ``safe`` (an
-    L2A product folder ``out``) or ``stack`` (one 12-band GeoTIFF ``out`` at 10 m, the
-    20/60 m bands repeated, bands described by name); returns band -> file."""
+def write_scene(out: Path, truth: SceneTruth, *, seed: int = 0, layout: str = "tif") -> Path:
+    """Write the scene as ``layout``: ``tif`` (band GeoTIFFs in ``out``), ``safe`` (an L2A
+    product folder ``out``), ``stack`` (one 12-band GeoTIFF ``out`` at 10 m, the 20/60 m
+    bands repeated, bands described by name) or a form of :data:`FORM_LAYOUTS` (in the folder
+    ``out``); returns the scene's path (what ``bigearthnet-map scene`` takes)."""
     bands = render_scene(truth, seed)
     if layout == "stack":
-        return write_stack(out, truth, bands)
+        write_stack(out, truth, bands)
+        return out
+    if layout in FORM_LAYOUTS:
+        folder = out / "items" if layout.startswith("stac") else out
+        return write_form(folder, bands, truth.size, layout, epsg=EPSG, origin=ORIGIN,
+                          name=PRODUCT)  # fmt: skip
     return write_bands(out, bands, truth.size, layout)
 
 
@@ -179,22 +185,19 @@ def write_bands(
     layout: str,
     epsg: int = EPSG,
     origin: tuple[float, float] = ORIGIN,
-) -> dict[str, Path]:
+) -> Path:
     """Write rendered ``bands`` of a ``size`` px scene whose upper-left corner is ``origin``
-    in EPSG ``epsg``: ``tif`` (band GeoTIFFs in ``out``) or ``safe`` (an L2A product
-    folder ``out``); returns band -> file."""
+    in EPSG ``epsg``: ``tif`` (band GeoTIFFs in ``out``) or ``safe`` (an L2A product folder
+    ``out``); returns ``out``."""
     import rasterio
 
-    files = {}
     for band, image in bands.items():
         res = 20 if band == "SCL" else constants.BAND_RESOLUTION_M[band]
         factor = res // 10
         if layout == "safe":
             folder = out / "GRANULE" / GRANULE / "IMG_DATA" / f"R{res}m"
             path = folder / f"{TILE_DATE}_{band}_{res}m.jp2"
-            if band != "SCL":  # a class band has no reflectance offset
-                stored = np.where(image == 0, 0, image.astype(np.int32) - BOA_ADD_OFFSET)
-                image = stored.astype(np.uint16)
+            image = stored(band, image)  # DN + 1,000, as baseline 04.00 stores
             driver = "JP2OpenJPEG"
         else:
             folder, path, driver = out, out / f"{band}.tif", "GTiff"
@@ -204,13 +207,12 @@ def write_bands(
             if layout != "safe" and band != "SCL":  # what the values are: offset-free DN
                 dst.scales, dst.offsets = (REFLECTANCE_SCALE,), (0.0,)
             dst.write(image, 1)
-        files[band] = path
     if layout == "safe":
         (out / "MTD_MSIL2A.xml").write_text(_product_metadata(), encoding="utf-8")
-    return files
+    return out
 
 
-def write_stack(out: Path, truth: SceneTruth, bands: dict[str, np.ndarray]) -> dict[str, Path]:
+def write_stack(out: Path, truth: SceneTruth, bands: dict[str, np.ndarray]) -> None:
     import rasterio
 
     profile = dict(_profile(truth.size, 1, "GTiff"), count=len(constants.BANDS))
@@ -222,7 +224,6 @@ def write_stack(out: Path, truth: SceneTruth, bands: dict[str, np.ndarray]) -> d
             dst.set_band_description(index, band)
         dst.scales = (REFLECTANCE_SCALE,) * dst.count  # offset-free DN
         dst.offsets = (0.0,) * dst.count
-    return {band: out for band in constants.BANDS}
 
 
 def _product_metadata() -> str:

@@ -168,9 +168,10 @@ def test_bad_scenes_are_one_line_exit_2(damage, message, scene_model, tmp_path, 
         (scene / "B05.tif").write_bytes((scene / "B05.tif").read_bytes()[:300])
     elif damage == "corrupt jp2":
         scene = tmp_path / "x.SAFE"
-        files = write_scene(scene, SceneTruth(240, 240, 0, ((3,),)), layout="safe")
-        data = files["B04"].read_bytes()
-        files["B04"].write_bytes(data[: len(data) // 3])  # a download cut short
+        write_scene(scene, SceneTruth(240, 240, 0, ((3,),)), layout="safe")
+        (b04,) = scene.glob("GRANULE/*/IMG_DATA/R10m/*_B04_10m.jp2")
+        data = b04.read_bytes()
+        b04.write_bytes(data[: len(data) // 3])  # a download cut short
     elif damage == "no scl":
         (scene / "SCL.tif").unlink()
         extra = ["--mask-clouds"]

@@ -4,6 +4,7 @@ can move or be served as it is.
 
 Each item spans its period (``start_datetime``/``end_datetime``) over the grid's footprint
 and carries the period's raw map, its probabilities and the consistent map as assets, the
+scenes it combines with each one's radiometric decision (``bigearthnet:scenes``), the
 classes with their values, names and colours (classification extension v1.1.0, on the
 class-map assets), the grid (projection extension v2.0.0: code, shape, transform) and the
 model it came from. The collection's own assets are the change maps, the tables and
@@ -16,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 import pystac
@@ -24,7 +26,13 @@ from rasterio.warp import transform_bounds
 
 from bigearthnet.core import constants
 from bigearthnet.formats.class_map import probabilities_path
-from bigearthnet.formats.region_folder import CONSISTENCY, CONSISTENT, PERIODS, STAC
+from bigearthnet.formats.region_folder import (
+    CONSISTENCY,
+    CONSISTENT,
+    PERIODS,
+    STAC,
+    SceneEntry,
+)
 from bigearthnet.formats.stac_validation import CLASSIFICATION_SCHEMA, validate_stac
 from bigearthnet.maps.region.grid import RegionGrid
 from bigearthnet.maps.region.periods import period_end, period_start
@@ -47,9 +55,15 @@ def classes_field(classes: Sequence[str]) -> list[dict]:
 
 
 def write_collection(
-    out: Path, grid: RegionGrid, periods: list[str], classes: Sequence[str], source: dict
+    out: Path,
+    grid: RegionGrid,
+    scenes_of: dict[str, list[SceneEntry]],
+    classes: Sequence[str],
+    source: dict,
 ) -> Path:
-    """Write ``out/stac/`` (replacing an older one); returns the collection's path."""
+    """Write ``out/stac/`` (replacing an older one), an item per period of ``scenes_of``
+    (label -> its scenes, in time order); returns the collection's path."""
+    periods = list(scenes_of)
     bbox = list(transform_bounds(grid.crs, "EPSG:4326", *_bounds(grid), densify_pts=21))
     geometry = _polygon(bbox)
     start = _utc(period_start(periods[0]))
@@ -77,7 +91,11 @@ def write_collection(
     for key, name, media in tables:
         collection.add_asset(key, pystac.Asset(f"../{name}", media_type=media, roles=["metadata"]))
     for label in periods:
-        collection.add_item(_item(label, grid, geometry, bbox, classes, source))
+        item = _item(label, grid, geometry, bbox, classes, source)
+        # Which scenes made the period, and how each one's values were read (the offset
+        # decided from its metadata: bigearthnet.maps.radiometry).
+        item.properties["bigearthnet:scenes"] = [asdict(entry) for entry in scenes_of[label]]
+        collection.add_item(item)
     folder = out / STAC
     shutil.rmtree(folder, ignore_errors=True)  # consistency.json, written after, marks it whole
     collection.normalize_hrefs(str(folder))

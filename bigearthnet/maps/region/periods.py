@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from bigearthnet.core.errors import InputError
+from bigearthnet.formats.s2_layouts import PRODUCT_NAME
 
 PERIODS: tuple[str, ...] = ("scene-date", "month", "season", "year")
 SEASONS: dict[int, str] = {
@@ -28,9 +29,6 @@ SEASONS: dict[int, str] = {
     6: "JJA", 7: "JJA", 8: "JJA", 9: "SON", 10: "SON", 11: "SON",
 }  # fmt: skip
 SEASON_START: dict[str, int] = {"DJF": 12, "MAM": 3, "JJA": 6, "SON": 9}
-PRODUCT_NAME = re.compile(
-    r"S2[ABCD]_MSIL2A_(?P<date>\d{8})T\d{6}_N\d{4}_R\d{3}_T(?P<tile>\d{2}[A-Z]{3})_"
-)
 
 
 @dataclass(frozen=True)

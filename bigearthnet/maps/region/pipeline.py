@@ -98,8 +98,9 @@ def _check_scenes(wanted: list[Acquisition], opts: RegionOptions, predictor) -> 
     import psutil
     from rasterio.transform import array_bounds
 
+    from bigearthnet.maps.inputs import require_l2a
     from bigearthnet.maps.radiometry import RadiometryError
-    from bigearthnet.maps.scene_input import Scene, require_l2a
+    from bigearthnet.maps.scene_input import Scene
 
     footprints: dict[str, Footprint] = {}
     radiometry: dict[str, str] = {}

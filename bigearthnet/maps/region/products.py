@@ -228,7 +228,7 @@ def build_products(
     (:func:`~bigearthnet.formats.region_folder.publish`); returns the consistency record."""
     staged = region_folder.staging(out)
     classes = scene_classes(scenes[0])
-    footprints = {s.path: footprint(s) for s in scenes}  # each map opened once
+    footprints = {s.path: footprint(s) for s in scenes}  # each map's grid read once
     grid = RegionGrid.covering(list(footprints.values()), crs, cell)
     groups = group_by_period([s.acquisition for s in scenes], period)
     labels_of = list(groups)
@@ -257,20 +257,17 @@ def build_products(
     write_csv(staged / "transitions.csv",
               ("from_period", "to_period", "from_class", "to_class", "cells", "km2"),
               transition_rows(smooth, labels_of, classes, areas))  # fmt: skip
+    entries = {
+        s.path: SceneEntry(s.acquisition.path, s.acquisition.tile,
+                           s.acquisition.date.isoformat(), scene_tag(s, "radiometry"))
+        for s in scenes
+    }  # fmt: skip
     record = ConsistencyRecord(
         periods=tuple(labels_of),
         period=period,
         grid=grid.record(),
         persistence=persistence,
-        scenes=tuple(
-            SceneEntry(
-                s.acquisition.path,
-                s.acquisition.tile,
-                s.acquisition.date.isoformat(),
-                scene_tag(s, "radiometry"),
-            )  # fmt: skip
-            for s in scenes
-        ),
+        scenes=tuple(entries.values()),
         skipped=tuple(skipped),
         cells_observed={label: int(observed[t].sum()) for t, label in enumerate(labels_of)},
         flicker_rate={"raw": raw_c.flicker_rate, "consistent": smooth_c.flicker_rate},
@@ -279,7 +276,9 @@ def build_products(
         observed_km2=float(areas[ever].sum(dtype=np.float64)),
     )
     provenance = {k: v for k, v in tags.items() if k in ("model", "run_dir", "checkpoint")}
-    write_collection(staged, grid, labels_of, classes, provenance)
+    scenes_of = {label: [entries[s.path] for s in scenes if s.acquisition in members]
+                 for label, members in groups.items()}  # fmt: skip
+    write_collection(staged, grid, scenes_of, classes, provenance)
     region_folder.publish(out, staged, record)
     return record
 

@@ -1,0 +1,78 @@
+"""Where a Sentinel-2 L2A product's bands are in the forms people download, besides SAFE: one
+home for these names, read by :mod:`bigearthnet.maps.inputs` and written by the test writers
+of :mod:`bigearthnet.synthetic.scene_forms`.
+
+* **EOPF Zarr** (ESA's products from 2026; Zarr v3, v2 before): each band at its native
+  resolution in ``measurements/reflectance/r10m|r20m|r60m/bNN``, the coarser groups also
+  holding downsampled copies of the finer bands; the scene classification in
+  ``conditions/mask/l2a_classification/r20m/scl``; ``x``/``y`` pixel-centre coordinates
+  beside the bands of each group; uint16 values with CF ``scale_factor``/``add_offset``;
+  the root attribute ``stac_discovery``, a STAC item whose properties hold ``proj:epsg``
+  (or ``proj:code``) and the processing baseline.
+* **STAC items with COG assets**, one asset per band at its native resolution:
+  Earth Search's collection 1 names them by colour (``blue``, ``rededge1``, ``nir08``, ...,
+  ``scl``) and declares ``raster:bands`` scale 0.0001 and offset -0.1; Planetary-Computer
+  style items name them ``B01`` ... ``B12``, ``B8A``, ``SCL`` and declare no scale or offset
+  (``s2:processing_baseline`` then decides).
+"""
+
+from __future__ import annotations
+
+import re
+
+from bigearthnet.core import constants
+
+SCL = "SCL"
+# The standard product name: the first date is the acquisition, the T-field the MGRS tile.
+PRODUCT_NAME = re.compile(
+    r"S2[ABCD]_MSIL2A_(?P<date>\d{8})T\d{6}_N\d{4}_R\d{3}_T(?P<tile>\d{2}[A-Z]{3})_"
+)
+
+# --- EOPF Zarr
+ZARR_REFLECTANCE = "measurements/reflectance"
+ZARR_SCL = "conditions/mask/l2a_classification/r20m/scl"
+ZARR_RESOLUTIONS = (10, 20, 60)
+ZARR_X, ZARR_Y = "x", "y"
+ZARR_METADATA = "stac_discovery"  # root attribute: a STAC item (dict)
+
+
+def zarr_group(res: int) -> str:
+    """The group of the bands at ``res`` metres: ``measurements/reflectance/r20m``."""
+    return f"{ZARR_REFLECTANCE}/r{res}m"
+
+
+def zarr_band(band: str) -> str:
+    """A band's array at its native resolution: B8A -> ``.../r20m/b8a``."""
+    return f"{zarr_group(constants.BAND_RESOLUTION_M[band])}/{band.lower()}"
+
+
+# --- STAC items
+EARTH_SEARCH_KEYS: dict[str, str] = {
+    "B01": "coastal", "B02": "blue", "B03": "green", "B04": "red", "B05": "rededge1",
+    "B06": "rededge2", "B07": "rededge3", "B08": "nir", "B8A": "nir08", "B09": "nir09",
+    "B11": "swir16", "B12": "swir22", SCL: "scl",
+}  # fmt: skip
+PC_KEYS: dict[str, str] = {band: band for band in (*constants.BANDS, SCL)}
+STAC_STYLES: dict[str, dict[str, str]] = {"earth-search": EARTH_SEARCH_KEYS, "pc": PC_KEYS}
+BASELINE_PROPERTIES = ("s2:processing_baseline",)
+PRODUCT_TYPE_PROPERTIES = ("s2:product_type", "product:type", "processing:level")
+
+
+def asset_key(band: str, style: str) -> str:
+    """The asset key of ``band`` in items of ``style`` (``earth-search`` or ``pc``)."""
+    return STAC_STYLES[style][band]
+
+
+def is_level_1c(properties: dict) -> bool:
+    """An item's (or a Zarr product's ``stac_discovery``) properties name Level-1C."""
+    values = [str(properties.get(key, "")).upper() for key in PRODUCT_TYPE_PROPERTIES]
+    return any(v in ("S2MSI1C", "L1C") or v.endswith("MSIL1C") for v in values)
+
+
+def baseline_of(properties: dict) -> str | None:
+    """The processing baseline (``05.10``) an item's properties state, if any."""
+    for key in BASELINE_PROPERTIES:
+        value = properties.get(key)
+        if value not in (None, ""):
+            return str(value)
+    return None

@@ -1,0 +1,81 @@
+"""A scene, whatever form it was downloaded in, open for reading: :func:`open_scene_source`.
+
+The forms (each a module): SAFE product folders, band GeoTIFF folders and band stacks
+(:mod:`.files`), EOPF Zarr products (:mod:`.zarr_product`), STAC items with COG assets
+(:mod:`.stac_item`). Each yields a :class:`~.bands.SceneSource`: the bands on their native
+grids, SCL, and what the metadata say of the values, from which
+:mod:`bigearthnet.maps.radiometry` decides the offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from bigearthnet.core import constants
+from bigearthnet.core.util import stat_digest
+from bigearthnet.maps.inputs import files, stac_item, zarr_product
+from bigearthnet.maps.inputs.bands import SceneError, SceneSource
+
+FORMS = ("SAFE", "band GeoTIFFs", "band stack", "EOPF Zarr", "STAC item")
+
+
+def open_scene_source(
+    scene: Path | str,
+    *,
+    bands: tuple[str, ...] = constants.BANDS,
+    band_order: Sequence[str] | None = None,
+    mask_clouds: bool = False,
+) -> SceneSource:
+    """Open ``scene`` (any of :data:`FORMS`); SceneError naming what is missing or unreadable."""
+    path = Path(scene)
+    if band_order and not _is_stack(path):
+        raise SceneError(f"{scene}: --band-order applies to a multi-band GeoTIFF")
+    if stac_item.is_stac(scene):
+        return stac_item.open_stac(str(scene), bands, mask_clouds)
+    if zarr_product.is_zarr(path):
+        return zarr_product.open_zarr(path, bands, mask_clouds)
+    if path.is_dir():
+        return files.open_folder(path, bands, mask_clouds)
+    if path.is_file():
+        return files.open_stack(path, bands, band_order, mask_clouds)
+    raise SceneError(
+        f"{scene}: no such scene (an L2A .SAFE folder, an EOPF .zarr product, a STAC item, "
+        "band GeoTIFFs or one band stack)"
+    )
+
+
+def _is_stack(path: Path) -> bool:
+    return path.is_file() and path.suffix.lower() in (".tif", ".tiff")
+
+
+def require_l2a(scene: Path | str) -> None:
+    """SceneError for a Level-1C product (top-of-atmosphere reflectance; the models learned
+    from L2A's surface reflectance), known by its metadata or its product name. Band
+    GeoTIFFs say neither and are taken as L2A."""
+    path = Path(scene)
+    if stac_item.is_stac(scene):
+        level_1c = stac_item.is_level_1c(str(scene))
+    elif zarr_product.is_zarr(path):
+        from bigearthnet.formats.s2_layouts import is_level_1c
+
+        level_1c = is_level_1c(zarr_product.product_properties(path))
+    else:
+        level_1c = path.is_dir() and any(path.glob("MTD_MSIL1C.xml"))
+    if level_1c or "_MSIL1C_" in path.name:
+        raise SceneError(
+            f"{scene}: a Level-1C product (top-of-atmosphere reflectance); maps take L2A "
+            "(surface reflectance: the L2A product of the same scene, or Sen2Cor's output)"
+        )
+
+
+def scene_digest(scene: Path | str) -> str:
+    """What the scene's files are, without reading them (sizes, mtimes; a STAC item's
+    content and assets): a scene map made from other files is remade."""
+    if stac_item.is_stac(scene):
+        return stac_item.digest(str(scene))
+    return stat_digest(scene)
+
+
+__all__ = ["FORMS", "SceneError", "SceneSource", "open_scene_source", "require_l2a",
+           "scene_digest"]  # fmt: skip

@@ -1,0 +1,164 @@
+"""Bad Zarr products and STAC items (rows of `make bad-input`): one line naming the product,
+array, item or asset and what is wrong, exit 2, no map written, no input touched."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from bigearthnet.cli.map import main as map_main
+from bigearthnet.synthetic.scene import PRODUCT, SceneTruth, write_scene
+
+pytestmark = [pytest.mark.bad_input, pytest.mark.xdist_group("forms-bad-input")]
+TRUTH = SceneTruth(size=240, block=240, border=0, classes=((3,),))
+ZARR_CASES = {
+    "a band missing": ("r20m/b05: missing from the product", ()),
+    "shape unlike its coordinates": ("(240, 240), but its coordinates give 240 y x 241 x", ()),
+    "no SCL with --mask-clouds": ("l2a_classification/r20m/scl: missing", ("--mask-clouds",)),
+    "zarr.json cut short": ("not a readable Zarr product", ()),
+    "Level-1C": ("a Level-1C product", ()),
+    "--boa-offset against its attributes": ("--boa-offset 0 contradicts its metadata",
+                                            ("--boa-offset", "0")),
+}  # fmt: skip
+STAC_CASES = {
+    "an asset missing": ("no asset of band B08 (keys nir, B08)", ()),
+    "an asset that cannot be opened": ("asset swir16", ()),
+    "the item cut short": ("not JSON", ()),
+    "raster:bands of another scale": ("band B04 has scale 0.001, not reflectance per DN", ()),
+    "Level-1C": ("a Level-1C product", ()),
+}
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("forms-bad")
+    return {form: write_scene(root / form, TRUTH, seed=2, layout=form) for form in ("zarr", "stac")}
+
+
+def _map(scene: Path, run: Path, out: Path, *extra: str) -> int:
+    argv = ["scene", str(scene), "--run-dir", str(run), "--out", str(out), "--no-progress"]
+    return map_main([*argv, *extra])
+
+
+def _refused(scene: Path, run: Path, tmp_path: Path, case: tuple, errors) -> int:
+    """Map ``scene``: exit 2, no map, and one line naming the scene and the case's message."""
+    message, extra = case
+    out = tmp_path / "map.tif"
+    code = _map(scene, run, out, *extra)
+    assert code == 2 and not out.exists()
+    _one_line(errors(), message, scene.name)
+    return code
+
+
+def _one_line(errors: list[str], *needles: str) -> None:
+    line = errors[-1]
+    assert "\n" not in line and "Traceback" not in line, errors
+    for needle in needles:
+        assert needle in line, (needle, line)
+
+
+@pytest.mark.parametrize("case", ZARR_CASES)
+def test_a_bad_zarr_product(case, pristine, trained_run, tmp_path, reported_errors, bad_input_row):
+    product = tmp_path / pristine["zarr"].name
+    shutil.copytree(pristine["zarr"], product)
+    reflectance = product / "measurements" / "reflectance"
+    if case == "a band missing":
+        shutil.rmtree(reflectance / "r20m" / "b05")
+    elif case == "shape unlike its coordinates":
+        group = zarr.open_group(product / "measurements/reflectance/r10m", mode="r+")
+        x = group["x"][:]
+        del group["x"]
+        group.create_array("x", data=np.concatenate([x, x[-1:] + 10.0]))
+    elif case == "no SCL with --mask-clouds":
+        shutil.rmtree(product / "conditions")
+    elif case == "zarr.json cut short":
+        text = (product / "zarr.json").read_text()
+        (product / "zarr.json").write_text(text[: len(text) // 2])
+    elif case == "Level-1C":
+        root = zarr.open_group(product, mode="r+")
+        item = dict(root.attrs["stac_discovery"])
+        item["properties"] = dict(item["properties"], **{"s2:product_type": "S2MSI1C"})
+        root.attrs["stac_discovery"] = item
+    code = _refused(product, trained_run, tmp_path, ZARR_CASES[case], reported_errors)
+    bad_input_row(f"EOPF Zarr: {case}", "bigearthnet-map scene", code,
+                  "one line naming the product or array; no map")  # fmt: skip
+
+
+@pytest.mark.parametrize("case", STAC_CASES)
+def test_a_bad_stac_item(case, pristine, trained_run, tmp_path, reported_errors, bad_input_row):
+    shutil.copytree(pristine["stac"].parent.parent, tmp_path / "copy")
+    item_file = tmp_path / "copy" / "items" / pristine["stac"].name
+    item = json.loads(item_file.read_text())
+    if case == "an asset missing":
+        del item["assets"]["nir"]
+    elif case == "an asset that cannot be opened":
+        item["assets"]["swir16"]["href"] = "../assets/nowhere/swir16.tif"
+    elif case == "raster:bands of another scale":
+        item["assets"]["red"]["raster:bands"][0]["scale"] = 0.001
+    elif case == "Level-1C":
+        item["properties"]["s2:product_type"] = "S2MSI1C"
+    text = json.dumps(item)
+    item_file.write_text(text[: len(text) // 2] if case == "the item cut short" else text)
+    code = _refused(item_file, trained_run, tmp_path, STAC_CASES[case], reported_errors)
+    bad_input_row(f"STAC item: {case}", "bigearthnet-map scene", code,
+                  "one line naming the item or asset; no map")  # fmt: skip
+
+
+def test_a_map_over_an_asset_is_refused(pristine, trained_run, tmp_path, reported_errors,
+                                        bad_input_row) -> None:  # fmt: skip
+    """--out naming one of the item's COGs (an output folder holding something else)."""
+    shutil.copytree(pristine["stac"].parent.parent, tmp_path / "copy")
+    item_file = tmp_path / "copy" / "items" / pristine["stac"].name
+    asset = tmp_path / "copy" / "assets" / PRODUCT / "blue.tif"
+    before = asset.read_bytes()
+    code = _map(item_file, trained_run, asset)
+    assert code == 2 and asset.read_bytes() == before
+    _one_line(reported_errors(), "--out overlaps the asset", "blue.tif")
+    bad_input_row("`--out` = one of the STAC item's COGs", "bigearthnet-map scene", code,
+                  "refused before reading; the asset is intact")  # fmt: skip
+
+
+def test_a_saved_search_with_an_id_twice_is_refused(
+    pristine, trained_run, tmp_path, reported_errors, bad_input_row
+) -> None:
+    """Two inputs with the same name: a search result listing one item id twice."""
+    item = json.loads(pristine["stac"].read_text())
+    search = pristine["stac"].with_name("search.json")
+    search.write_text(json.dumps({"type": "FeatureCollection", "features": [item, item]}))
+    out = tmp_path / "region"
+    argv = ["region", "--stac-items", str(search), "--run-dir", str(trained_run), "--out",
+            str(out), "--no-progress"]  # fmt: skip
+    code = map_main(argv)
+    assert code == 2 and not (out / "scenes").exists()
+    _one_line(reported_errors(), "search.json", f"{PRODUCT} appear twice")
+    search.unlink()
+    bad_input_row("`--stac-items` listing one item id twice", "bigearthnet-map region", code,
+                  "refused before mapping, naming the id")  # fmt: skip
+
+
+def test_an_asset_replaced_remakes_the_scene_map(pristine, trained_run, tmp_path,
+                                                 bad_input_row) -> None:  # fmt: skip
+    """A rerun after an input changed: an item's COG replaced (same name) -> its map is
+    remade; untouched, it is reused."""
+    shutil.copytree(pristine["stac"].parent.parent, tmp_path / "copy")
+    item_file = tmp_path / "copy" / "items" / pristine["stac"].name
+    other = tmp_path / "copy2"
+    shutil.copytree(pristine["stac"].parent.parent, other)
+    out = tmp_path / "region"
+    argv = ["region", str(item_file), "--run-dir", str(trained_run), "--out", str(out),
+            "--no-progress"]  # fmt: skip
+    assert map_main(argv) == 0
+    (scene_map,) = [p for p in (out / "scenes").glob("*.tif") if "probabilities" not in p.name]
+    stamp = scene_map.stat().st_mtime_ns
+    assert map_main(argv) == 0 and scene_map.stat().st_mtime_ns == stamp  # reused
+    blue = tmp_path / "copy" / "assets" / PRODUCT / "blue.tif"
+    blue.write_bytes((other / "assets" / PRODUCT / "blue.tif").read_bytes() + b"\0")
+    code = map_main(argv)
+    assert code == 0 and scene_map.stat().st_mtime_ns != stamp
+    bad_input_row("a STAC item's COG replaced, then a rerun", "bigearthnet-map region", code,
+                  "that scene's map is remade; an untouched one is reused")  # fmt: skip
