@@ -49,7 +49,7 @@ MIN_BLOCK = constants.PATCH_SIZE * 10.0  # metres: one BigEarthNet patch
 MAX_BLOCK = 100_000.0  # metres: larger than any region this writes, a block of one class
 DAYS_BETWEEN = 30
 MIXED = ("safe", "zarr", "stac", "stac-pc", "tif")  # --layout mixed: scene i is MIXED[i % 5]
-REGION_LAYOUTS = ("tif", "safe", "zarr", "stac", "stac-pc", "mixed")
+REGION_LAYOUTS = ("tif", "safe", *FORM_LAYOUTS, "mixed")
 
 
 def _even_tiles(flag: str, value: int) -> int:

@@ -144,7 +144,8 @@ class DemoScene:
 
     layout: str = option(
         "safe", "safe: an L2A product folder with JPEG 2000 bands; tif: one GeoTIFF per band; "
-        "stack: one 12-band GeoTIFF at 10 m; zarr, zarr-zip: an EOPF Zarr product in OUT/; "
+        "stack: one 12-band GeoTIFF at 10 m; zarr, zarr-zip, zarr-v2: an EOPF Zarr product "
+        "(v3, zipped, v2) in OUT/; "
         "stac, stac-pc: a STAC item (Earth Search's or Planetary Computer's style) in "
         "OUT/items/ with its COGs in OUT/assets/", choices=SCENE_LAYOUTS,
     )  # fmt: skip

@@ -24,7 +24,7 @@ from bigearthnet.core import constants
 from bigearthnet.formats import s2_layouts as layout
 from bigearthnet.maps.radiometry import BOA_ADD_OFFSET, REFLECTANCE_SCALE
 
-FORM_LAYOUTS = ("zarr", "zarr-zip", "stac", "stac-pc")
+FORM_LAYOUTS = ("zarr", "zarr-zip", "zarr-v2", "stac", "stac-pc")
 BASELINE = "04.00"
 STAC_STYLE = {"stac": "earth-search", "stac-pc": "pc"}
 ASSETS = "assets"  # beside the item files' folder: the COGs of each item
@@ -64,8 +64,9 @@ def write_form(
         "s2:processing_baseline": BASELINE,
     }
     grid = (epsg, origin, size)
-    if form in ("zarr", "zarr-zip"):
-        return _write_zarr(folder, bands, grid, props, name, zipped=form == "zarr-zip")
+    if form.startswith("zarr"):
+        version = 2 if form == "zarr-v2" else 3  # EOPF's samples before 2026: Zarr v2
+        return _write_zarr(folder, bands, grid, props, name, form == "zarr-zip", version)
     return _write_stac(folder, bands, grid, props, name, STAC_STYLE[form])
 
 
@@ -82,7 +83,9 @@ def _downsampled(image: np.ndarray, factor: int) -> np.ndarray:
     return blocks.mean(axis=(1, 3)).round().astype(image.dtype)
 
 
-def _write_zarr(folder: Path, bands, grid, props: dict, name: str, zipped: bool) -> Path:
+def _write_zarr(
+    folder: Path, bands, grid, props: dict, name: str, zipped: bool, version: int
+) -> Path:
     import zarr
 
     epsg, origin, size = grid
@@ -96,7 +99,7 @@ def _write_zarr(folder: Path, bands, grid, props: dict, name: str, zipped: bool)
         "properties": props,
     }
     # Attributes at creation: a zip member is written once (rewriting one duplicates it).
-    root = zarr.open_group(zip_store or path, mode="w", zarr_format=3,
+    root = zarr.open_group(zip_store or path, mode="w", zarr_format=version,
                            attributes={layout.ZARR_METADATA: item})  # fmt: skip
     for res in layout.ZARR_RESOLUTIONS:
         group = root.require_group(layout.zarr_group(res))
@@ -115,13 +118,20 @@ def _write_zarr(folder: Path, bands, grid, props: dict, name: str, zipped: bool)
     return path
 
 
+def _named(group, dims: tuple[str, ...], attrs: dict) -> dict:
+    """The array's dimension names the way its Zarr version keeps them (xarray's v2 attribute)."""
+    if group.metadata.zarr_format == 2:
+        return {"attributes": {**attrs, "_ARRAY_DIMENSIONS": list(dims)}}
+    return {"attributes": attrs, "dimension_names": dims}
+
+
 def _coordinates(group, origin: tuple[float, float], count: int, res: float) -> None:
     for axis, values in (
         (layout.ZARR_X, _centres(origin[0], count, res)),
         (layout.ZARR_Y, _centres(origin[1], count, -res)),
     ):
         array = group.create_array(axis, shape=(count,), dtype="float64",
-                                   dimension_names=(axis,))  # fmt: skip
+                                   **_named(group, (axis,), {}))  # fmt: skip
         array[:] = values
 
 
@@ -130,8 +140,8 @@ def _array(group, name: str, image: np.ndarray, scaled: bool) -> None:
              "_FillValue": 0} if scaled else {"_FillValue": 0}  # fmt: skip
     chunk = min(image.shape[0], 1830)  # EOPF: 1830 px chunks at 10 m
     array = group.create_array(name, shape=image.shape, dtype=image.dtype, fill_value=0,
-                               chunks=(chunk, chunk), dimension_names=("y", "x"),
-                               attributes=attrs)  # fmt: skip
+                               chunks=(chunk, chunk),
+                               **_named(group, ("y", "x"), attrs))  # fmt: skip
     array[:] = image
 
 

@@ -1,4 +1,4 @@
-"""One scene in every form people download (SAFE, EOPF Zarr folder and zip, STAC items of
+"""One scene in every form people download (SAFE, EOPF Zarr v3, v2 and zipped, STAC items of
 Earth Search's and Planetary Computer's style, band GeoTIFFs): the same values read, each
 offset decided from the form's own metadata, and the same map (bigearthnet.maps.inputs)."""
 
@@ -18,11 +18,12 @@ from bigearthnet.synthetic.scene import PRODUCT, SceneTruth, write_scene
 
 TRUTH = SceneTruth(size=480, block=240, border=24, classes=((0, 8), (11, 16)),
                    cloud=(60, 300, 180, 420))  # fmt: skip
-FORMS = ("safe", "zarr", "zarr-zip", "stac", "stac-pc", "tif")
+FORMS = ("safe", "zarr", "zarr-zip", "zarr-v2", "stac", "stac-pc", "tif")
 EVIDENCE = {
     "safe": "DN -1000 (BOA_ADD_OFFSET in MTD_MSIL2A.xml)",
     "zarr": "DN -1000 (scale_factor/add_offset of the Zarr arrays)",
     "zarr-zip": "DN -1000 (scale_factor/add_offset of the Zarr arrays)",
+    "zarr-v2": "DN -1000 (scale_factor/add_offset of the Zarr arrays)",
     "stac": "DN -1000 (raster:bands of the STAC item)",
     "stac-pc": "DN -1000 (processing baseline 04.00 (s2:processing_baseline of the STAC item))",
     "tif": "DN +0 (scale/offset of the bands)",
