@@ -289,7 +289,10 @@ def synthetic_archive(work: Path, patches: int, seed: int = 0) -> Path:
     if not out.is_dir():  # generate_archive publishes atomically: a folder is complete
         say(f"generating a synthetic archive of {patches} patches")
         generate_archive(
-            out, ArchiveSpec(patches, layout="v1", seed=seed, workers=os.cpu_count() or 1)
+            out,
+            ArchiveSpec(
+                patches, layout="v1", seed=seed, workers=os.cpu_count() or 1, difficulty="simple"
+            ),
         )
     return out
 

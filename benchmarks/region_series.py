@@ -37,7 +37,8 @@ def region(work: Path, size: int) -> Path:
     if not (folder / "truth.json").is_file():
         shutil.rmtree(folder, ignore_errors=True)
         argv = [common.PYTHON, "-m", "bigearthnet.cli.synth", "region", str(folder),
-                "--tiles", "4", "--dates", str(DATES), "--size", str(size)]  # fmt: skip
+                "--tiles", "4", "--dates", str(DATES), "--size", str(size),
+                "--difficulty", "simple"]  # fmt: skip
         common.run(argv).check("bigearthnet-synth region")
     return folder
 

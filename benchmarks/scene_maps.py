@@ -56,7 +56,7 @@ def scene(work: Path, size: int, layout: str) -> Path:
         truth = SceneTruth(size=size, block=size // blocks, border=0, classes=classes)
         tmp = folder.with_name(folder.name + ".tmp")
         name = "S2B_MSIL2A_P9.SAFE" if layout == "safe" else "b"
-        written = write_scene(tmp / name, truth, seed=9, layout=layout)
+        written = write_scene(tmp / name, truth, seed=9, layout=layout, difficulty="simple")
         (tmp / "scene-path").write_text(written.relative_to(tmp).as_posix())
         tmp.rename(folder)
     return folder / (folder / "scene-path").read_text()

@@ -67,7 +67,7 @@ def synth_v1(tmp_path_factory) -> Path:
     from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     out = tmp_path_factory.mktemp("synth") / "v1"
-    generate_archive(out, ArchiveSpec(240, layout="v1", seed=7))
+    generate_archive(out, ArchiveSpec(240, layout="v1", seed=7, difficulty="simple"))
     return out
 
 
@@ -77,7 +77,7 @@ def synth_v2(tmp_path_factory) -> Path:
     from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     out = tmp_path_factory.mktemp("synth") / "v2"
-    generate_archive(out, ArchiveSpec(60, layout="v2", seed=3))
+    generate_archive(out, ArchiveSpec(60, layout="v2", seed=3, difficulty="simple"))
     return out
 
 

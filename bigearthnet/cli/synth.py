@@ -42,27 +42,29 @@ def _writer(prog: str, description: str, declared: type, out_help: str):
 
 build_parser = _writer(
     PROG,
-    "Write a small synthetic BigEarthNet archive in the real v1 or v2 (reBEN) format. Each "
-    "class has a fixed 12-band spectral signature; a patch holds 1-3 classes as rectangular "
-    "regions and is labelled with exactly those classes, so a small CNN learns the task in a "
-    "few epochs.",
+    "Write a synthetic BigEarthNet archive in the real v1 or v2 (reBEN) format. By default "
+    "as hard as the real one: labels with reBEN's statistics (class shares, labels per patch, "
+    "co-occurrence), made CORINE's way from a coarse map (small features unlabelled, some "
+    "polygons wrong; the pixels' truth in OUT/truth.parquet), spectra that overlap, vary with "
+    "season and region, mixed pixels, snow and clouds. --difficulty simple: 1-3 rectangles of "
+    "far-apart spectra, labelled exactly, learnt in a few epochs (for tests).",
     ArchiveSpec,
     "archive directory to create",
 )
 build_scene_parser = _writer(
     f"{PROG} scene",
     "Write a synthetic Sentinel-2 L2A scene of known land cover: BLOCKS x BLOCKS squares of "
-    "2.4 km, each one 19-class land cover with the same spectral signatures as the synthetic "
-    "archive, in UTM 33N, for trying bigearthnet-map scene.",
+    "2.4 km, each one 19-class land cover rendered as the synthetic archive of the same "
+    "--difficulty renders it, in UTM 33N, for trying bigearthnet-map scene.",
     DemoScene,
-    "folder (tif, safe) or file (stack)",
+    "folder (tif, safe; zarr, stac: the folder holding it) or file (stack)",
 )
 build_region_parser = _writer(
     f"{PROG} region",
     "Write the scenes of a synthetic region for bigearthnet-map region: TILES tiles in UTM "
     "zones 32 and 33 (overlapping), DATES dates 30 days apart, land cover in LAEA blocks that "
     "changes lastingly or for one date in known places, clouds marked in SCL; "
-    "OUT/scenes/<product name>/ and the truth in OUT/truth.json.",
+    "OUT/scenes/<product name> (in the --layout form) and the truth in OUT/truth.json.",
     RegionSpec,
     "folder to create",
 )
@@ -103,7 +105,8 @@ def _scene(args: argparse.Namespace) -> None:
     if args.out.exists():
         raise UsageError(f"{args.out}: exists; choose a new path")
     truth = spec.truth()
-    scene = write_scene(args.out, truth, seed=spec.seed, layout=spec.layout)
+    scene = write_scene(args.out, truth, seed=spec.seed, layout=spec.layout,
+                        difficulty=spec.difficulty)  # fmt: skip
     names = constants.CLASSES_19
     print(f"wrote a {truth.size} x {truth.size} px {spec.layout} scene to {scene}; "
           "land cover by row:")  # fmt: skip

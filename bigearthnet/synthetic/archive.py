@@ -61,7 +61,9 @@ from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import UsageError, require_non_negative_int, require_positive_int
 from bigearthnet.preprocessing.archive import V2_METADATA, V2_S2_DIR, V2_SNOW_CLOUD
 from bigearthnet.preprocessing.sentinel1 import PAIR_KEY, V1_S1_ARCHIVE, V2_S1_DIR
-from bigearthnet.synthetic.places import Tile, plan_tiles, stamp, utm_wkt
+from bigearthnet.synthetic.landscape import plan_patch, v1_classes
+from bigearthnet.synthetic.places import Tile, plan_tiles, region_of, stamp, utm_wkt
+from bigearthnet.synthetic.reben_stats import CLOUD_SHARE, SNOW_SHARE, SPLIT_SHARE
 from bigearthnet.synthetic.render import (
     PatchJob,
     class_signatures,
@@ -69,6 +71,7 @@ from bigearthnet.synthetic.render import (
     representative43,
 )
 from bigearthnet.synthetic.tiff import write_band, write_jobs
+from bigearthnet.synthetic.truth_table import write_truth
 
 __all__ = [
     "LAYOUTS",
@@ -81,6 +84,7 @@ __all__ = [
 ]
 
 LAYOUTS: tuple[str, ...] = ("v1", "v2")
+DIFFICULTIES: tuple[str, ...] = ("realistic", "simple")
 
 _SNOW_CLOUD_FRACTION = 0.07
 _DROPPED_EXTRA_PROB = 0.12
@@ -134,9 +138,11 @@ def _num_snow_cloud(num_patches: int) -> int:
     return max(1, count) if num_patches >= 10 else min(count, num_patches - 1)
 
 
-def _v2_splits(rng: np.random.Generator, num_patches: int) -> list[str]:
-    """A random 60/20/20 train/validation/test assignment with exact counts."""
-    n_train, n_val = round(0.6 * num_patches), round(0.2 * num_patches)
+def _v2_splits(rng: np.random.Generator, num_patches: int, train: float = 0.6) -> list[str]:
+    """A random train/validation/test assignment with exact counts: ``train``, then the
+    rest halved (60/20/20 simple, 50/25/25 as reBEN realistic)."""
+    n_train = round(train * num_patches)
+    n_val = round((1 - train) / 2 * num_patches)
     ordered = ["train"] * n_train + ["validation"] * n_val
     ordered += ["test"] * (num_patches - len(ordered))
     return [ordered[i] for i in rng.permutation(num_patches)]
@@ -162,11 +168,29 @@ def _v1_metadata(tile: Tile, labels: Sequence[str], ulx: int, uly: int) -> str:
     return json.dumps(meta) + "\n"
 
 
+def _overlays(rng: np.random.Generator, num_patches: int, realistic: bool) -> list[str | None]:
+    """Which v2 patches are snowy or cloudy: reBEN's shares (11.1 %, 1.6 %) realistic, else
+    ~7 % half and half."""
+    overlays: list[str | None] = [None] * num_patches
+    if realistic:
+        draw = rng.random(num_patches)
+        for i, value in enumerate(draw):
+            overlays[i] = "snow" if value < SNOW_SHARE else "cloud" if value < (
+                SNOW_SHARE + CLOUD_SHARE) else None  # fmt: skip
+        return overlays
+    flagged = rng.choice(num_patches, size=_num_snow_cloud(num_patches), replace=False)
+    for n, i in enumerate(sorted(int(f) for f in flagged)):
+        overlays[i] = "snow" if (n + int(rng.integers(2))) % 2 else "cloud"
+    return overlays
+
+
 def plan_archive(
-    num_patches: int, layout: str, seed: int, s1: bool = False
+    num_patches: int, layout: str, seed: int, s1: bool = False, difficulty: str = "simple"
 ) -> tuple[list[SyntheticPatch], list[PatchJob], list[dict]]:
     """Decide every name, place, date, label and split from the seed (no pixels yet);
-    ``s1`` adds each patch's Sentinel-1 folder (the same plan otherwise)."""
+    ``s1`` adds each patch's Sentinel-1 folder (the same plan otherwise). ``realistic``
+    draws labels and truth from the landscape model (:mod:`.landscape`)."""
+    realistic = difficulty == "realistic"
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0]))
     tiles = plan_tiles(rng, min(num_patches, max(2, math.ceil(num_patches / _PATCHES_PER_TILE))))
     tile_of = [i % len(tiles) for i in range(num_patches)]
@@ -174,12 +198,9 @@ def plan_archive(
         [int(c) for c in rng.choice(_TILE_GRID**2, size=tile_of.count(t), replace=False)]
         for t in range(len(tiles))
     ]
-    splits = _v2_splits(rng, num_patches) if layout == "v2" else [None] * num_patches
-    overlays: list[str | None] = [None] * num_patches
-    if layout == "v2":
-        flagged = rng.choice(num_patches, size=_num_snow_cloud(num_patches), replace=False)
-        for n, i in enumerate(sorted(int(f) for f in flagged)):
-            overlays[i] = "snow" if (n + int(rng.integers(2))) % 2 else "cloud"
+    train = SPLIT_SHARE["train"] if realistic else 0.6
+    splits = _v2_splits(rng, num_patches, train) if layout == "v2" else [None] * num_patches
+    overlays = _overlays(rng, num_patches, realistic) if layout == "v2" else [None] * num_patches
     representative = representative43()
     patches, jobs, rows = [], [], []
     for i in range(num_patches):
@@ -192,15 +213,16 @@ def plan_archive(
         s1_name = f"{s1_product}_{tile.mgrs}_{col}_{row}"
         s1_json = None
         epsg = 32600 + tile.zone
+        truth = plan_patch(rng) if realistic else None
         if layout == "v1":
-            classes = _draw_classes_v1(rng)
+            classes = v1_classes(rng, truth.labels) if truth else _draw_classes_v1(rng)
             labels = tuple(CLASSES_43[c] for c in sorted(set(classes)))
             name, rel_dir, rows_sig = v1_name, v1_name, classes
             metadata, nodata = _v1_metadata(tile, labels, ulx, uly), None
             s1_dir = f"{V1_S1_ARCHIVE}/{s1_name}"
             s1_json = json.dumps({"labels": list(labels), PAIR_KEY: v1_name}) + "\n"
         else:
-            classes = _draw_classes_v2(rng)
+            classes = truth.labels if truth else _draw_classes_v2(rng)
             labels = tuple(CLASSES_19[c] for c in sorted(classes))
             name = (
                 f"{tile.mission}_MSIL2A_{tile.when:%Y%m%dT%H%M%S}_N9999_R{tile.orbit:03d}"
@@ -236,6 +258,10 @@ def plan_archive(
         job = PatchJob(
             i, rel_dir, name, epsg, ulx, uly, tuple(rows_sig), overlays[i], nodata, metadata
         )
+        if truth is not None:
+            month, region = tile.when.month, region_of(tile.country)
+            job = dataclasses.replace(job, signature_rows=(), truth=truth.fractions,
+                                      month=month, region=region)  # fmt: skip
         if s1:
             job = dataclasses.replace(
                 job, s1_dir=s1_dir, s1_prefix=s1_name, s1_metadata_json=s1_json
@@ -340,6 +366,12 @@ class ArchiveSpec:
         "OUT/BigEarthNet-S1, v1 as the S1 v1.0 archive OUT/BigEarthNet-S1-v1.0 (preprocess "
         "--s1-archive)",
     )  # fmt: skip
+    difficulty: str = option(
+        "realistic", "realistic: reBEN's label statistics, CORINE-like label noise (the true "
+        "class shares in OUT/truth.parquet), overlapping spectra, seasons, regions, mixed "
+        "pixels; simple: 1-3 rectangles of fixed, far-apart spectra, labelled exactly "
+        "(learnable in seconds: for tests)", choices=DIFFICULTIES,
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -356,7 +388,7 @@ def generate_archive(out_dir: os.PathLike | str, spec: ArchiveSpec) -> list[Synt
     out = Path(out_dir)
     _check_out(out, spec.overwrite)
     layout, seed = spec.layout, spec.seed
-    patches, jobs, rows = plan_archive(spec.patches, layout, seed, spec.s1)
+    patches, jobs, rows = plan_archive(spec.patches, layout, seed, spec.s1, spec.difficulty)
     out.parent.mkdir(parents=True, exist_ok=True)
     # Build beside OUT (same file system, so the final rename is atomic).
     tmp = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:12]}"
@@ -365,6 +397,8 @@ def generate_archive(out_dir: os.PathLike | str, spec: ArchiveSpec) -> list[Synt
         _run_jobs(str(tmp), seed, jobs, spec.workers)
         if layout == "v2":
             _write_v2_metadata(tmp, rows)
+        if spec.difficulty == "realistic":
+            write_truth(tmp, [p.name for p in patches], [job.truth or () for job in jobs])
         _publish(tmp, out, spec.overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -23,6 +23,14 @@ _SITES: tuple[tuple[int, str, int, int], ...] = (
     (35, "Lithuania", 61, 62),
 )
 _ZONES: tuple[int, ...] = tuple(sorted({site[0] for site in _SITES}))
+COUNTRIES: tuple[str, ...] = tuple(sorted({site[1] for site in _SITES}))
+
+
+def region_of(country: str) -> int:
+    """A country's index: the realistic archive's per-region spectra (:mod:`.spectra`)."""
+    return COUNTRIES.index(country)
+
+
 _TILE_X0: tuple[int, ...] = (300000, 399960, 499980, 600000, 699960)  # Sentinel-2 tile corners
 _LAT_BANDS = "CDEFGHJKLMNPQRSTUVWX"
 _MGRS_COLS = "ABCDEFGHJKLMNPQRSTUVWXYZ"

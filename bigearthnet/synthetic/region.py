@@ -36,11 +36,14 @@ from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import ConfigError, InputError, require_non_negative_int
 from bigearthnet.core.util import atomic_write_json
-from bigearthnet.synthetic.scene import render_classes, write_bands
+from bigearthnet.synthetic.archive import DIFFICULTIES
+from bigearthnet.synthetic.places import region_of
+from bigearthnet.synthetic.scene import Looks, render_classes, write_bands
 from bigearthnet.synthetic.scene_forms import FORM_LAYOUTS, write_form
 
 TRUTH_CRS = "EPSG:3035"
 CENTRE_LONLAT = (12.0, 48.0)  # on the boundary of UTM zones 32 and 33
+COUNTRY = "Austria"  # 12 E 48 N: how the realistic spectra look there
 # Classes the synthetic archive's tiny model tells apart well (as bigearthnet-synth scene).
 REGION_CLASSES: tuple[int, ...] = (0, 2, 5, 8, 11, 13, 14, 16, 18, 9, 3)
 FLOOD_CLASS = 17  # inland waters: the look-alike that comes and goes
@@ -87,6 +90,11 @@ class RegionSpec:
         "Computer's), or mixed: the forms in turn", choices=REGION_LAYOUTS,
     )  # fmt: skip
     seed: int = option(0, "seed", check=require_non_negative_int, metavar="S")
+    difficulty: str = option(
+        "realistic", "realistic: the realistic archive's spectra, changing with the season "
+        "of each date (a model trained on `bigearthnet-synth --difficulty realistic` maps "
+        "it); simple: the simple archive's", choices=DIFFICULTIES,
+    )  # fmt: skip
     overlap: float = 1200.0  # metres two neighbouring tiles share
 
     def __post_init__(self) -> None:
@@ -117,7 +125,9 @@ def generate_region(out: Path, spec: RegionSpec) -> dict:
                 name = _product_name(tile["name"], date)
                 grid = truth["classes"][d][block_of[0], block_of[1]]
                 cloud = _cloud(spec.size, rng)
-                bands = render_classes(np.asarray(grid), cloud, 0, int(rng.integers(1 << 31)))
+                looks = Looks(spec.difficulty, month=date.month, region=region_of(COUNTRY))
+                bands = render_classes(np.asarray(grid), cloud, 0, int(rng.integers(1 << 31)),
+                                       looks)  # fmt: skip
                 epsg, origin = tile["epsg"], (tile["left"], tile["top"])
                 form = MIXED[len(scenes) % len(MIXED)] if spec.layout == "mixed" else spec.layout
                 if form in FORM_LAYOUTS:
@@ -240,7 +250,9 @@ def _truth_json(spec: RegionSpec, tiles, truth, dates, scenes) -> dict:
         "events": truth["events"],
         "tiles": tiles,
         "scenes": scenes,
-        "spec": {k: getattr(spec, k) for k in ("tiles", "dates", "size", "overlap", "seed")},
+        "spec": {
+            k: getattr(spec, k) for k in ("tiles", "dates", "size", "overlap", "seed", "difficulty")
+        },
     }
 
 

@@ -76,6 +76,10 @@ class PatchJob:
     s1_dir: str | None = None  # the paired Sentinel-1 patch, when the archive has S1
     s1_prefix: str | None = None
     s1_metadata_json: str | None = None  # v1: the S1 labels JSON (pairs it with the S2 patch)
+    # --difficulty realistic: each 19-class's true share of the patch, the month, the region
+    truth: tuple[float, ...] | None = None
+    month: int = 7
+    region: int = 0
 
 
 # --------------------------------------------------------------------------- the rule
@@ -232,6 +236,17 @@ def _apply_overlay(rng: np.random.Generator, base: np.ndarray, bright: np.ndarra
     base = base.copy()
     base[y : y + h, x : x + w] = 0.3 * base[y : y + h, x : x + w] + 0.7 * bright
     return base
+
+
+def overlay_field(rng: np.random.Generator, field: np.ndarray, overlay: str) -> np.ndarray:
+    """Blend a bright snow/cloud rectangle (25-72 % of the patch) over a (12, 120, 120)
+    10 m field."""
+    bright = (_SNOW if overlay == "snow" else _CLOUD)[:, None, None]
+    h, w = int(rng.integers(60, 103)), int(rng.integers(60, 103))
+    y, x = int(rng.integers(0, PATCH_SIZE - h + 1)), int(rng.integers(0, PATCH_SIZE - w + 1))
+    field = field.copy()
+    field[:, y : y + h, x : x + w] = 0.3 * field[:, y : y + h, x : x + w] + 0.7 * bright
+    return field
 
 
 def render_s1(rng: np.random.Generator, cells: np.ndarray, db: np.ndarray) -> dict[str, np.ndarray]:

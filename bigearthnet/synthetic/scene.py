@@ -17,6 +17,7 @@ processing baseline 04.00 does). :class:`SceneTruth` says which class each block
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,12 +27,16 @@ from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import require_non_negative_int, require_positive_int
 from bigearthnet.maps.radiometry import BOA_ADD_OFFSET, REFLECTANCE_SCALE
+from bigearthnet.synthetic import spectra
+from bigearthnet.synthetic.archive import DIFFICULTIES
+from bigearthnet.synthetic.places import region_of
 from bigearthnet.synthetic.render import class_signatures
 from bigearthnet.synthetic.scene_forms import FORM_LAYOUTS, stored, write_form
 
 EPSG = 32633
 ORIGIN = (500000.0, 5300040.0)  # upper-left corner, metres
 PRODUCT = "S2B_MSIL2A_20200801T100559_N0400_R022_T33UXP_20200801T130116"
+SCENE_DATE, SCENE_COUNTRY = dt.date(2020, 8, 1), "Austria"  # PRODUCT's: T33UXP
 GRANULE = "L2A_T33UXP_A017956_20200801T100558"
 TILE_DATE = "T33UXP_20200801T100559"
 CLOUD_REFLECTANCE = 7000  # bright in every band, as thick cloud
@@ -52,29 +57,45 @@ class SceneTruth:
         return self.classes[row // self.block][col // self.block]
 
 
-def render_scene(truth: SceneTruth, seed: int) -> dict[str, np.ndarray]:
+def render_scene(truth: SceneTruth, seed: int, difficulty: str) -> dict[str, np.ndarray]:
     """Band -> uint16 image at the band's native resolution."""
     grid = np.kron(np.asarray(truth.classes), np.ones((truth.block, truth.block), int))
     cloud = np.zeros(grid.shape, bool)
     if truth.cloud is not None:
         row0, col0, row1, col1 = truth.cloud
         cloud[row0:row1, col0:col1] = True
-    return render_classes(grid, cloud, truth.border, seed)
+    looks = Looks(difficulty, month=SCENE_DATE.month, region=region_of(SCENE_COUNTRY))
+    return render_classes(grid, cloud, truth.border, seed, looks)
+
+
+@dataclass(frozen=True)
+class Looks:
+    """How classes look: ``simple`` (the simple archive's far-apart signatures) or
+    ``realistic`` (the realistic archive's spectra, :mod:`.spectra`, in ``month`` and
+    ``region``): the scene must look like the archive its model learned from."""
+
+    difficulty: str
+    month: int = 8
+    region: int = 0
 
 
 def render_classes(
-    grid: np.ndarray, cloud: np.ndarray, border: int, seed: int
+    grid: np.ndarray, cloud: np.ndarray, border: int, seed: int, looks: Looks
 ) -> dict[str, np.ndarray]:
     """A (size, size) 10 m grid of 19-class indices -> band -> uint16 image at the band's
     native resolution, and ``SCL``: bright in every band and SCL cloud where ``cloud`` (a
     mask of even-aligned 2 x 2 blocks), nodata in a ``border`` of px at every edge."""
     rng = np.random.default_rng(seed)
-    signatures = class_signatures(19)
     size = grid.shape[0]
-    texture = 1.0 + 0.05 * _smooth(rng, size)
+    if looks.difficulty == "realistic":
+        full = spectra.render_field(rng, grid, looks.month, looks.region)
+    else:
+        texture = 1.0 + 0.05 * _smooth(rng, size)
+        signatures = class_signatures(19)
+        full = np.stack([signatures[grid, i] * texture for i in range(len(constants.BANDS))])
     bands = {}
     for index, band in enumerate(constants.BANDS):
-        field = signatures[grid, index] * texture
+        field = full[index]
         field[cloud] = CLOUD_REFLECTANCE
         factor = constants.BAND_RESOLUTION_M[band] // 10
         native = size // factor
@@ -152,6 +173,11 @@ class DemoScene:
     blocks: int = option(3, "N x N land-cover squares of 240 px (3: a 7.2 km scene)",
                          check=require_positive_int, metavar="N")  # fmt: skip
     seed: int = option(0, "texture seed", check=require_non_negative_int, metavar="S")
+    difficulty: str = option(
+        "realistic", "realistic: the realistic archive's spectra (a model trained on "
+        "`bigearthnet-synth --difficulty realistic` maps it); simple: the simple archive's",
+        choices=DIFFICULTIES,
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -163,12 +189,14 @@ class DemoScene:
         return SceneTruth(size=240 * n, block=240, border=0, classes=classes)
 
 
-def write_scene(out: Path, truth: SceneTruth, *, seed: int = 0, layout: str = "tif") -> Path:
+def write_scene(
+    out: Path, truth: SceneTruth, *, seed: int = 0, layout: str = "tif", difficulty: str
+) -> Path:
     """Write the scene as ``layout``: ``tif`` (band GeoTIFFs in ``out``), ``safe`` (an L2A
     product folder ``out``), ``stack`` (one 12-band GeoTIFF ``out`` at 10 m, the 20/60 m
     bands repeated, bands described by name) or a form of :data:`FORM_LAYOUTS` (in the folder
     ``out``); returns the scene's path (what ``bigearthnet-map scene`` takes)."""
-    bands = render_scene(truth, seed)
+    bands = render_scene(truth, seed, difficulty)
     if layout == "stack":
         write_stack(out, truth, bands)
         return out

@@ -16,7 +16,7 @@ import datetime as dt
 import json
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -65,7 +65,7 @@ def write_form(
     }
     grid = (epsg, origin, size)
     if form.startswith("zarr"):
-        version = 2 if form == "zarr-v2" else 3  # EOPF's samples before 2026: Zarr v2
+        version: Literal[2, 3] = 2 if form == "zarr-v2" else 3  # EOPF's samples before 2026
         return _write_zarr(folder, bands, grid, props, name, form == "zarr-zip", version)
     return _write_stac(folder, bands, grid, props, name, STAC_STYLE[form])
 
@@ -84,7 +84,7 @@ def _downsampled(image: np.ndarray, factor: int) -> np.ndarray:
 
 
 def _write_zarr(
-    folder: Path, bands, grid, props: dict, name: str, zipped: bool, version: int
+    folder: Path, bands, grid, props: dict, name: str, zipped: bool, version: Literal[2, 3]
 ) -> Path:
     import zarr
 

@@ -22,6 +22,8 @@ from bigearthnet.core.constants import (
     PATCH_METRES,
 )
 from bigearthnet.preprocessing.geotiff import read_tags
+from bigearthnet.synthetic import spectra
+from bigearthnet.synthetic.landscape import lay_out
 from bigearthnet.synthetic.render import (
     PatchJob,
     region_cells,
@@ -134,8 +136,12 @@ def write_jobs(root: str, seed: int, jobs: Sequence[PatchJob]) -> None:
     sig43 = signatures43()
     for job in jobs:
         rng = np.random.default_rng(np.random.SeedSequence([seed, 1, job.index]))
-        cells = region_cells(rng, len(job.signature_rows))
-        bands = render_patch(rng, sig43[list(job.signature_rows)], job.overlay, cells)
+        if job.truth is not None:  # realistic: class cells laid out by their true shares
+            cells = lay_out(rng, np.asarray(job.truth))
+            bands = spectra.render(rng, cells, job.month, job.region, job.overlay)
+        else:
+            cells = region_cells(rng, len(job.signature_rows))
+            bands = render_patch(rng, sig43[list(job.signature_rows)], job.overlay, cells)
         folder = os.path.join(root, job.rel_dir)
         os.makedirs(folder)
         for band in BANDS:
@@ -154,7 +160,10 @@ def _write_s1(root: str, seed: int, job: PatchJob, cells: np.ndarray) -> None:
     the S2 files are the same with or without S1), and for v1 its labels JSON."""
     assert job.s1_dir is not None and job.s1_prefix is not None
     rng = np.random.default_rng(np.random.SeedSequence([seed, 2, job.index]))
-    s1 = render_s1(rng, cells, s1_signatures43()[list(job.signature_rows)])
+    if job.truth is not None:  # realistic: cells hold 19-class indices
+        s1 = render_s1(rng, cells, spectra.S1_DB)
+    else:
+        s1 = render_s1(rng, cells, s1_signatures43()[list(job.signature_rows)])
     folder = os.path.join(root, job.s1_dir)
     os.makedirs(folder)
     for band, values in s1.items():

@@ -147,7 +147,11 @@ def test_map_from_export_equals_map_from_run(export_dir, evaluated_run, shards_v
 
 def test_scene_map_from_export_equals_scene_map_from_run(export_dir, evaluated_run, tmp_path):
     scene = tmp_path / "bands"
-    write_scene(scene, SceneTruth(size=240, block=120, border=0, classes=((0, 8), (9, 17))))
+    write_scene(
+        scene,
+        SceneTruth(size=240, block=120, border=0, classes=((0, 8), (9, 17))),
+        difficulty="simple",
+    )
     maps = []
     for flag, source, name in (("--run-dir", evaluated_run, "a"), ("--model", export_dir, "b")):
         out = tmp_path / f"{name}.tif"
@@ -213,7 +217,9 @@ def test_export_of_another_band_configuration_is_refused(
     assert "gives bands s2 (B01,B02," in line and "takes all (VV,VH,B02," in line
     assert not (tmp_path / "maps").exists()
     scene = tmp_path / "bands"
-    write_scene(scene, SceneTruth(size=240, block=240, border=0, classes=((3,),)))
+    write_scene(
+        scene, SceneTruth(size=240, block=240, border=0, classes=((3,),)), difficulty="simple"
+    )
     argv = ["scene", str(scene), "--model", str(other), "--out", str(tmp_path / "m.tif")]
     assert map_main(argv) == 2
     line = reported_errors()[-1]

@@ -229,7 +229,7 @@ def test_a_failed_companion_leaves_no_map(run, tmp_path, monkeypatch, bad_input_
     from bigearthnet.maps import scene_output
 
     scene = tmp_path / "bands"
-    write_scene(scene, TRUTH, seed=1, layout="tif")
+    write_scene(scene, TRUTH, seed=1, layout="tif", difficulty="simple")
     out = tmp_path / "map.tif"
     argv = ["scene", str(scene), "--run-dir", str(run), "--out", str(out), "--no-progress"]
     assert map_main(argv) == 0 and out.is_file()  # an older, complete map
@@ -291,7 +291,7 @@ def test_other_bands_never_advise_deleting_the_run(
 
 def test_a_header_only_band_is_named(run, tmp_path, reported_errors, bad_input_row) -> None:
     scene = tmp_path / "S2B_MSIL2A_X.SAFE"
-    write_scene(scene, TRUTH, seed=1, layout="safe")
+    write_scene(scene, TRUTH, seed=1, layout="safe", difficulty="simple")
     band = next(scene.rglob("*_B03_10m.jp2"))
     band.write_bytes(band.read_bytes()[:120])  # the JP2 signature and header boxes only
     code = map_main(["scene", str(scene), "--run-dir", str(run), "--out", str(tmp_path / "m.tif")])

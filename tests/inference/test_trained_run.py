@@ -46,7 +46,7 @@ def moved_world(shards_v1: Path, synth_v2: Path, tmp_path_factory) -> dict[str, 
     other = root / "other"
     assert preprocess(synth_v2, other, "--shard-size", "16") == 0
     scene = root / "bands"
-    write_scene(scene, TRUTH, seed=2, layout="tif")
+    write_scene(scene, TRUTH, seed=2, layout="tif", difficulty="simple")
     return {"root": root, "shards": shards, "run": run, "other": other, "scene": scene}
 
 

@@ -24,7 +24,7 @@ from bigearthnet.synthetic.region import RegionSpec, generate_region
 from bigearthnet.synthetic.region_score import score_series
 
 pytestmark = pytest.mark.slow
-SPEC = RegionSpec(tiles=4, dates=6, size=720, block=2400.0, seed=4)
+SPEC = RegionSpec(tiles=4, dates=6, size=720, block=2400.0, seed=4, difficulty="simple")
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ def regions(tmp_path_factory) -> dict[str, Path]:
     """The same region (seed 5) as SAFE products, and in the forms in turn."""
     root = tmp_path_factory.mktemp("region-forms")
     for layout in ("safe", "mixed"):
-        generate_region(root / layout, RegionSpec(layout=layout, **SPEC))
+        generate_region(root / layout, RegionSpec(layout=layout, **SPEC, difficulty="simple"))
     return {layout: root / layout for layout in ("safe", "mixed")}
 
 

@@ -21,7 +21,7 @@ from bigearthnet.formats.class_map import probabilities_path
 from bigearthnet.synthetic.region import RegionSpec, generate_region
 
 pytestmark = [pytest.mark.bad_input, pytest.mark.xdist_group("region-inputs")]
-SPEC = RegionSpec(tiles=2, dates=5, size=240, block=2400.0, seed=3)
+SPEC = RegionSpec(tiles=2, dates=5, size=240, block=2400.0, seed=3, difficulty="simple")
 
 
 @pytest.fixture(scope="module")

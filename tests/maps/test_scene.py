@@ -64,7 +64,7 @@ def map_scene(scene: Path, run: Path, out: Path, *extra: str) -> np.ndarray:
 @pytest.mark.parametrize("layout", ["tif", "safe"])
 def test_scene_map_finds_the_known_land_cover(layout, scene_model, tmp_path):
     scene = tmp_path / ("S2B_MSIL2A_X.SAFE" if layout == "safe" else "bands")
-    write_scene(scene, TRUTH, seed=1, layout=layout)
+    write_scene(scene, TRUTH, seed=1, layout=layout, difficulty="simple")
     out = tmp_path / "map.tif"
     argv = ["scene", str(scene), "--run-dir", str(scene_model), "--out", str(out)]
     assert map_main([*argv, "--stride", "60", "--no-progress"]) == 0
@@ -97,8 +97,8 @@ def gdal_category_names(path: Path) -> list[str]:
 def test_safe_offset_gives_the_values_of_the_band_geotiffs(tmp_path):
     """Baseline 04.00 stores reflectance + 1000 (BOA_ADD_OFFSET -1000): read back, the SAFE
     windows equal those of the same scene as plain GeoTIFFs."""
-    write_scene(tmp_path / "bands", TRUTH, seed=2, layout="tif")
-    write_scene(tmp_path / "x.SAFE", TRUTH, seed=2, layout="safe")
+    write_scene(tmp_path / "bands", TRUTH, seed=2, layout="tif", difficulty="simple")
+    write_scene(tmp_path / "x.SAFE", TRUTH, seed=2, layout="safe", difficulty="simple")
     plain, safe = Scene(tmp_path / "bands"), Scene(tmp_path / "x.SAFE")
     assert safe.offsets["B02"] == -1000 and set(plain.offsets.values()) == {0}
     assert "MTD_MSIL2A.xml" in safe.radiometry.evidence
@@ -130,7 +130,12 @@ def test_a_real_patch_as_a_scene_gives_its_shard_image(real_v1, tmp_path):
 
 def _copy_scene(tmp_path: Path) -> Path:
     scene = tmp_path / "bands"
-    write_scene(scene, SceneTruth(size=240, block=240, border=0, classes=((3,),)), layout="tif")
+    write_scene(
+        scene,
+        SceneTruth(size=240, block=240, border=0, classes=((3,),)),
+        layout="tif",
+        difficulty="simple",
+    )
     return scene
 
 
@@ -161,14 +166,14 @@ def test_bad_scenes_are_one_line_exit_2(damage, message, scene_model, tmp_path, 
     elif damage == "too small":
         shutil.rmtree(scene)
         small = SceneTruth(size=96, block=96, border=0, classes=((3,),))
-        write_scene(scene, small, layout="tif")
+        write_scene(scene, small, layout="tif", difficulty="simple")
     elif damage == "corrupt band":
         (scene / "B03.tif").write_bytes(b"II*\0garbage")
     elif damage == "truncated band":  # cut short: the header stays, the GeoTIFF tags do not
         (scene / "B05.tif").write_bytes((scene / "B05.tif").read_bytes()[:300])
     elif damage == "corrupt jp2":
         scene = tmp_path / "x.SAFE"
-        write_scene(scene, SceneTruth(240, 240, 0, ((3,),)), layout="safe")
+        write_scene(scene, SceneTruth(240, 240, 0, ((3,),)), layout="safe", difficulty="simple")
         (b04,) = scene.glob("GRANULE/*/IMG_DATA/R10m/*_B04_10m.jp2")
         data = b04.read_bytes()
         b04.write_bytes(data[: len(data) // 3])  # a download cut short
@@ -183,7 +188,7 @@ def test_bad_scenes_are_one_line_exit_2(damage, message, scene_model, tmp_path, 
         extra = ["--labels", "43"]
     else:
         scene = tmp_path / "stack.tif"
-        write_scene(scene, SceneTruth(240, 240, 0, ((3,),)), layout="stack")
+        write_scene(scene, SceneTruth(240, 240, 0, ((3,),)), layout="stack", difficulty="simple")
         extra = ["--band-order", "B02,B03,B04"]
     out = tmp_path / "map.tif"
     argv = ["scene", str(scene), "--run-dir", str(scene_model), "--out", str(out), "--no-progress"]
@@ -202,7 +207,7 @@ def test_clouds_are_nodata_with_mask_clouds(scene_model, tmp_path):
     """A cloud over the centre block: with --mask-clouds its cells are nodata (SCL says
     cloud), the other blocks are still mapped; without, the cloud gets a class."""
     scene = tmp_path / "x.SAFE"
-    write_scene(scene, CLOUDED, seed=3, layout="safe")
+    write_scene(scene, CLOUDED, seed=3, layout="safe", difficulty="simple")
     masked = map_scene(scene, scene_model, tmp_path / "masked.tif", "--mask-clouds")
     plain = map_scene(scene, scene_model, tmp_path / "plain.tif")
     cloud_cells = (slice(4, 8), slice(4, 8))  # 600 m cells 4..7 lie in px 240..480
@@ -215,7 +220,7 @@ def test_clouds_are_nodata_with_mask_clouds(scene_model, tmp_path):
 
 def test_bbox_maps_part_of_the_scene_on_the_same_grid(scene_model, tmp_path):
     scene = tmp_path / "bands"
-    write_scene(scene, TRUTH, seed=1, layout="tif")
+    write_scene(scene, TRUTH, seed=1, layout="tif", difficulty="simple")
     full = tmp_path / "full.tif"
     map_scene(scene, scene_model, full)
     # 2.4 km x 3.6 km from 1.2 km east and 1.2 km south of the scene's corner
@@ -230,7 +235,7 @@ def test_bbox_maps_part_of_the_scene_on_the_same_grid(scene_model, tmp_path):
 
 def test_a_band_stack_geotiff_is_mapped(scene_model, tmp_path):
     stack = tmp_path / "stack.tif"
-    write_scene(stack, TRUTH, seed=1, layout="stack")
+    write_scene(stack, TRUTH, seed=1, layout="stack", difficulty="simple")
     assert agreement(map_scene(stack, scene_model, tmp_path / "map.tif"), 60) >= 0.9
 
 
@@ -246,7 +251,7 @@ def test_change_map_finds_the_changed_block(scene_model, tmp_path):
     maps = {}
     for name, truth, extra in (("a", TRUTH, ()), ("b", CHANGED, ()), ("b_part", CHANGED, ())):
         scene = tmp_path / f"scene_{name}"
-        write_scene(scene, truth, seed=4 if name == "a" else 5, layout="tif")
+        write_scene(scene, truth, seed=4 if name == "a" else 5, layout="tif", difficulty="simple")
         if name == "b_part":
             extra = ("--bbox", "500000,5295240,504800,5300040")  # west 4.8 km, north 4.8 km
         map_scene(scene, scene_model, tmp_path / f"{name}.tif", *extra)
@@ -321,7 +326,7 @@ def test_band_geotiffs_converted_from_a_baseline_4_product_are_read_as_it_says(
     Their files say nothing of the offset: refused, naming --boa-offset; a wrong value is
     refused where the metadata says otherwise; with the right one, the SAFE product's map."""
     safe = tmp_path / "S2B_MSIL2A_20200801T100559_N0400_R022_T33UXP_20200801T130116.SAFE"
-    write_scene(safe, TRUTH, seed=2, layout="safe")
+    write_scene(safe, TRUTH, seed=2, layout="safe", difficulty="simple")
     converted = _untagged_copy(safe, tmp_path / "converted")
     out = tmp_path / "converted.tif"
     argv = ["scene", str(converted), "--run-dir", str(scene_model), "--out", str(out),
@@ -348,7 +353,7 @@ def test_a_stack_named_the_earth_engine_way_is_read_by_its_names(
 ):
     """R36: bands described B2, B8A, ... in another order were read in canonical order."""
     stack = tmp_path / "stack.tif"
-    write_scene(stack, TRUTH, seed=1, layout="stack")
+    write_scene(stack, TRUTH, seed=1, layout="stack", difficulty="simple")
     shuffled = tmp_path / "ee.tif"
     with rasterio.open(stack) as src:
         profile, names = src.profile, list(src.descriptions)

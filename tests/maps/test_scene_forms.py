@@ -37,7 +37,7 @@ def scenes(tmp_path_factory) -> dict[str, Path]:
     found = {}
     for form in FORMS:
         out = root / form / (f"{PRODUCT}.SAFE" if form == "safe" else "scene")
-        found[form] = write_scene(out, TRUTH, seed=4, layout=form)
+        found[form] = write_scene(out, TRUTH, seed=4, layout=form, difficulty="simple")
     return found
 
 

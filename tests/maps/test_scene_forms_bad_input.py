@@ -37,7 +37,10 @@ STAC_CASES = {
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("forms-bad")
-    return {form: write_scene(root / form, TRUTH, seed=2, layout=form) for form in ("zarr", "stac")}
+    return {
+        form: write_scene(root / form, TRUTH, seed=2, layout=form, difficulty="simple")
+        for form in ("zarr", "stac")
+    }
 
 
 def _map(scene: Path, run: Path, out: Path, *extra: str) -> int:

@@ -21,7 +21,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def series(trained_run, tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("region-page")
-    generate_region(root / "synth", RegionSpec(tiles=2, dates=5, size=360, seed=2))
+    generate_region(
+        root / "synth", RegionSpec(tiles=2, dates=5, size=360, seed=2, difficulty="simple")
+    )
     scenes = [str(p) for p in sorted((root / "synth" / "scenes").iterdir())]
     out = root / "out"
     argv = ["region", *scenes, "--run-dir", str(trained_run), "--out", str(out), "--no-progress"]

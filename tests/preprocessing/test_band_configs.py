@@ -30,7 +30,7 @@ def s1_v2(tmp_path_factory) -> Path:
     from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     out = tmp_path_factory.mktemp("s1") / "v2"
-    generate_archive(out, ArchiveSpec(24, layout="v2", seed=11, s1=True))
+    generate_archive(out, ArchiveSpec(24, layout="v2", seed=11, s1=True, difficulty="simple"))
     return out
 
 
@@ -39,7 +39,7 @@ def s1_v1(tmp_path_factory) -> Path:
     from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     out = tmp_path_factory.mktemp("s1") / "v1"
-    generate_archive(out, ArchiveSpec(16, layout="v1", seed=12, s1=True))
+    generate_archive(out, ArchiveSpec(16, layout="v1", seed=12, s1=True, difficulty="simple"))
     return out
 
 

@@ -31,7 +31,9 @@ def shards(tmp_path_factory) -> Path:
     from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     root = tmp_path_factory.mktemp("malleable")
-    generate_archive(root / "archive", ArchiveSpec(PATCHES, layout="v1", seed=0))
+    generate_archive(
+        root / "archive", ArchiveSpec(PATCHES, layout="v1", seed=0, difficulty="simple")
+    )
     assert preprocess(root / "archive", root / "shards", "--shard-size", "100") == 0
     return root / "shards"
 

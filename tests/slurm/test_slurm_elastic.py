@@ -63,7 +63,9 @@ def workspace(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("slurm-elastic")
     (root / "logs").mkdir()
-    generate_archive(root / "archive", ArchiveSpec(PATCHES, layout="v1", seed=0))
+    generate_archive(
+        root / "archive", ArchiveSpec(PATCHES, layout="v1", seed=0, difficulty="simple")
+    )
     assert preprocess(root / "archive", root / "shards", "--shard-size", str(SHARD_SIZE)) == 0
     return root
 
@@ -420,7 +422,10 @@ def test_the_noise_scale_policy_resizes_a_real_training_with_holder_jobs(
     from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
     data = workspace / "policy-loop" / "shards"
-    generate_archive(workspace / "policy-loop" / "archive", ArchiveSpec(800, layout="v1", seed=0))
+    generate_archive(
+        workspace / "policy-loop" / "archive",
+        ArchiveSpec(800, layout="v1", seed=0, difficulty="simple"),
+    )
     assert preprocess(workspace / "policy-loop" / "archive", data, "--shard-size", "100") == 0
     run = workspace / "runs" / "policy-loop"
     hosts = run / "hosts"

@@ -109,7 +109,9 @@ def workspace(tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("slurm-jobs")
     (root / "logs").mkdir()  # jobs/submit.sh makes it too; plain sbatch needs it
-    generate_archive(root / "archive", ArchiveSpec(PATCHES, layout="v1", seed=0))
+    generate_archive(
+        root / "archive", ArchiveSpec(PATCHES, layout="v1", seed=0, difficulty="simple")
+    )
     return root
 
 
@@ -265,7 +267,11 @@ def test_map_scene_job_maps_a_scene_on_two_ranks(
     from bigearthnet.synthetic.scene import SceneTruth, write_scene
 
     scene = workspace / "scene"
-    write_scene(scene, SceneTruth(size=480, block=240, border=0, classes=((1, 4), (7, 9))))
+    write_scene(
+        scene,
+        SceneTruth(size=480, block=240, border=0, classes=((1, 4), (7, 9))),
+        difficulty="simple",
+    )
     out = workspace / "maps" / "scene.tif"
     env = job_env(slurm_cluster, workspace, EXPERIMENT="tiny", SCENE=str(scene), MAP_OUT=str(out))
     job_id = slurm_cluster.submit("map_scene", "--hold", cwd=workspace, env=env)
@@ -513,7 +519,7 @@ def test_map_region_job_maps_scenes_as_an_array_then_the_series(
     from bigearthnet.synthetic.region import RegionSpec, generate_region
 
     region = workspace / "region"
-    generate_region(region, RegionSpec(tiles=2, dates=5, size=240, seed=1))
+    generate_region(region, RegionSpec(tiles=2, dates=5, size=240, seed=1, difficulty="simple"))
     scenes = sorted((region / "scenes").iterdir())[:4]
     listing = workspace / "scenes.txt"
     listing.write_text("".join(f"{p}\n" for p in scenes))

@@ -67,13 +67,13 @@ def _all_files(root: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def v1_archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[SyntheticPatch]]:
     root = tmp_path_factory.mktemp("v1") / "archive"
-    return root, generate_archive(root, ArchiveSpec(40, layout="v1", seed=7))
+    return root, generate_archive(root, ArchiveSpec(40, layout="v1", seed=7, difficulty="simple"))
 
 
 @pytest.fixture(scope="module")
 def v2_archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[SyntheticPatch]]:
     root = tmp_path_factory.mktemp("v2") / "archive"
-    return root, generate_archive(root, ArchiveSpec(40, layout="v2", seed=11))
+    return root, generate_archive(root, ArchiveSpec(40, layout="v2", seed=11, difficulty="simple"))
 
 
 # --------------------------------------------------------------------------- v1 format
@@ -248,9 +248,11 @@ def test_v2_layout_metadata_and_nodata(v2_archive):
 
 
 def test_same_seed_identical_different_seed_differs(tmp_path):
-    a = generate_archive(tmp_path / "a", ArchiveSpec(6, layout="v1", seed=3))
-    b = generate_archive(tmp_path / "b", ArchiveSpec(6, layout="v1", seed=3, workers=2))
-    c = generate_archive(tmp_path / "c", ArchiveSpec(6, layout="v1", seed=4))
+    a = generate_archive(tmp_path / "a", ArchiveSpec(6, layout="v1", seed=3, difficulty="simple"))
+    b = generate_archive(
+        tmp_path / "b", ArchiveSpec(6, layout="v1", seed=3, workers=2, difficulty="simple")
+    )
+    c = generate_archive(tmp_path / "c", ArchiveSpec(6, layout="v1", seed=4, difficulty="simple"))
     assert a == b
     files_a, files_b = _all_files(tmp_path / "a"), _all_files(tmp_path / "b")
     assert files_a == files_b
@@ -261,8 +263,10 @@ def test_same_seed_identical_different_seed_differs(tmp_path):
 
 
 def test_v2_same_seed_identical(tmp_path):
-    generate_archive(tmp_path / "a", ArchiveSpec(12, layout="v2", seed=5))
-    generate_archive(tmp_path / "b", ArchiveSpec(12, layout="v2", seed=5, workers=3))
+    generate_archive(tmp_path / "a", ArchiveSpec(12, layout="v2", seed=5, difficulty="simple"))
+    generate_archive(
+        tmp_path / "b", ArchiveSpec(12, layout="v2", seed=5, workers=3, difficulty="simple")
+    )
     assert _all_files(tmp_path / "a") == _all_files(tmp_path / "b")
 
 
@@ -381,13 +385,13 @@ def test_cli_refuses_non_empty_out_unless_overwrite(tmp_path, reported_errors):
     assert any("not empty" in line for line in reported_errors())
     assert (out / "keep.txt").read_text() == "precious"
     assert main([str(out), "--patches", "2", "--overwrite"]) == 0
-    assert not (out / "keep.txt").exists() and len(list(out.iterdir())) == 2
+    assert not (out / "keep.txt").exists() and len(list(out.iterdir())) == 3  # + truth.parquet
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
 def test_empty_out_dir_is_fine_and_file_is_not(tmp_path):
     (tmp_path / "empty").mkdir()
-    assert len(generate_archive(tmp_path / "empty", ArchiveSpec(1))) == 1
+    assert len(generate_archive(tmp_path / "empty", ArchiveSpec(1, difficulty="simple"))) == 1
     (tmp_path / "file").write_text("x")
     assert main([str(tmp_path / "file"), "--patches", "1"]) == 2
 
@@ -398,7 +402,7 @@ def test_failed_run_leaves_no_out(tmp_path, monkeypatch):
 
     monkeypatch.setattr(synthetic, "write_jobs", boom)
     with pytest.raises(RuntimeError):
-        generate_archive(tmp_path / "out", ArchiveSpec(3))
+        generate_archive(tmp_path / "out", ArchiveSpec(3, difficulty="simple"))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -409,7 +413,7 @@ def test_api_validates_arguments(tmp_path):
         {"patches": 2, "seed": -1},
     ):
         with pytest.raises(ValueError):
-            generate_archive(tmp_path / "x", ArchiveSpec(**kwargs))
+            generate_archive(tmp_path / "x", ArchiveSpec(**{"difficulty": "simple", **kwargs}))
     assert not (tmp_path / "x").exists()
 
 

@@ -33,7 +33,7 @@ def config_shards(tmp_path_factory) -> dict[str, Path]:
 
     root = tmp_path_factory.mktemp("configs")
     archive = root / "v1"
-    generate_archive(archive, ArchiveSpec(240, layout="v1", seed=7, s1=True))
+    generate_archive(archive, ArchiveSpec(240, layout="v1", seed=7, s1=True, difficulty="simple"))
     shards = {}
     for config in ("all", "s2-10", "s2"):
         out = root / config
@@ -128,7 +128,10 @@ def test_scene_maps_read_the_model_s2_bands(
 
     scene = tmp_path / "scene.tif"
     write_scene(
-        scene, SceneTruth(size=240, block=120, border=0, classes=((3, 8), (9, 2))), layout="stack"
+        scene,
+        SceneTruth(size=240, block=120, border=0, classes=((3, 8), (9, 2))),
+        layout="stack",
+        difficulty="simple",
     )
     with rasterio.open(scene) as src:  # keep the ten bands the model takes, renamed by order
         keep = [i for i, d in enumerate(src.descriptions) if d in constants.S2_10_BANDS]

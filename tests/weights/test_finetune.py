@@ -27,7 +27,9 @@ def _epochs_to_target(run: Path) -> int | None:
 @pytest.mark.slow
 def test_fine_tuning_reaches_the_target_sooner(trained_run, tmp_path):
     """trained_run: the tiny model, 6 epochs on shards of archive seed 7; here seed 21."""
-    generate_archive(tmp_path / "archive", ArchiveSpec(240, layout="v1", seed=21))
+    generate_archive(
+        tmp_path / "archive", ArchiveSpec(240, layout="v1", seed=21, difficulty="simple")
+    )
     assert preprocess(tmp_path / "archive", tmp_path / "shards", "--shard-size", "32") == 0
     epochs = {}
     for tag, extra in (("scratch", ()), ("fine-tuned", ("--init-weights", str(trained_run)))):
