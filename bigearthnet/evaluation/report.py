@@ -139,6 +139,8 @@ def format_table(summary: EvalSummary, run_dir: Path) -> str:
         scores("micro_map", "macro_map"),
         f"  macro averages over the {s.macro_classes} of {len(s.per_class)} classes with "
         "positives in the split",
+        f"  the best constant answer (the k most frequent classes for every patch): micro_f1 "
+        f"{format_score(s.constant_micro_f1)}",
         f"  {'class':<48} {'support':>7} {'precision':>9} {'recall':>7} {'f1':>7} {'ap':>7}",
     ]
     for row in s.per_class:

@@ -61,6 +61,7 @@ class EvalSummary:
     per_class: tuple[ClassScores, ...]
     samples_f1: float | None = None
     weighted_f1: float | None = None
+    constant_micro_f1: float | None = None  # the best constant answer (None: older files)
     checkpoint: str = ""  # as asked: best, latest or a path
     model: str = ""
     bands: tuple[str, ...] = ()
@@ -144,6 +145,7 @@ def _summary(body: dict[str, Any], tuned: tuple[float, ...] | None, **source: An
         ),
         samples_f1=body.get("samples_f1"),
         weighted_f1=body.get("weighted_f1"),
+        constant_micro_f1=body.get("constant_micro_f1"),
         checkpoint=str(body.get("checkpoint", "")),
         model=str(body.get("model", "")),
         bands=tuple(body.get("bands") or ()),
