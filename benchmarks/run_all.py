@@ -19,6 +19,7 @@ from common import Figure
 HERE = Path(__file__).resolve().parent
 # (script, extra options): the order matters, P5 and P10 reuse the checkpoint P3 trains.
 BENCHMARKS: list[tuple[str, list[str]]] = [
+    ("synthetic_archive.py", []),
     ("preprocess.py", []),
     ("input_pipeline.py", []),
     ("train_throughput.py", ["--knobs", "xla"]),
