@@ -8,6 +8,7 @@ VENV ?= $(if $(filter 2.15,$(STACK)),.venv,.venv-tf$(STACK))
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 DEMO_DIR ?= demo
+SEED_TABLE_DIR ?= seed-table
 FAULTS_TABLE ?=
 BAD_INPUT_TABLE ?=
 SHARED ?= ../shared
@@ -26,7 +27,7 @@ XDIST := $(if $(filter 0,$(WORKERS)),-p no:xdist,-n $(WORKERS) --dist loadgroup)
 STACK_TESTS := tests/test_stacks.py tests/models tests/training tests/data tests/evaluation \
 	tests/maps/test_scene.py tests/export tests/weights
 
-.PHONY: help setup demo test test-slow test-heavy test-all test-stack test-reference faults bad-input lint bench bench-stacks clean-demo
+.PHONY: help setup demo seed-table test test-slow test-heavy test-all test-stack test-reference faults bad-input lint bench bench-stacks clean-demo
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -59,6 +60,9 @@ bad-input: $(STAMP)  ## one bad input per test, every command; prints the bad-in
 
 test-heavy: $(STAMP)  ## the slow, fault and bad-input tiers in one run (CI): one Slurm cluster, one set of fixtures, both workers busy; prints both tables
 	SHARED_DIR=$(SHARED) BEN_FAULTS_TABLE=$(FAULTS_TABLE) BEN_BAD_INPUT_TABLE=$(BAD_INPUT_TABLE) $(PY) -m pytest $(XDIST) -m "slow or fault or bad_input"
+
+seed-table: $(STAMP)  ## the seed study's batch table in miniature on the realistic archive (SGD and LAMB, 4 batch sizes over 64x; <= 30 min on 2 cores): $(SEED_TABLE_DIR)/seed_table.csv, .html
+	VENV=$(VENV) SEED_TABLE_DIR=$(SEED_TABLE_DIR) bash scripts/seed_table.sh
 
 test-reference: $(STAMP)  ## imported weights against PyTorch's own forward pass (installs .[torch]: PyTorch, timm)
 	$(VENV)/bin/pip install -q -e '.[torch]'

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Submit one step with the site's sbatch settings (account, partition, tasks, CPUs, GPUs):
 #   SITE=<profile> jobs/submit.sh STEP [sbatch option...] [-- step argument...]
-# STEP is preprocess, train, train_gloo, evaluate, batch_study, map_scene, map_region or
+# STEP is preprocess, train, train_gloo, evaluate, batch_study, seed_table, map_scene, map_region or
 # elastic/train_elastic (jobs/STEP.sbatch).
 # sbatch options given here come after the site's and win; step arguments go to the script
 # (e.g. train.py flags).
@@ -14,7 +14,7 @@ BEN_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$BEN_REPO/jobs/common.sh"
 BEN_STEP=submit
 
-usage="usage: SITE=<profile> jobs/submit.sh preprocess|train|train_gloo|evaluate|batch_study|map_scene|map_region|elastic/train_elastic [sbatch options] [-- step arguments]"
+usage="usage: SITE=<profile> jobs/submit.sh preprocess|train|train_gloo|evaluate|batch_study|seed_table|map_scene|map_region|elastic/train_elastic [sbatch options] [-- step arguments]"
 (($#)) || die "$usage"
 script=$BEN_REPO/jobs/$1.sbatch
 [[ $1 != -* && -f $script ]] || die "no job script jobs/$1.sbatch; $usage"

@@ -14,35 +14,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bigearthnet.cli.common import Parser, run
-from bigearthnet.core.declare import add_options, from_args
-from bigearthnet.core.errors import ConfigError, InputError
+from bigearthnet.cli.common import Parser, run, study_parser, study_settings
+from bigearthnet.core.errors import InputError
 from bigearthnet.scaling.study_outputs import StudySettings
 
 PROG = "bigearthnet-batch-study"
+OWNED = ("--batch-size", "--lr", "--data", "--run-dir")  # the study sets them for each point
 
 
 def build_parser() -> Parser:
-    p = Parser(prog=PROG, description=__doc__.split("\n\n")[0].replace("``", ""))
-    add_options(p, StudySettings)
-    p.add_argument(
-        "train_args",
-        nargs=argparse.REMAINDER,
-        help="after --: more train.py flags for every point (e.g. -- --model tiny)",
-    )
-    return p
+    return study_parser(PROG, __doc__.split("\n\n")[0].replace("``", ""), StudySettings)
 
 
 def _handle(args: argparse.Namespace) -> int:
     from bigearthnet.scaling.batch_study import run_study
 
-    extra = tuple(a for a in args.train_args if a != "--")
-    if any(flag in extra for flag in ("--batch-size", "--lr", "--data", "--run-dir")):
-        raise ConfigError("train.py flags after -- may not set the batch, LR, data or run dir")
-    settings = from_args(StudySettings, args, train_args=extra)
-    if not (settings.data / "manifest.json").is_file():
-        raise InputError(f"{settings.data}: no manifest.json (not a preprocessed shard folder)")
-    settings.out.mkdir(parents=True, exist_ok=True)
+    settings = study_settings(StudySettings, args, OWNED)
     results = run_study(settings, log=lambda line: print(line, file=sys.stderr, flush=True))
     if not any(r.steps_to_target is not None and not r.diverged for r in results):
         raise InputError(

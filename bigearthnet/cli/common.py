@@ -119,6 +119,40 @@ def declared_parser(
     return parser
 
 
+def study_parser(prog: str, description: str, declared: type) -> Parser:
+    """A study command's parser: its declared options, then after ``--`` train.py flags for
+    every run it launches (:func:`study_train_args`)."""
+    parser = declared_parser(prog, description, declared)
+    parser.add_argument(
+        "train_args", nargs=argparse.REMAINDER,
+        help="after --: more train.py flags for every run (e.g. -- --model tiny)",
+    )  # fmt: skip
+    return parser
+
+
+def study_train_args(args: argparse.Namespace, owned: tuple[str, ...]) -> tuple[str, ...]:
+    """The train.py flags after ``--``; ConfigError for one the study sets itself."""
+    extra = tuple(a for a in args.train_args if a != "--")
+    taken = [flag for flag in owned if flag in extra]
+    if taken:
+        raise ConfigError(f"train.py flags after -- may not set {', '.join(taken)}: the study "
+                          "sets them for each run")  # fmt: skip
+    return extra
+
+
+def study_settings(declared: type[T], args: argparse.Namespace, owned: tuple[str, ...]) -> T:
+    """A study's settings from its parsed ``args`` (train.py flags after ``--`` included);
+    InputError unless ``--data`` holds shards; ``--out`` made."""
+    from bigearthnet.core.declare import from_args
+
+    settings = from_args(declared, args, train_args=study_train_args(args, owned))
+    data, out = Path(settings.data), Path(settings.out)  # type: ignore[attr-defined]
+    if not (data / "manifest.json").is_file():
+        raise InputError(f"{data}: no manifest.json (not a preprocessed shard folder)")
+    out.mkdir(parents=True, exist_ok=True)
+    return settings
+
+
 def dispatch(
     argv: list[str] | None,
     commands: Mapping[str, tuple[Callable[[], argparse.ArgumentParser], Handler]],

@@ -101,7 +101,9 @@ def with_resolution(
     ``settings.resolution``: no batch size reaches the target in fewer steps than perfect
     scaling from a smaller one that reached it, so validating every resolution x that bound
     steps is fine enough. The updates budget and the warm-up stay the same in steps."""
-    if not settings.resolution or previous is None or previous.steps_to_target is None:
+    if settings.budget == "epochs" or not settings.resolution:
+        return point  # whole epochs: validated after each, whatever the batch
+    if previous is None or previous.steps_to_target is None:
         return point
     bound = previous.steps_to_target * previous.global_batch / point.global_batch
     interval = max(1, min(settings.eval_steps, math.floor(settings.resolution * bound)))
@@ -142,17 +144,29 @@ def train_command(settings: StudySettings, point: StudyPoint, run_dir: Path) -> 
         settings.optimizer,
         "--epochs",
         str(point.validations),
-        "--max-steps-per-epoch",
-        str(point.eval_steps * point.passes),
+        *_capped(settings, point),
         "--warmup-epochs",
         repr(point.warmup),
-        "--target-f1",
-        repr(settings.target_f1),
+        *_stop_at_target(settings),
         "--no-eval-test",
         "--no-progress",
         *settings.train_args,
     ]
     return _launcher(settings.launcher, point.ranks) + train
+
+
+def _stop_at_target(settings: StudySettings) -> list[str]:
+    """An updates budget stops a point at the target (its steps are what is measured); an
+    epochs budget trains them all (the final F1 is)."""
+    return ["--target-f1", repr(settings.target_f1)] if settings.budget == "updates" else []
+
+
+def _capped(settings: StudySettings, point: StudyPoint) -> list[str]:
+    """An updates budget validates every --eval-steps updates (capped epochs); an epochs
+    budget trains whole epochs."""
+    if settings.budget == "epochs":
+        return []
+    return ["--max-steps-per-epoch", str(point.eval_steps * point.passes)]
 
 
 def _launcher(kind: str, ranks: int) -> list[str]:
@@ -171,7 +185,7 @@ def _launcher(kind: str, ranks: int) -> list[str]:
 def updates_per_evaluation(settings: StudySettings, point: StudyPoint) -> tuple[int, float]:
     """(optimizer updates, passes over the training split) between two validations."""
     total = read_manifest(settings.data).count("train")
-    cap = point.eval_steps * point.passes
+    cap = point.eval_steps * point.passes if settings.budget == "updates" else None
     steps = point.plan.steps(total, cap)
     return point.plan.updates(steps), point.plan.epoch_samples(total, cap) / total
 
@@ -199,6 +213,8 @@ def summarise(
         late_b_simple=statistics.median(late) if late else None,
         samples_per_s_per_rank=statistics.median(speeds) if speeds else None,
         eval_steps=updates,
+        final_val_micro_f1=finite[-1] if finite else None,
+        updates=updates * len(rows),
     )
 
 

@@ -43,6 +43,7 @@ STUDY_HTML = "study.html"
 
 RULES = ("linear", "sqrt")
 LAUNCHERS = ("auto", "horovodrun", "srun", "none")
+BUDGETS = ("updates", "epochs")
 
 
 def batch_sizes(text: str) -> tuple[int, ...]:
@@ -88,7 +89,13 @@ class StudySettings:
     )  # fmt: skip
     epochs: int = option(
         20, "budget: validations of --eval-steps updates per point, the same number of "
-        "updates at every batch size", check=require_positive_int, metavar="N",
+        "updates at every batch size (--budget epochs: passes over the training split)",
+        check=require_positive_int, metavar="N",
+    )  # fmt: skip
+    budget: str = option(
+        "updates", "updates: every batch size gets the same number of optimizer updates "
+        "(steps to target, Shallue et al.); epochs: the same number of passes over the data, "
+        "validated after each, as the seed study compared batch sizes", choices=BUDGETS,
     )  # fmt: skip
     eval_steps: int = option(10, "optimizer steps between validations",
                              check=require_positive_int, metavar="N")  # fmt: skip
@@ -126,6 +133,8 @@ class StudyResult:
     # as the loss falls, so the late value is the one to set beside B_crit
     samples_per_s_per_rank: float | None = None  # median over the epochs after the first
     eval_steps: int | None = None  # updates between validations: the resolution of the steps
+    final_val_micro_f1: float | None = None  # the last validation of the run
+    updates: int | None = None  # optimizer updates the run trained
 
 
 @dataclass(frozen=True)

@@ -191,7 +191,7 @@ def test_a_study_where_no_point_reaches_the_target_exits_2(
     [
         (["--batches", "8,x"], "expected integers"),
         (["--batches", "8", "--target-f1", "1.5"], "inside (0, 1)"),
-        (["--batches", "8", "--", "--lr", "1"], "may not set the batch, LR"),
+        (["--batches", "8", "--", "--lr", "1"], "may not set --lr"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(

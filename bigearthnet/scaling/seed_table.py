@@ -1,0 +1,173 @@
+"""The seed study's batch table in miniature: one recipe, the same number of epochs at every
+global batch size, with SGD (linear LR scaling and warm-up) and with LAMB (square-root
+scaling), and what each reached.
+
+Sedona et al. (2019/2020) trained ResNet-50 on BigEarthNet for the same epochs at batch 512
+(8 GPUs, F1 0.78) up to 8,000 (128 GPUs, F1 0.74) and saw 16,000 and 32,000 diverge (F1 0.64,
+0.43). Each cell here is a batch study point (:mod:`.batch_study`, ``--budget epochs``), so
+the runs, their accumulation where a rank's batch does not fit, their resume and their
+checks are the study's: ``OUT/<optimizer>/`` is a batch study of its own (its ``study.html``
+holds the fitted critical batch). This module runs one per optimizer and writes
+``OUT/seed_table.csv`` and ``OUT/seed_table.html``: the table in the seed's form, each
+optimizer's fit beside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.errors import (
+    ConfigError,
+    require_non_negative,
+    require_open_fraction,
+    require_positive,
+    require_positive_int,
+)
+from bigearthnet.core.util import write_csv
+from bigearthnet.scaling.study_outputs import (
+    LAUNCHERS,
+    StudyResult,
+    StudySettings,
+    batch_sizes,
+    read_study,
+)
+
+SEED_TABLE_CSV = "seed_table.csv"
+SEED_TABLE_HTML = "seed_table.html"
+# optimizer -> the LR scaling rule it is run with (Goyal et al. for SGD, as the seed study;
+# the square root LAMB was tuned with)
+RULE_OF = {"sgd": "linear", "lars": "linear", "lamb": "sqrt"}
+# The seed study's table (43 labels, ResNet-50, JUWELS): global batch -> test F1.
+SEED_STUDY = {512: 0.78, 8000: 0.74, 16000: 0.64, 32000: 0.43}
+
+
+def optimizers(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [name for name in names if name not in RULE_OF]
+    if not names or unknown:
+        raise ConfigError(f"expected optimizers among {', '.join(RULE_OF)}, got {text!r}")
+    return names
+
+
+def spanning(flag: str, value: tuple[int, ...]) -> tuple[int, ...]:
+    """At least 4 batch sizes spanning at least 32x: the seed table's range in miniature."""
+    if len(set(value)) < 4 or max(value) < 32 * min(value):
+        raise ConfigError(f"{flag} {','.join(map(str, value))}: give >= 4 sizes spanning >= 32x")
+    return value
+
+
+@dataclass(frozen=True)
+class SeedTableSettings:
+    """``bigearthnet-seed-table``'s options, declared once."""
+
+    data: Path = option(help="preprocessed shards (manifest.json)", metavar="SHARDS")
+    out: Path = option(help="the table's folder: <optimizer>/ studies, seed_table.csv, .html",
+                       metavar="DIR")  # fmt: skip
+    batches: tuple[int, ...] = option(
+        (16, 64, 256, 1024), "global batch sizes, >= 4 spanning >= 32x", parse=batch_sizes,
+        check=spanning, metavar="B,B,...",
+    )  # fmt: skip
+    optimizers: tuple[str, ...] = option(("sgd", "lamb"), "optimizers, each a column",
+                                         parse=optimizers, metavar="NAME,...")  # fmt: skip
+    epochs: int = option(10, "epochs at every batch size", check=require_positive_int,
+                         metavar="N")  # fmt: skip
+    target_f1: float = option(0.6, "validation micro-F1 a cell must reach",
+                              check=require_open_fraction, metavar="F1")  # fmt: skip
+    sgd_lr: float = option(0.05, "SGD's (and LARS's) peak LR at --base-batch, scaled linearly",
+                           check=require_positive, metavar="LR")  # fmt: skip
+    lamb_lr: float = option(0.004, "LAMB's peak LR at --base-batch, scaled by the root",
+                            check=require_positive, metavar="LR")  # fmt: skip
+    base_batch: int = option(64, "global batch the LRs are meant for",
+                             check=require_positive_int, metavar="B")  # fmt: skip
+    warmup_epochs: float = option(2.0, "warm-up epochs", check=require_non_negative,
+                                  metavar="N")  # fmt: skip
+    ranks: int = option(2, "processes per run", check=require_positive_int, metavar="N")
+    max_rank_batch: int = option(
+        128, "largest per-rank batch; beyond it gradients are accumulated",
+        check=require_positive_int, metavar="B",
+    )  # fmt: skip
+    launcher: str = option("auto", "as bigearthnet-batch-study's", choices=LAUNCHERS)
+    train_args: tuple[str, ...] = field(default_factory=tuple)  # more train.py flags
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def study(self, optimizer: str) -> StudySettings:
+        """The batch study of one column (``OUT/<optimizer>``)."""
+        return StudySettings(
+            data=self.data, out=self.out / optimizer, batches=self.batches,
+            target_f1=self.target_f1, optimizer=optimizer,
+            base_lr=self.lamb_lr if optimizer == "lamb" else self.sgd_lr,
+            base_batch=self.base_batch, rule=RULE_OF[optimizer], ranks=self.ranks,
+            max_rank_batch=self.max_rank_batch, epochs=self.epochs, budget="epochs",
+            warmup_epochs=self.warmup_epochs, launcher=self.launcher,
+            train_args=self.train_args,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SeedRow:
+    """One row of ``seed_table.csv``."""
+
+    optimizer: str
+    global_batch: int
+    epochs: int
+    updates: int | None
+    final_micro_f1: float | None  # the last validation micro-F1 of the run's history
+    best_micro_f1: float
+    reached_target: bool
+    diverged: bool
+    peak_lr: float
+
+
+def row_of(settings: SeedTableSettings, result: StudyResult) -> SeedRow:
+    return SeedRow(
+        optimizer=result.optimizer, global_batch=result.global_batch, epochs=settings.epochs,
+        updates=result.updates, final_micro_f1=result.final_val_micro_f1,
+        best_micro_f1=result.best_val_micro_f1,
+        reached_target=result.steps_to_target is not None and not result.diverged,
+        diverged=result.diverged, peak_lr=result.peak_lr,
+    )  # fmt: skip
+
+
+def run_seed_table(settings: SeedTableSettings, *, log=print) -> list[SeedRow]:
+    """Run (or resume) every column's study; write the table and its page."""
+    from bigearthnet.scaling.batch_study import run_study
+
+    rows: list[SeedRow] = []
+    for optimizer in settings.optimizers:
+        log(f"seed table: {optimizer}, {settings.epochs} epochs at every batch size")
+        results = run_study(settings.study(optimizer), log=log)
+        rows += [row_of(settings, result) for result in results]
+    write_seed_table(settings, rows)
+    return rows
+
+
+def write_seed_table(settings: SeedTableSettings, rows: Sequence[SeedRow]) -> None:
+    from bigearthnet.pages.render import write_page
+
+    header = [f.name for f in dataclasses.fields(SeedRow)]
+    write_csv(settings.out / SEED_TABLE_CSV, header,
+              [[_cell(getattr(row, name)) for name in header] for row in rows])  # fmt: skip
+    batches = sorted({row.global_batch for row in rows})
+    cells = {(row.optimizer, row.global_batch): row for row in rows}
+    studies = {name: read_study(settings.out / name) for name in settings.optimizers}
+    written = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
+    write_page(settings.out / SEED_TABLE_HTML, "seed_table.html.j2", settings=settings,
+               batches=batches, cells=cells, studies=studies, seed=SEED_STUDY,
+               written=written)  # fmt: skip
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4f}" if value < 1 else f"{value:.6g}"
+    return str(value)

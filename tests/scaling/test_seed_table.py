@@ -1,0 +1,82 @@
+"""bigearthnet-seed-table: the seed study's batch table in miniature - each cell a batch-study
+point with an epochs budget, SGD and LAMB with their scaling rules, the table and its page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bigearthnet.cli import seed_table as cli
+from bigearthnet.core.errors import ConfigError
+from bigearthnet.core.util import read_csv
+from bigearthnet.scaling.batch_study import plan_points, train_command
+from bigearthnet.scaling.seed_table import SEED_TABLE_CSV, SEED_TABLE_HTML, SeedTableSettings
+
+
+def test_each_optimizer_is_a_study_of_whole_epochs(shards_v1: Path, tmp_path: Path) -> None:
+    """SGD scales its LR linearly, LAMB by the root; every point trains all epochs (no cap,
+    no stop at the target) and accumulates beyond --max-rank-batch."""
+    settings = SeedTableSettings(data=shards_v1, out=tmp_path, batches=(8, 32, 128, 256),
+                                 ranks=2, max_rank_batch=32, epochs=3, base_batch=8)  # fmt: skip
+    sgd, lamb = settings.study("sgd"), settings.study("lamb")
+    assert (sgd.rule, lamb.rule, sgd.budget) == ("linear", "sqrt", "epochs")
+    points = plan_points(sgd)
+    assert [(p.rank_batch, p.passes) for p in points] == [(4, 1), (16, 1), (32, 2), (32, 4)]
+    assert points[-1].peak_lr == pytest.approx(settings.sgd_lr * 32)
+    assert plan_points(lamb)[-1].peak_lr == pytest.approx(settings.lamb_lr * 32**0.5)
+    command = train_command(sgd, points[-1], tmp_path / "run")
+    assert "--max-steps-per-epoch" not in command and "--target-f1" not in command
+    assert command[command.index("--epochs") + 1] == "3"
+    assert command[command.index("--backward-passes-per-step") + 1] == "4"
+
+
+@pytest.mark.slow  # 8 train.py processes
+def test_a_tiny_table_runs_end_to_end(tmp_path: Path, shards_v1: Path) -> None:
+    out = tmp_path / "table"
+    argv = ["--data", str(shards_v1), "--out", str(out), "--batches", "4,8,32,128",
+            "--epochs", "2", "--ranks", "1", "--max-rank-batch", "64", "--base-batch", "8",
+            "--warmup-epochs", "1", "--target-f1", "0.2", "--launcher", "none",
+            "--", "--model", "tiny", "--threads", "1"]  # fmt: skip
+    assert cli.main(argv) == 0
+    rows = read_csv(out / SEED_TABLE_CSV)
+    assert [(r["optimizer"], r["global_batch"]) for r in rows] == [
+        (o, b) for o in ("sgd", "lamb") for b in ("4", "8", "32", "128")
+    ]
+    for row in rows:
+        assert row["epochs"] == "2" and float(row["best_micro_f1"]) >= float(row["final_micro_f1"])
+        assert row["reached_target"] in ("yes", "no")
+    updates = [int(r["updates"]) for r in rows[:4]]
+    assert updates == sorted(updates, reverse=True) and updates[-1] < updates[0]
+    page = (out / SEED_TABLE_HTML).read_text()
+    assert "sgd/study.html" in page and "32,000" in page  # the seed's own table beside
+    assert (out / "lamb" / "runs" / "b128" / "history.csv").is_file()
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--batches", "16,32,64,128"], "give >= 4 sizes spanning >= 32x"),
+        (["--batches", "16,64,256"], "give >= 4 sizes spanning >= 32x"),
+        (["--optimizers", "adam"], "expected optimizers among sgd, lars, lamb"),
+        (["--epochs", "0"], "--epochs"),
+        (["--sgd-lr", "nan"], "--sgd-lr"),
+        (["--", "--optimizer", "adam"], "may not set --optimizer"),
+    ],
+)
+def test_bad_options_are_one_line_exit_2(
+    extra, message, tmp_path, shards_v1, reported_errors, bad_input_row
+) -> None:
+    argv = ["--data", str(shards_v1), "--out", str(tmp_path / "t"), *extra]
+    code = cli.main(argv)
+    assert code == 2 and not (tmp_path / "t").exists()
+    line = reported_errors()[-1]
+    assert message in line, line
+    bad_input_row(f"`{' '.join(extra)}`", "bigearthnet-seed-table", code,
+                  "one line naming the option; nothing run")  # fmt: skip
+
+
+def test_settings_check_their_fields(shards_v1: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="spanning"):
+        SeedTableSettings(data=shards_v1, out=tmp_path, batches=(1, 2, 3, 4))
