@@ -228,10 +228,11 @@ def run_study(settings: StudySettings, *, log=print) -> list[StudyResult]:
         reached = [r for r in results if r.steps_to_target is not None and not r.diverged]
         point = with_resolution(settings, planned, reached[-1] if reached else None)
         run_dir = settings.out / "runs" / f"b{point.global_batch}"
+        every = "epoch" if settings.budget == "epochs" else f"{point.eval_steps} step(s)"
         log(
             f"study: global batch {point.global_batch} = {point.ranks} rank(s) x "
             f"{point.rank_batch} x {point.passes} pass(es), peak LR {point.peak_lr:.4g}, "
-            f"validation every {point.eval_steps} step(s)"
+            f"validation every {every}"
         )
         command = train_command(settings, point, run_dir)
         done = subprocess.run(command, check=False)
