@@ -54,7 +54,9 @@ def score_series(region: Path, out: Path) -> SeriesScore:
         raise InputError(f"{region / 'truth.json'}: missing (not a synthetic region)")
     truth = read_truth(region)
     record = read_consistency(out)
-    ours = {(region / "scenes" / scene["name"]).resolve() for scene in truth["scenes"]}
+    # Each scene's path in its form (a .zarr, a STAC item's .json); older truths name folders.
+    ours = {(region / scene.get("path", f"scenes/{scene['name']}")).resolve()
+            for scene in truth["scenes"]}  # fmt: skip
     foreign = [s.path for s in record.scenes if Path(s.path).resolve() not in ours]
     if foreign:
         raise InputError(f"{out}: maps {foreign[0]}, not a scene of {region} "

@@ -14,6 +14,7 @@ import rasterio
 from bigearthnet.cli.map import main as map_main
 from bigearthnet.formats.region_folder import read_consistency
 from bigearthnet.synthetic.region import RegionSpec, generate_region
+from bigearthnet.synthetic.region_score import score_series
 
 pytestmark = pytest.mark.xdist_group("region-forms")
 SPEC = dict(tiles=2, dates=5, size=240, block=2400.0, seed=5)
@@ -61,6 +62,10 @@ def test_a_series_of_mixed_forms_equals_the_all_safe_series(regions, trained_run
     decisions = {Path(s.path).suffix or "folder": s.radiometry for s in record.scenes}
     assert decisions[".zarr"].endswith("(scale_factor/add_offset of the Zarr arrays)")
     assert "DN -1000" in decisions[".json"] and "DN +0" in decisions["folder"]
+    # The region's own score finds its scenes in every form (a .zarr, an item's .json).
+    assert score_series(regions["mixed"], outs["mixed"]).agreement == pytest.approx(
+        score_series(regions["safe"], outs["safe"]).agreement
+    )
     item = json.loads(next((outs["mixed"] / "stac").glob("*/*.json")).read_text())
     listed = item["properties"]["bigearthnet:scenes"]
     assert listed and all(entry["radiometry"].startswith("DN ") for entry in listed)
