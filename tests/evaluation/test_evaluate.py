@@ -125,7 +125,9 @@ def test_console_table_and_return_value(trained_run: Path, tmp_path: Path, capsy
     assert result["split"] == "val" and f"on val: {result['count']} patches" in table
     assert f"micro_f1 {result['micro_f1']:.4f}" in table
     assert sum(line.startswith("  Urban fabric ") for line in table.splitlines()) == 1
-    assert len(table.splitlines()) == 7 + len(constants.CLASSES_19) + 5
+    assert len(table.splitlines()) == 8 + len(constants.CLASSES_19) + 5
+    constant = result["constant_micro_f1"]  # the best constant answer: what a model must beat
+    assert 0 < constant < 1 and f"for every patch): micro_f1 {constant:.4f}" in table
     classes = result["macro_classes"]  # the classes with positives in val
     assert f"macro averages over the {classes} of 19 classes with positives" in table
     # The four card metrics beside reBEN's published ResNet-50 (S1+S2), with the gap.
@@ -195,6 +197,7 @@ def test_a_plot_that_fails_to_draw_is_reported_and_left_out(rank_log) -> None:
 
 
 def test_coverage_check_fails_loudly() -> None:
+    distributed.init(threads=1)  # a world of one, whichever test ran before in this process
     predictions = report.Predictions(
         ["a", "b", "b"], np.zeros((3, 19), np.uint8), np.zeros((3, 19), np.float32)
     )
