@@ -14,6 +14,8 @@ exports all load a run here.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -236,6 +238,19 @@ def recorded_inputs(
     return model_inputs(manifest, record.num_classes)
 
 
+@contextlib.contextmanager
+def float32_layers() -> Iterator[None]:
+    """Layers built inside compute in float32, whatever the process's global policy: a
+    training with --amp bf16 earlier in the same process left mixed_bfloat16 behind, and an
+    evaluation's scores moved by ~1e-3 (CI, TF 2.18 stack: 1 rank in-process vs 2 ranks)."""
+    previous = tf.keras.mixed_precision.global_policy()
+    tf.keras.mixed_precision.set_global_policy("float32")
+    try:
+        yield
+    finally:
+        tf.keras.mixed_precision.set_global_policy(previous)
+
+
 def load_model(
     run_dir: str | Path, checkpoint: str = "best", stats_from: str | Path | None = None
 ) -> LoadedModel:
@@ -249,7 +264,8 @@ def load_model(
     prefix, record = resolve_checkpoint(run_dir, checkpoint, config)
     check_label_set(record, config)
     inputs = recorded_inputs(config, record, prefix, stats_from)
-    model = models.get_model(record.model, record.input_shape, record.num_classes)
+    with float32_layers():
+        model = models.get_model(record.model, record.input_shape, record.num_classes)
     # partial: the checkpoint also holds the optimizer and epoch, which inference ignores.
     checkpoints.restore_path(prefix, {"model": model}, partial=True)
     return LoadedModel(model, record, prefix, config, inputs, run_dir)

@@ -176,3 +176,22 @@ def test_class_names_of_another_set_than_the_head_are_refused(
     assert not out.exists()
     bad_input_row("a checkpoint recording 43 class names for a 19-class head",
                   "bigearthnet-map", code, "one line naming the checkpoint; no map")  # fmt: skip
+
+
+def test_a_model_loads_in_float32_after_a_bf16_training_in_the_process(trained_run: Path) -> None:
+    """A training with --amp bf16 leaves Keras's global policy at mixed_bfloat16; a model
+    loaded afterwards in the same process still computes in float32 (its scores moved by
+    ~1e-3 before: CI's 2.18 stack, an in-process evaluation after the bf16 test), and the
+    process's policy is left as it was."""
+    import tensorflow as tf
+
+    images = np.random.default_rng(0).integers(1, 3000, (4, 120, 120, 12)).astype(np.float32)
+    expected = load_model(trained_run).predict(images)
+    tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        loaded = load_model(trained_run)
+        assert {layer.compute_dtype for layer in loaded.model.layers} == {"float32"}
+        np.testing.assert_array_equal(loaded.predict(images), expected)
+        assert tf.keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+    finally:
+        tf.keras.mixed_precision.set_global_policy("float32")
