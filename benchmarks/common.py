@@ -281,19 +281,21 @@ def say(message: str) -> None:
 # --------------------------------------------------------------------------- data
 
 
-def synthetic_archive(work: Path, patches: int, seed: int = 0) -> Path:
-    """A v1 synthetic archive of ``patches`` patches, generated once per work folder."""
+def synthetic_archive(
+    work: Path, patches: int, seed: int = 0, difficulty: str = "simple", layout: str = "v1"
+) -> Path:
+    """A synthetic archive of ``patches`` patches, generated once per work folder."""
     from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
-    out = work / f"archive-{patches}-s{seed}"
+    suffix = "" if (difficulty, layout) == ("simple", "v1") else f"-{difficulty}-{layout}"
+    out = work / f"archive-{patches}-s{seed}{suffix}"
     if not out.is_dir():  # generate_archive publishes atomically: a folder is complete
-        say(f"generating a synthetic archive of {patches} patches")
-        generate_archive(
-            out,
-            ArchiveSpec(
-                patches, layout="v1", seed=seed, workers=os.cpu_count() or 1, difficulty="simple"
-            ),
+        say(f"generating a {difficulty} synthetic {layout} archive of {patches} patches")
+        workers = os.cpu_count() or 1
+        spec = ArchiveSpec(
+            patches, layout=layout, seed=seed, workers=workers, difficulty=difficulty
         )
+        generate_archive(out, spec)
     return out
 
 

@@ -34,7 +34,6 @@ from bigearthnet.scaling.savings import CostToTarget, compare, cost_to_target
 
 DISCOVER = REPO / "jobs" / "elastic" / "discover_hosts.sh"
 FOLLOWER = str(Path(sys.executable).with_name("bigearthnet-elastic"))
-PATCHES = 800  # train 480, validation 160
 RECIPE = [
     *("--model", "tiny", "--optimizer", "adam", "--lr", "0.005", "--warmup-epochs", "0"),
     *("--threads", "1", "--no-progress", "--no-eval-test", "--commit-every", "2"),
@@ -56,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=30, help="the recipe's epochs (LR schedule)")
     p.add_argument("--batch-size", type=int, default=16, help="per rank")
     p.add_argument("--target-f1", type=float, default=0.88)
+    p.add_argument("--patches", type=int, default=800, help="archive size (v1: 60/20/20 split)")
+    p.add_argument("--difficulty", choices=("simple", "realistic"), default="simple")
+    p.add_argument("--layout", choices=("v1", "v2"), default="v1")
     return p
 
 
@@ -151,8 +153,10 @@ def plot(args: argparse.Namespace, seed: int, out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    archive = synthetic_archive(args.work_dir, PATCHES)
-    data = shards(archive, args.work_dir / f"shards-{PATCHES}", "--shard-size", "100")
+    archive = synthetic_archive(
+        args.work_dir, args.patches, difficulty=args.difficulty, layout=args.layout
+    )
+    data = shards(archive, args.work_dir / f"shards-{archive.name}", "--shard-size", "100")
     results = {}
     for seed in args.seeds:
         costs = measure(args, data, seed)

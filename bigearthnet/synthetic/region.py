@@ -3,14 +3,18 @@ both sides of the UTM 32/33 boundary (12 E, 48 N), overlapping as MGRS tiles do,
 several dates, with land cover that changes in known places at known dates and clouds
 marked in SCL.
 
-* **Truth** lives on the European LAEA grid (EPSG:3035) in blocks of ``block`` metres: each
-  block one of :data:`REGION_CLASSES` per date. About 25 % of blocks change lastingly (at
-  a date with at least two dates before and after it: a forest felled, a field built on),
-  about 15 % show a one-date look-alike that reverts (a flooded field: inland water).
+* **Truth** lives on the European LAEA grid (EPSG:3035) in blocks of ``block`` metres, a
+  class per block and date. Realistic (the default): the archive's landscape model over
+  the blocks, the changes that happen (a forest felled, a field built on; a flooded field
+  for one date) and small unmapped features inside blocks (:mod:`.region_cover`). Simple:
+  any of :data:`REGION_CLASSES` anywhere; about 25 % of blocks change lastingly to any
+  other, about 15 % show a one-date look-alike that reverts (inland water). Lasting changes
+  come at a date with at least two dates before and after it.
 * **Tiles** are squares of ``size`` px at 10 m in their own UTM zone, in two columns (west
   of 12 E in zone 32, east in zone 33) and ``tiles / 2`` rows, overlapping by ``overlap``
-  metres. Each pixel takes the class of the block its centre falls in, rendered with the
-  spectral signatures of the synthetic archive (:func:`.scene.render_classes`).
+  metres. Each pixel takes the class of the block its centre falls in (or of the small
+  feature it lies in), rendered with the spectral signatures of the synthetic archive at
+  the date's season (:func:`.scene.render_classes`).
 * **Clouds**: in about a third of the scenes one rectangle, bright and SCL class 9.
 
 Written as ``OUT/scenes/<product name>`` in the form ``--layout`` names (band GeoTIFF
@@ -18,7 +22,7 @@ folders, SAFE products, ``.zarr`` products, or STAC items ``.json`` with their C
 ``OUT/assets/``; ``mixed`` takes the forms in turn), named like L2A products
 (``S2B_MSIL2A_<date>T100559_N0400_R022_T<tile>_<date>T130116``) so tile and date come from
 the name, and ``OUT/truth.json``: the grid, the blocks' classes per date,
-the events and every scene's footprint.
+the events, the small features and every scene's footprint.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import ConfigError, InputError, require_non_negative_int
 from bigearthnet.core.util import atomic_write_json
+from bigearthnet.synthetic import region_cover as cover
 from bigearthnet.synthetic.archive import DIFFICULTIES
 from bigearthnet.synthetic.places import region_of
 from bigearthnet.synthetic.scene import Looks, render_classes, write_bands
@@ -120,10 +125,11 @@ def generate_region(out: Path, spec: RegionSpec) -> dict:
     try:
         scenes: list[dict] = []
         for tile in tiles:
-            block_of = _pixel_blocks(tile, spec, truth)
+            block_of, feature = pixel_cover(tile, spec, truth)
             for d, date in enumerate(dates):
                 name = _product_name(tile["name"], date)
-                grid = truth["classes"][d][block_of[0], block_of[1]]
+                grid = truth["classes"][d][block_of]
+                grid = np.where(feature >= 0, feature, grid)  # unmapped small features
                 cloud = _cloud(spec.size, rng)
                 looks = Looks(spec.difficulty, month=date.month, region=region_of(COUNTRY))
                 bands = render_classes(np.asarray(grid), cloud, 0, int(rng.integers(1 << 31)),
@@ -190,36 +196,77 @@ def _truth(spec: RegionSpec, tiles: list[dict], rng: np.random.Generator) -> dic
     top = np.ceil(max(x[3] for x in boxes) / b) * b
     cols = int(np.ceil((max(x[2] for x in boxes) - left) / b))
     rows = int(np.ceil((top - min(x[1] for x in boxes)) / b))
-    start = rng.choice(REGION_CLASSES, (rows, cols))
+    if spec.difficulty == "simple":
+        start, plan = _simple_events(spec, rows, cols, rng)
+        found: list[dict] = []
+    else:
+        start, landscape = cover.block_classes(rng, rows, cols)
+        plan = _realistic_events(spec, start, rng)
+        found = cover.features(rng, landscape, start, spec.block)
     classes = np.repeat(start[None], spec.dates, axis=0)
     events = []
+    for (r, c), kind, at, new in plan:
+        if kind == "lasting":
+            classes[at:, r, c] = new
+        else:
+            classes[at, r, c] = new
+        events.append({"block": [int(r), int(c)], "kind": kind, "date_index": at,
+                       "from": int(start[r, c]), "to": new})  # fmt: skip
+    return {"left": float(left), "top": float(top), "rows": rows, "cols": cols,
+            "classes": classes, "events": events, "features": found}  # fmt: skip
+
+
+Event = tuple[tuple[int, int], str, int, int]  # (block), kind, date index, class
+
+
+def _simple_events(
+    spec: RegionSpec, rows: int, cols: int, rng: np.random.Generator
+) -> tuple[np.ndarray, list[Event]]:
+    """Any of :data:`REGION_CLASSES` anywhere; a quarter change to any other, 15 % flood."""
+    start = rng.choice(REGION_CLASSES, (rows, cols))
     kind = rng.choice(3, (rows, cols), p=[0.60, 0.25, 0.15])
+    plan: list[Event] = []
     for r, c in zip(*np.nonzero(kind == 1)):
         at = int(rng.integers(2, spec.dates - 1))
         new = int(rng.choice([k for k in REGION_CLASSES if k != start[r, c]]))
-        classes[at:, r, c] = new
-        events.append({"block": [int(r), int(c)], "kind": "lasting", "date_index": at,
-                       "from": int(start[r, c]), "to": new})  # fmt: skip
+        plan.append(((int(r), int(c)), "lasting", at, new))
     for r, c in zip(*np.nonzero(kind == 2)):
-        at = int(rng.integers(1, spec.dates - 1))
-        classes[at, r, c] = FLOOD_CLASS
-        events.append({"block": [int(r), int(c)], "kind": "transient", "date_index": at,
-                       "from": int(start[r, c]), "to": FLOOD_CLASS})  # fmt: skip
-    return {"left": float(left), "top": float(top), "rows": rows, "cols": cols,
-            "classes": classes, "events": events}  # fmt: skip
+        plan.append(((int(r), int(c)), "transient", int(rng.integers(1, spec.dates - 1)),
+                     FLOOD_CLASS))  # fmt: skip
+    return start, plan
 
 
-def _pixel_blocks(tile: dict, spec: RegionSpec, truth: dict) -> tuple[np.ndarray, ...]:
-    """(rows, cols) block indices of every 10 m pixel centre of ``tile``."""
+def _realistic_events(spec: RegionSpec, start: np.ndarray, rng: np.random.Generator) -> list[Event]:
+    """The changes that happen to each block's class (:mod:`.region_cover`)."""
+    plan: list[Event] = []
+    for (r, c), k in np.ndenumerate(start):
+        new = cover.lasting_change(rng, int(k))
+        if new is not None:
+            plan.append(((r, c), "lasting", int(rng.integers(2, spec.dates - 1)), new))
+        elif cover.floods(rng, int(k)):
+            plan.append(((r, c), "transient", int(rng.integers(1, spec.dates - 1)), FLOOD_CLASS))
+    return plan
+
+
+def pixel_cover(
+    tile: dict, spec: RegionSpec, truth: dict
+) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray]:
+    """(rows, cols) block indices of every 10 m pixel centre of ``tile``, and the class of
+    the small feature each pixel lies in (-1: none)."""
     centres = tile["left"] + 5.0 + 10.0 * np.arange(spec.size)
     ys = tile["top"] - 5.0 - 10.0 * np.arange(spec.size)
     px, py = np.meshgrid(centres, ys)
     lx, ly = transform(f"EPSG:{tile['epsg']}", TRUTH_CRS, px.ravel(), py.ravel())
-    col = np.floor((np.asarray(lx) - truth["left"]) / spec.block).astype(int)
-    row = np.floor((truth["top"] - np.asarray(ly)) / spec.block).astype(int)
     shape = (spec.size, spec.size)
-    row = row.clip(0, truth["rows"] - 1).reshape(shape)
-    return row, col.clip(0, truth["cols"] - 1).reshape(shape)
+    x = (np.asarray(lx) - truth["left"]).reshape(shape)
+    y = (truth["top"] - np.asarray(ly)).reshape(shape)
+    row = np.floor(y / spec.block).astype(int).clip(0, truth["rows"] - 1)
+    col = np.floor(x / spec.block).astype(int).clip(0, truth["cols"] - 1)
+    cls, fx, fy, radius = cover.feature_grid(truth["features"], truth["rows"], truth["cols"])
+    dx = x - col * spec.block - fx[row, col]
+    dy = y - row * spec.block - fy[row, col]
+    inside = dx * dx + dy * dy < radius[row, col] ** 2
+    return (row, col), np.where(inside, cls[row, col], -1)
 
 
 def _cloud(size: int, rng: np.random.Generator) -> np.ndarray:
@@ -248,6 +295,7 @@ def _truth_json(spec: RegionSpec, tiles, truth, dates, scenes) -> dict:
         "dates": [d.isoformat() for d in dates],
         "classes": truth["classes"].tolist(),  # [date][row][col], 19-class indices
         "events": truth["events"],
+        "features": truth["features"],  # small unmapped features: disc per block, metres
         "tiles": tiles,
         "scenes": scenes,
         "spec": {
