@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from bigearthnet.core.errors import InputError
-from bigearthnet.core.util import first_line, read_csv, write_csv
+from bigearthnet.core.util import first_line, write_csv
 from bigearthnet.formats.run_folder import HISTORY
 
 
@@ -52,6 +53,8 @@ class HistoryRow:
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(HistoryRow))
+# Columns every history has had; the later ones (with defaults) may be absent in old runs.
+REQUIRED = tuple(f.name for f in dataclasses.fields(HistoryRow) if f.default is dataclasses.MISSING)
 _KINDS = {f.name: f.type for f in dataclasses.fields(HistoryRow)}
 
 
@@ -62,17 +65,27 @@ def write_history(run_dir: str | Path, rows: list[HistoryRow]) -> None:
 
 def read_history(run_dir: str | Path, *, through_epoch: int | None = None) -> list[HistoryRow]:
     """The rows of ``RUN/history.csv`` ([] when there is none), up to ``through_epoch``;
-    InputError naming the file, the line and the problem when it cannot be read."""
+    InputError naming the file, the line and the problem when it cannot be read. The file is
+    written whole and atomically, so one cut short (a partial copy, a full disk elsewhere) is
+    refused, never read as fewer epochs."""
     path = Path(run_dir) / HISTORY
     if not path.is_file():
         return []
     try:
-        table = read_csv(path)
+        text = path.read_text(encoding="utf-8")
+        table = list(csv.DictReader(io.StringIO(text, newline="")))
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise InputError(f"{path}: unreadable history ({first_line(err)})") from None
+    header = text.partition("\n")[0].rstrip("\r").split(",")
+    missing = [name for name in REQUIRED if name not in header]
+    if missing or not text.endswith("\n"):
+        problem = f"no column {missing[0]}" if missing else "its last line is cut short"
+        raise InputError(f"{path}: truncated or not a history ({problem})")
     rows = []
     for line, cells in enumerate(table, start=2):  # line 1 is the header
         try:
+            if None in cells.values() or None in cells:
+                raise ValueError(f"{len(header)} cells expected")
             rows.append(_row(cells))
         except (ValueError, TypeError) as err:
             raise InputError(f"{path}: line {line} is not a history row ({err})") from None

@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 
 from bigearthnet.core.errors import InputError
+from bigearthnet.core.folders import claim_folder
 from bigearthnet.core.util import atomic_write_json
 
 MARK = ".bigearthnet-region"
-MARK_TEXT = '{"made_by": "bigearthnet-map region", "layout": 1}\n'
 SCENES = "scenes"
 PERIODS = "periods"
 CONSISTENT = "consistent"
@@ -147,33 +147,8 @@ def read_consistency(out: Path) -> ConsistencyRecord:
 def claim(out: Path) -> None:
     """Make ``out`` a region folder, or check that it is one: absent, empty, or marked by an
     earlier run of this command. Anything else (a file, an unrelated folder) is refused,
-    naming it, before anything is written: a region run replaces its products wholesale.
-    Safe when ranks or Slurm array tasks claim one folder at once: a new folder appears
-    with its mark inside (a rename), an empty one gets the mark by exclusive creation."""
-    if out.exists() and not out.is_dir():
-        raise RegionFolderError(f"{out}: --out is a file, not a folder for the region series")
-    if not out.exists():
-        made = out.parent / f".{out.name}.claim-{os.getpid()}-{os.urandom(4).hex()}"
-        made.mkdir(parents=True)
-        (made / MARK).write_text(MARK_TEXT)
-        try:
-            made.rename(out)
-        except OSError:  # another task made it first
-            shutil.rmtree(made, ignore_errors=True)
-    if (out / MARK).is_file():
-        return
-    found = sorted(p.name for p in out.iterdir())
-    if found:
-        shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
-        raise RegionFolderError(
-            f"{out}: --out holds other files ({shown}) and is no region folder of "
-            "bigearthnet-map region: choose an empty or a new folder"
-        )
-    try:
-        with open(out / MARK, "x", encoding="utf-8") as mark:
-            mark.write(MARK_TEXT)
-    except FileExistsError:
-        pass
+    naming it, before anything is written: a region run replaces its products wholesale."""
+    claim_folder(out, mark=MARK, made_by="bigearthnet-map region", error=RegionFolderError)
 
 
 def scene_map_path(out: Path, scene: str | Path, tile: str, date: dt.date) -> Path:

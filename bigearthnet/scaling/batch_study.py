@@ -43,9 +43,11 @@ from bigearthnet.formats.run_folder import STATUS
 from bigearthnet.formats.run_status import read_status
 from bigearthnet.formats.shards import read_manifest
 from bigearthnet.scaling.study_outputs import (
+    STUDY_RUNS,
     StudyResult,
     StudySettings,
     analyse,
+    claim_study_folder,
     describe,
     write_outputs,
 )
@@ -224,10 +226,11 @@ def run_study(settings: StudySettings, *, log=print) -> list[StudyResult]:
     points = plan_points(settings)
     if points:
         check_train_options(settings, points[0])
+    claim_study_folder(settings.out)
     for planned in points:
         reached = [r for r in results if r.steps_to_target is not None and not r.diverged]
         point = with_resolution(settings, planned, reached[-1] if reached else None)
-        run_dir = settings.out / "runs" / f"b{point.global_batch}"
+        run_dir = settings.out / STUDY_RUNS / f"b{point.global_batch}"
         every = "epoch" if settings.budget == "epochs" else f"{point.eval_steps} step(s)"
         log(
             f"study: global batch {point.global_batch} = {point.ranks} rank(s) x "
@@ -266,7 +269,7 @@ def check_train_options(settings: StudySettings, point: StudyPoint) -> None:
 
     parser = _RaisingParser(prog="train.py", add_help=False)
     add_config_arguments(parser, TrainConfig)
-    command = train_command(settings, point, settings.out / "runs" / "check")
+    command = train_command(settings, point, settings.out / STUDY_RUNS / "check")
     argv = command[command.index("bigearthnet.cli.train") + 1 :]
     try:
         cfg = resolve(parser.parse_args(argv), TrainConfig)

@@ -28,6 +28,7 @@ from bigearthnet.core.errors import (
     require_positive,
     require_positive_int,
 )
+from bigearthnet.core.folders import claim_folder
 from bigearthnet.core.util import write_csv
 from bigearthnet.scaling.study_outputs import (
     LAUNCHERS,
@@ -39,6 +40,7 @@ from bigearthnet.scaling.study_outputs import (
 
 SEED_TABLE_CSV = "seed_table.csv"
 SEED_TABLE_HTML = "seed_table.html"
+SEED_TABLE_MARK = ".bigearthnet-seed-table"
 # optimizer -> the LR scaling rule it is run with (Goyal et al. for SGD, as the seed study;
 # the square root LAMB was tuned with)
 RULE_OF = {"sgd": "linear", "lars": "linear", "lamb": "sqrt"}
@@ -137,8 +139,15 @@ def row_of(settings: SeedTableSettings, result: StudyResult) -> SeedRow:
 
 def run_seed_table(settings: SeedTableSettings, *, log=print) -> list[SeedRow]:
     """Run (or resume) every column's study; write the table and its page."""
-    from bigearthnet.scaling.batch_study import run_study
+    from bigearthnet.scaling.batch_study import check_train_options, plan_points, run_study
 
+    for optimizer in settings.optimizers:  # every column's options, before anything is written
+        study = settings.study(optimizer)
+        check_train_options(study, plan_points(study)[0])
+    # make seed-table keeps its archive in DIR/data
+    own = (*RULE_OF, SEED_TABLE_CSV, SEED_TABLE_HTML, "data")
+    claim_folder(settings.out, mark=SEED_TABLE_MARK, made_by="bigearthnet-seed-table",
+                 own_names=own)  # fmt: skip
     rows: list[SeedRow] = []
     for optimizer in settings.optimizers:
         log(f"seed table: {optimizer}, {settings.epochs} epochs at every batch size")

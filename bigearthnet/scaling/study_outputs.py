@@ -25,6 +25,7 @@ from bigearthnet.core.errors import (
     require_positive,
     require_positive_int,
 )
+from bigearthnet.core.folders import claim_folder
 from bigearthnet.core.util import atomic_path, atomic_write_json, write_csv
 from bigearthnet.scaling.batch_fit import (
     JobSize,
@@ -39,6 +40,14 @@ STUDY_CSV = "study.csv"
 STUDY_JSON = "study.json"
 STUDY_PLOT = "steps_to_target.png"
 STUDY_HTML = "study.html"
+STUDY_RUNS = "runs"  # runs/b<global batch>/: one training run per point
+STUDY_MARK = ".bigearthnet-batch-study"
+
+
+def claim_study_folder(out: Path) -> None:
+    """``out`` becomes (or already is) a batch study's folder; any other is refused."""
+    own = (STUDY_RUNS, STUDY_CSV, STUDY_JSON, STUDY_PLOT, STUDY_HTML)
+    claim_folder(out, mark=STUDY_MARK, made_by="bigearthnet-batch-study", own_names=own)
 
 
 RULES = ("linear", "sqrt")

@@ -21,7 +21,7 @@ import tensorflow as tf
 from bigearthnet.core import distributed, runlock
 from bigearthnet.core.config import TrainConfig, save_yaml
 from bigearthnet.core.constants import describe_bands
-from bigearthnet.core.errors import ConfigError
+from bigearthnet.core.errors import ConfigError, InputError
 from bigearthnet.evaluation.report import format_score
 from bigearthnet.formats import checkpoints, elastic_log, run_folder, weights_record
 from bigearthnet.formats.checkpoints import CheckpointRecord
@@ -150,7 +150,17 @@ class RunOutputs:
         """The rows of epochs 1..``through_epoch`` as the file holds them: read every epoch
         (a small CSV), because in elastic runs another process may have written the last
         rows since this one did."""
-        return read_history(self.run_dir, through_epoch=through_epoch) if through_epoch else []
+        if not through_epoch:
+            return []
+        rows = read_history(self.run_dir, through_epoch=through_epoch)
+        if len(rows) < through_epoch:  # rows are written before their checkpoint: never fewer
+            path = self.run_dir / run_folder.HISTORY
+            raise InputError(
+                f"{path}: {len(rows)} epoch row(s), but the checkpoint is at epoch "
+                f"{through_epoch}: the history was cut or replaced; restore it, or start the "
+                "run afresh in another folder"
+            )
+        return rows
 
     def save_epoch(
         self, trackables: dict, record: CheckpointRecord, history: list[HistoryRow]

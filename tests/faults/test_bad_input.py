@@ -169,17 +169,37 @@ def test_out_of_range_flags(shards_v1, tmp_path, flag, value, reported_errors, b
     bad_input_row(f"`{flag} {value}`", "train.py", code, "refused before any rank starts")
 
 
+def _cut_mid_line(text: str) -> str:
+    return text[: text.index("\n3,") + 6]  # epoch 3's row, cut after a few characters
+
+
+def _rows_dropped(text: str) -> str:
+    return text[: text.index("\n3,") + 1]  # a whole file of epochs 1-2, not 1-6
+
+
+@pytest.mark.parametrize(
+    "damage, needles, what",
+    [
+        (lambda text: text.replace("\n2,", "\n2x,", 1), ["line 3"], "a damaged row"),
+        (_cut_mid_line, ["last line is cut short"], "cut mid-line"),
+        (lambda text: text[:40], ["truncated or not a history (no column"], "cut in its header"),
+        (_rows_dropped, ["2 epoch row(s), but the checkpoint is at epoch 6"], "rows 3-6 gone"),
+    ],
+    ids=["damaged-row", "cut-mid-line", "cut-header", "rows-gone"],
+)
 def test_a_damaged_history_stops_the_resume_before_training(
-    run, shards_v1, reported_errors, bad_input_row
+    run, shards_v1, reported_errors, bad_input_row, damage, needles, what
 ) -> None:
+    """R4: a history cut short was read as fewer epochs: the run resumed "finished" and a
+    batch study or seed table wrote its cell as 0 updates, best F1 0.000."""
     history = run / "history.csv"
-    history.write_text(history.read_text().replace("\n2,", "\n2x,", 1))
+    history.write_text(damage(history.read_text()))
     before = history.read_bytes()
     code = train.main(train_argv(shards_v1, run, 8))
     assert code == 2 and history.read_bytes() == before  # no epoch trained, nothing lost
-    _one_line(reported_errors(), str(history), "line 3")
-    bad_input_row("a damaged history.csv on resume", "train.py (resume)", code,
-                  "refused before an epoch trains; file and line named")  # fmt: skip
+    _one_line(reported_errors(), str(history), *needles)
+    bad_input_row(f"history.csv on resume: {what}", "train.py (resume)", code,
+                  "refused before an epoch trains; file and problem named")  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["rün 1", "run(1)"])

@@ -77,6 +77,30 @@ def test_bad_options_are_one_line_exit_2(
                   "one line naming the option; nothing run")  # fmt: skip
 
 
+@pytest.mark.bad_input
+@pytest.mark.parametrize("command", ["seed-table", "batch-study"])
+def test_an_out_folder_holding_other_files_is_refused(
+    command, tmp_path, shards_v1, reported_errors, bad_input_row
+) -> None:
+    """R5: both wrote their runs and tables into any folder, beside (or over) what it held."""
+    from bigearthnet.cli import batch_study
+
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    main, batches = (cli.main, "16,64,256,1024") if command == "seed-table" else (
+        batch_study.main, "8,16")  # fmt: skip
+    argv = ["--data", str(shards_v1), "--out", str(out), "--batches", batches,
+            "--target-f1", "0.5", "--", "--model", "tiny"]  # fmt: skip
+    code = main(argv)
+    assert code == 2
+    line = reported_errors()[-1]
+    assert f"{out}: --out holds other files (notes.txt)" in line, line
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]  # nothing written, nothing lost
+    bad_input_row("`--out` a folder holding other files", f"bigearthnet-{command}", code,
+                  "one line naming the folder and what it holds; nothing written")  # fmt: skip
+
+
 def test_settings_check_their_fields(shards_v1: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="spanning"):
         SeedTableSettings(data=shards_v1, out=tmp_path, batches=(1, 2, 3, 4))
