@@ -14,6 +14,8 @@ completeness only. Prints a Markdown table per seed and writes ``malleable.json`
 picture (world size, global batch and B_simple against epochs) into ``--out``.
 
     python benchmarks/malleable.py --out docs/images --seeds 0 1 2   # ~8 minutes here
+    python benchmarks/malleable.py --patches 2000 --difficulty realistic --layout v2 \
+        --target-f1 0.68 --seeds 0 1 2 --out DIR   # the realistic archive: ~25 minutes
 """
 
 from __future__ import annotations
