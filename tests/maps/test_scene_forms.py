@@ -86,6 +86,10 @@ def test_a_saved_search_is_read_item_by_item(scenes, tmp_path: Path) -> None:
     with Scene(Path(ref)) as scene, Scene(item_file) as direct:
         np.testing.assert_array_equal(scene.strip(0).bands["B11"], direct.strip(0).bands["B11"])
     assert stac_item.items_in(item_file.parent) == [str(item_file)]
+    # Files are parsed once while unchanged; a search saved again is read again.
+    item["properties"]["datetime"] = "2020-09-01T10:05:59Z"
+    collection.write_text(json.dumps({"type": "FeatureCollection", "features": [item]}))
+    assert stac_item.tile_and_date(ref)[1].isoformat() == "2020-09-01"
 
 
 def test_every_form_gives_the_same_map(scenes, trained_run: Path, tmp_path: Path) -> None:

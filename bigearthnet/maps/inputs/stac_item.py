@@ -12,6 +12,7 @@ item's ``s2:processing_baseline`` decides (:mod:`bigearthnet.maps.radiometry`).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import json
 import re
@@ -179,9 +180,18 @@ def _declared(item, band: str) -> ScaleOffset:
 
 
 def _read_json(file: Path):
+    """The parsed file, read once while it is unchanged: a scene's identity, level, tile,
+    date and bands each load its item, and every item of a saved search is in one file
+    (parsed once, not once per item). Callers only read what it returns."""
     try:
-        return json.loads(file.read_text(encoding="utf-8"))
+        stat = file.stat()
+        return _parsed(str(file.resolve()), stat.st_mtime_ns, stat.st_size)
     except OSError as err:
         raise SceneError(f"{file}: unreadable ({err.strerror})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise SceneError(f"{file}: not JSON ({first_line(err)}): truncated?") from None
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(file: str, mtime_ns: int, size: int):
+    return json.loads(Path(file).read_text(encoding="utf-8"))
