@@ -191,10 +191,14 @@ def _map(args: argparse.Namespace) -> None:
 
 def _map_scene(args: argparse.Namespace) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    from bigearthnet.core import distributed
+    from bigearthnet.core.config import default_threads
     from bigearthnet.maps.scene import map_scene
 
     command = from_args(SceneCommand, args)
     check_out(command.out, command.model, scenes=(str(command.scene),))
+    # Before the model loads: TensorFlow's thread pools can only be sized before it starts.
+    distributed.init(threads=default_threads())
     map_scene(command.scene, command.out, command.map, command.model.open())
 
 

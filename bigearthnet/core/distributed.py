@@ -72,8 +72,9 @@ def set_threads(threads: int) -> None:
         tf.config.threading.set_inter_op_parallelism_threads(min(2, threads))
     except RuntimeError:
         current = tf.config.threading.get_intra_op_parallelism_threads()
-        if current != threads:
-            log.debug("TensorFlow already started: keeping %s intra-op threads", current or "all")
+        if current != threads:  # a command that loads its model first would oversubscribe
+            log.warning("TensorFlow already started: %d thread(s) asked for, keeping %s",
+                        threads, current or "all")  # fmt: skip
 
 
 def check_world_size(environ=os.environ) -> None:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bigearthnet.core import constants, distributed
-from bigearthnet.core.config import default_threads
 from bigearthnet.core.progress import progress_bar
 from bigearthnet.formats.class_map import classes_tags
 from bigearthnet.maps.inputs import scene_digest
@@ -49,13 +48,13 @@ def scene_map_tags(
 
 
 def map_scene(scene_dir: Path, out: Path, opts: SceneMapOptions, loaded: Predictor) -> dict:
-    """Collective: map ``scene_dir`` (any form of :mod:`bigearthnet.maps.inputs`) with the
-    model ``loaded`` (a region maps many scenes with one); rank 0 writes ``out``. Returns a
-    summary (windows, cells, seconds, windows/s, and this rank's seconds reading and in the
-    model)."""
+    """Collective (``distributed.init`` first, before ``loaded`` was opened, so that the
+    thread pools are sized): map ``scene_dir`` (any form of :mod:`bigearthnet.maps.inputs`)
+    with the model ``loaded`` (a region maps many scenes with one); rank 0 writes ``out``.
+    Returns a summary (windows, cells, seconds, windows/s, and this rank's seconds reading
+    and in the model)."""
     from rasterio.transform import Affine
 
-    distributed.init(threads=default_threads())
     stride, mask_clouds = opts.stride, opts.mask_clouds
     source = loaded.provenance.get("export") or loaded.provenance.get("run_dir")
     if opts.labels is not None and loaded.num_classes != opts.labels:

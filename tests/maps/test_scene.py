@@ -3,7 +3,10 @@ SAFE product with JPEG 2000 bands), the real v1 patches as tiny scenes, bad inpu
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -378,3 +381,17 @@ def test_a_stack_named_the_earth_engine_way_is_read_by_its_names(
                   0, "read by its names: the canonical stack's map")  # fmt: skip
     bad_input_row("a band stack without band descriptions", "bigearthnet-map scene", code,
                   "refused: names --band-order, never an assumed order")  # fmt: skip
+
+
+@pytest.mark.slow  # a fresh process: TensorFlow's pools are sized once per process
+def test_the_command_sizes_its_thread_pools_before_the_model_loads(scene_model, tmp_path):
+    """P9 ran faster than the model alone: map scene loaded its model (TensorFlow started)
+    before sizing the pools, so it used every core whatever Slurm allotted its task."""
+    scene = tmp_path / "bands"
+    write_scene(scene, TRUTH, seed=1, layout="tif", difficulty="simple")
+    argv = [sys.executable, "-m", "bigearthnet.cli.map", "scene", str(scene), "--run-dir",
+            str(scene_model), "--out", str(tmp_path / "map.tif"), "--no-progress"]  # fmt: skip
+    env = {**os.environ, "SLURM_CPUS_PER_TASK": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "already started" not in done.stderr, done.stderr[-2000:]
