@@ -33,9 +33,11 @@ errors answer at once.
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
+import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from traceback import print_exc
 from typing import NoReturn, TypeVar
@@ -59,10 +61,45 @@ Handler = Callable[[argparse.Namespace], "int | None"]
 
 class Parser(argparse.ArgumentParser):
     """argparse whose errors are raised (and then printed as one line by :func:`run`), not
-    printed with the usage block and exited on."""
+    printed with the usage block and exited on. A long option is taken only as spelled: an
+    abbreviation (``--epoch 3`` for ``--epochs 3``) is an unknown option, whose error names
+    the nearest ones, as it names the nearest choice of a mistyped value."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # also for the sub-parsers made from it
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see --help)")
+        raise UsageError(f"{message}{self._near_miss(message)} (see --help)")
+
+    def _near_miss(self, message: str) -> str:
+        """``; did you mean ...?`` for a mistyped choice or long option in ``message``."""
+        choice = _INVALID_CHOICE.search(message)
+        if choice is not None:
+            choices = [c.strip().strip("'") for c in choice["choices"].split(",")]
+            return did_you_mean(choice["given"], choices)
+        if message.startswith(_UNRECOGNIZED):
+            flags = [flag for flag in self._option_string_actions if flag.startswith("--")]
+            for word in message[len(_UNRECOGNIZED) :].split():
+                hint = did_you_mean(word.partition("=")[0], flags) if word[:2] == "--" else ""
+                if hint:
+                    return hint
+        return ""
+
+
+# argparse's messages (3.9-3.12 quote the choices with repr, newer versions do not).
+_INVALID_CHOICE = re.compile(r"invalid choice: '?(?P<given>.*?)'? \(choose from (?P<choices>.*)\)")
+_UNRECOGNIZED = "unrecognized arguments: "
+
+
+def did_you_mean(given: str, known: Sequence[str]) -> str:
+    """``; did you mean 'x'?`` naming the known words ``given`` abbreviates or nearly
+    spells (at most three), or "" when none is near."""
+    near = [word for word in known if word.startswith(given) and word != given]
+    near = near or difflib.get_close_matches(given, known, n=3, cutoff=0.75)
+    if not near:
+        return ""
+    return f"; did you mean {' or '.join(repr(word) for word in near[:3])}?"
 
 
 def run(parser: argparse.ArgumentParser, handler: Handler, argv: list[str] | None) -> int:
