@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bigearthnet.cli.common import Parser, declared_parser, dispatch
+from bigearthnet.cli.common import Command, Parser, declared_parser, dispatch
 from bigearthnet.core import constants
 from bigearthnet.core.declare import from_args, nested, option
 from bigearthnet.core.util import overlapping
@@ -114,11 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     compares two scene maps, ``bigearthnet-map region`` maps a region over time; without a
     sub-command (or with ``patches``) the patches of an archive or of shards."""
     commands = {
-        "patches": (build_parser, _map),
-        "scene": (build_scene_parser, _map_scene),
-        "change": (build_change_parser, _map_change),
-        "region": (_region_parser, _map_region),
-    }
+        "patches": Command("maps of the patches of an archive or of shards (1.2 km pixels)",
+                           build_parser, _map),
+        "scene": Command("a map of a whole Sentinel-2 scene", build_scene_parser, _map_scene),
+        "change": Command("the change between two scene maps of one place",
+                          build_change_parser, _map_change),
+        "region": Command("a region over time: its scenes -> one consistent series of maps",
+                          _region_parser, _map_region),
+    }  # fmt: skip
     return dispatch(argv, commands, prog=PROG, default="patches")
 
 
