@@ -29,8 +29,12 @@ STACK_TESTS := tests/test_stacks.py tests/models tests/training tests/data tests
 
 .PHONY: help setup demo seed-table test test-slow test-heavy test-all test-stack test-reference faults bad-input lint bench bench-stacks clean-demo
 
-help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+help:  ## this list
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
+	@echo "Variables: TF_STACK=2.18 (the second TensorFlow stack, its own venv), PYTHON=python3.X,"
+	@echo "  WORKERS=0 (a tier in one process), DEMO_DIR=$(DEMO_DIR), SEED_TABLE_DIR=$(SEED_TABLE_DIR),"
+	@echo "  SHARED=$(SHARED) (the real samples the tests read)."
+	@echo "The commands (bigearthnet-*, python train.py) are in $(VENV)/bin: source $(VENV)/bin/activate."
 
 setup: $(STAMP)  ## build the venv (TF 2.15 or, TF_STACK=2.18, TF 2.18 + Horovod 0.28.1); no-op when up to date
 
@@ -40,10 +44,10 @@ $(STAMP): setup.cfg pyproject.toml scripts/setup_env.sh
 	VENV=$(VENV) PYTHON=$(PYTHON) STACK=$(STACK) bash scripts/setup_env.sh
 	touch $@
 
-demo: $(STAMP)  ## synthetic archive -> preprocess -> 2-rank training -> evaluation -> export -> maps (patches, a scene)
+demo: $(STAMP)  ## synthetic archive -> preprocess -> 2-rank training -> evaluation -> export -> maps (patches, a scene, a region over time) -> the run's page
 	VENV=$(VENV) DEMO_DIR=$(DEMO_DIR) bash scripts/demo.sh
 
-test: $(STAMP)  ## the test suite without the slow and fault tiers
+test: $(STAMP)  ## the fast tier (< 5 min on 2 cores): every test but the slow, fault, bad-input and reference tiers
 	SHARED_DIR=$(SHARED) $(PY) -m pytest $(XDIST)
 
 test-stack: $(STAMP)  ## the tests that touch TensorFlow/Keras/Horovod (CI: on the second stack)
@@ -61,14 +65,14 @@ bad-input: $(STAMP)  ## one bad input per test, every command; prints the bad-in
 test-heavy: $(STAMP)  ## the slow, fault and bad-input tiers in one run (CI): one Slurm cluster, one set of fixtures, both workers busy; prints both tables
 	SHARED_DIR=$(SHARED) BEN_FAULTS_TABLE=$(FAULTS_TABLE) BEN_BAD_INPUT_TABLE=$(BAD_INPUT_TABLE) $(PY) -m pytest $(XDIST) -m "slow or fault or bad_input"
 
-seed-table: $(STAMP)  ## the seed study's batch table in miniature on the realistic archive (SGD and LAMB, 4 batch sizes over 64x; <= 30 min on 2 cores): $(SEED_TABLE_DIR)/seed_table.csv, .html
+seed-table: $(STAMP)  ## the seed study's batch table in miniature on the realistic archive (SGD and LAMB, 4 batch sizes over 64x; <= 30 min on 2 cores): SEED_TABLE_DIR/seed_table.csv, .html
 	VENV=$(VENV) SEED_TABLE_DIR=$(SEED_TABLE_DIR) bash scripts/seed_table.sh
 
 test-reference: $(STAMP)  ## imported weights against PyTorch's own forward pass (installs .[torch]: PyTorch, timm)
 	$(VENV)/bin/pip install -q -e '.[torch]'
 	SHARED_DIR=$(SHARED) $(PY) -m pytest -m reference -rs
 
-test-all: $(STAMP)  ## every test, the slow multi-process and Slurm ones included
+test-all: $(STAMP)  ## every tier in one run, the slow multi-process and Slurm ones included (the reference tier skips without PyTorch)
 	SHARED_DIR=$(SHARED) $(PY) -m pytest $(XDIST) -m "slow or not slow"
 
 lint: $(STAMP)  ## ruff, mypy, and the import layering (import-linter: no cycle, no upward import); .pre-commit-config.yaml runs the same

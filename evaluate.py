@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import sys
 
-from bigearthnet.cli.evaluate import build_parser, main
+from bigearthnet.cli.interpreter import require_dependencies
+
+if __name__ == "__main__":  # first: a Python without the dependencies gets one line, exit 2
+    require_dependencies("evaluate.py")
+
+from bigearthnet.cli.evaluate import build_parser, main  # noqa: E402
 
 __all__ = ["build_parser", "main"]
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import sys
 
-from bigearthnet.cli.train import EXIT_REQUEUE, build_parser, cli, main
+from bigearthnet.cli.interpreter import require_dependencies
+
+if __name__ == "__main__":  # first: a Python without the dependencies gets one line, exit 2
+    require_dependencies("train.py")
+
+from bigearthnet.cli.train import EXIT_REQUEUE, build_parser, cli, main  # noqa: E402
 
 __all__ = ["EXIT_REQUEUE", "build_parser", "cli", "main"]
 

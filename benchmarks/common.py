@@ -214,7 +214,7 @@ def machine_meta() -> dict:
 
 def base_parser(description: str) -> argparse.ArgumentParser:
     """The options every benchmark shares."""
-    parser = argparse.ArgumentParser(description=description)
+    parser = argparse.ArgumentParser(description=description, allow_abbrev=False)
     parser.add_argument(
         "--work-dir",
         type=Path,

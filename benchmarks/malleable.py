@@ -50,7 +50,9 @@ POLICY = [
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter, allow_abbrev=False
+    )
     p.add_argument("--work-dir", type=Path, default=Path("/tmp/ben-malleable"))
     p.add_argument("--out", type=Path, help="folder for malleable.json and malleable.png")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])

@@ -49,7 +49,7 @@ def run_benchmark(script: str, options: list[str], work: Path, repeats: int | No
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--work-dir", type=Path, help="keep synthetic data and runs here")
     parser.add_argument("--repeats", type=int, help="override every benchmark's repetitions")
     parser.add_argument("--only", nargs="*", help="run only these scripts (e.g. scaling.py)")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Submit one step with the site's sbatch settings (account, partition, tasks, CPUs, GPUs):
 #   SITE=<profile> jobs/submit.sh STEP [sbatch option...] [-- step argument...]
+#   jobs/submit.sh --help
 # STEP is preprocess, train, train_gloo, evaluate, batch_study, seed_table, map_scene, map_region or
 # elastic/train_elastic (jobs/STEP.sbatch).
 # sbatch options given here come after the site's and win; step arguments go to the script
@@ -14,10 +15,41 @@ BEN_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$BEN_REPO/jobs/common.sh"
 BEN_STEP=submit
 
-usage="usage: SITE=<profile> jobs/submit.sh preprocess|train|train_gloo|evaluate|batch_study|seed_table|map_scene|map_region|elastic/train_elastic [sbatch options] [-- step arguments]"
-(($#)) || die "$usage"
+# The steps a user submits: the job scripts in jobs/, and the elastic run's.
+steps() {
+  local f names=()
+  for f in "$BEN_REPO"/jobs/*.sbatch; do names+=("$(basename "$f" .sbatch)"); done
+  names+=(elastic/train_elastic)
+  local IFS='|'
+  echo "${names[*]}"
+}
+usage="usage: SITE=<profile> jobs/submit.sh $(steps) [sbatch options] [-- step arguments]"
+help() {
+  cat <<EOF
+$usage
+
+Submit one step (jobs/STEP.sbatch) with the sbatch settings of the site profile
+jobs/sites/\$SITE.env (account, partition, tasks, CPUs, GPUs); sbatch options given here come
+after the site's and win; arguments after -- go to the step's program (e.g. train.py flags).
+Prints what sbatch prints, so with --parsable steps chain. Profiles: $(site_names).
+
+examples:
+  export SITE=local
+  jobs/submit.sh preprocess -- --shard-size 1000
+  jid=\$(jobs/submit.sh preprocess --parsable)
+  EXPERIMENT=r50 jobs/submit.sh train --dependency=afterok:\$jid -- --epochs 50
+
+The steps' variables (DATA_DIR, EXPERIMENT, ...): jobs/README.md.
+EOF
+}
+(($#)) || die "no STEP given; $usage"
+if [[ $1 == -h || $1 == --help ]]; then
+  help
+  exit 0
+fi
+[[ $1 != -* ]] || die "$1: the STEP comes first (jobs/submit.sh --help); $usage"
 script=$BEN_REPO/jobs/$1.sbatch
-[[ $1 != -* && -f $script ]] || die "no job script jobs/$1.sbatch; $usage"
+[[ -f $script ]] || die "no job script jobs/$1.sbatch; $usage"
 step=$1
 shift
 sbatch_opts=()

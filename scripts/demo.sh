@@ -80,3 +80,12 @@ print(f"  test micro-F1 {m['micro_f1']:.3f}  macro-F1 {m['macro_f1']:.3f}  "
       f"the best constant answer: micro-F1 {m['constant_micro_f1']:.3f}")
 PY
 echo "  the run's page     $DEMO_DIR/run/report.html  (open it in a browser: everything above)"
+# The commands live in the venv, not on a plain shell's PATH (bigearthnet-report: command not
+# found): say how to reach them, with the prefix that works from this folder.
+printf '\n  the commands are in %s/, not on PATH: "source %s/activate" puts them there for\n' \
+  "$bin" "$bin"
+printf '  this shell, or give the prefix:\n'
+printf '    %-44s # %s\n' \
+  "$bin/bigearthnet-report $DEMO_DIR/run" "the run's page, written again" \
+  "$bin/bigearthnet-map scene --help" "map a scene of yours with $DEMO_DIR/export" \
+  "$bin/python train.py --help" "train on shards of yours"

@@ -121,7 +121,7 @@ def write_reference(folder: Path, kind: str, fmt: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--reference", type=Path, metavar="DIR", help="a full-size model")
     parser.add_argument("--kind", choices=("timm", "torchvision"), default="timm")
     parser.add_argument("--format", choices=("safetensors", "pth"), default="safetensors")

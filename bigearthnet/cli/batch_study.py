@@ -23,7 +23,7 @@ OWNED = ("--batch-size", "--lr", "--data", "--run-dir")  # the study sets them f
 
 
 def build_parser() -> Parser:
-    return study_parser(PROG, __doc__.split("\n\n")[0].replace("``", ""), StudySettings)
+    return study_parser(PROG, __doc__.split("\n\n")[0], StudySettings)
 
 
 def _handle(args: argparse.Namespace) -> int:

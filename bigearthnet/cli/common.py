@@ -33,12 +33,14 @@ errors answer at once.
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
+import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from traceback import print_exc
-from typing import NoReturn, TypeVar
+from typing import NamedTuple, NoReturn, TypeVar
 
 from bigearthnet.core import runlock
 from bigearthnet.core.errors import (
@@ -59,10 +61,88 @@ Handler = Callable[[argparse.Namespace], "int | None"]
 
 class Parser(argparse.ArgumentParser):
     """argparse whose errors are raised (and then printed as one line by :func:`run`), not
-    printed with the usage block and exited on."""
+    printed with the usage block and exited on. A long option is taken only as spelled: an
+    abbreviation (``--epoch 3`` for ``--epochs 3``) is an unknown option, whose error names
+    the nearest ones, as it names the nearest choice of a mistyped value. Its ``--help``
+    lists the sub-commands :func:`dispatch` gave it and is plain text (:func:`plain_text`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # also for the sub-parsers made from it
+        super().__init__(*args, **kwargs)
+        self.commands: Mapping[str, Command] = {}  # listed in --help, after the description
+        self.default_command: str | None = None
+        self.hint = ""  # said instead of any parse error (dispatch: a mistyped command)
+
+    def format_help(self) -> str:
+        text = super().format_help()
+        if self.commands:  # blocks: usage, the description (if any), then the rest
+            blocks = text.split("\n\n", 2 if self.description else 1)
+            blocks.insert(-1, command_list(self.commands, self.default_command))
+            text = "\n\n".join(blocks)
+        return plain_text(text)
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see --help)")
+        if self.hint:
+            raise UsageError(f"{self.hint} (see --help)")
+        raise UsageError(f"{message}{self._near_miss(message)} (see --help)")
+
+    def _near_miss(self, message: str) -> str:
+        """``; did you mean ...?`` for a mistyped choice or long option in ``message``."""
+        choice = _INVALID_CHOICE.search(message)
+        if choice is not None:
+            choices = [c.strip().strip("'") for c in choice["choices"].split(",")]
+            return did_you_mean(choice["given"], choices)
+        if message.startswith(_UNRECOGNIZED):
+            flags = [flag for flag in self._option_string_actions if flag.startswith("--")]
+            for word in message[len(_UNRECOGNIZED) :].split():
+                hint = did_you_mean(word.partition("=")[0], flags) if word[:2] == "--" else ""
+                if hint:
+                    return hint
+        return ""
+
+
+# argparse's messages (3.9-3.12 quote the choices with repr, newer versions do not).
+_INVALID_CHOICE = re.compile(r"invalid choice: '?(?P<given>.*?)'? \(choose from (?P<choices>.*)\)")
+_UNRECOGNIZED = "unrecognized arguments: "
+
+
+def did_you_mean(given: str, known: Sequence[str]) -> str:
+    """``; did you mean 'x'?`` naming the known words ``given`` abbreviates or nearly
+    spells (at most three), or "" when none is near."""
+    near = [word for word in known if word.startswith(given) and word != given]
+    near = near or difflib.get_close_matches(given, known, n=3, cutoff=0.75)
+    if not near:
+        return ""
+    return f"; did you mean {' or '.join(repr(word) for word in near[:3])}?"
+
+
+class Command(NamedTuple):
+    """A sub-command of :func:`dispatch`: its one line in the command's ``--help``, its
+    parser's builder, its handler (the description of its own ``--help`` is the parser's)."""
+
+    help: str
+    build: Callable[[], Parser]
+    handler: Handler
+
+
+def command_list(commands: Mapping[str, Command], default: str | None) -> str:
+    """The sub-commands, one line each, for a command's ``--help``."""
+    when = f"none given: {default}; " if default else ""
+    width = max(map(len, commands))
+    lines = [f"commands ({when}COMMAND --help for its options):"]
+    lines += [f"  {name:<{width}}  {command.help}" for name, command in commands.items()]
+    return "\n".join(lines)
+
+
+# Sphinx roles (:mod:`a.b`, :class:`~a.b.C`) and literals (``x``) of the docstrings help
+# texts are taken from: a reader of --help sees a.b, C and x.
+_ROLE = re.compile(r":[a-z]+:`(~?)([^`]*)`")
+
+
+def plain_text(text: str) -> str:
+    """``text`` without reStructuredText markup: the one place help is cleaned of it."""
+    text = _ROLE.sub(lambda m: m[2].rsplit(".", 1)[-1] if m[1] else m[2], text)
+    return text.replace("``", "")
 
 
 def run(parser: argparse.ArgumentParser, handler: Handler, argv: list[str] | None) -> int:
@@ -155,21 +235,33 @@ def study_settings(declared: type[T], args: argparse.Namespace, owned: tuple[str
 
 def dispatch(
     argv: list[str] | None,
-    commands: Mapping[str, tuple[Callable[[], argparse.ArgumentParser], Handler]],
+    commands: Mapping[str, Command],
     *,
     prog: str,
     default: str | None = None,
+    description: str | None = None,
 ) -> int:
-    """Run the sub-command named by ``argv[0]`` (its parser builder and handler); without
-    one, ``default``'s, or a one-line error listing them."""
+    """Run the sub-command named by ``argv[0]``; without one, ``default``'s, whose ``--help``
+    lists them all, or (no default) a parser of the command alone, of ``description``, that
+    lists them. A first word that nearly spells a command (``scenes``) and fails the
+    default's parse is refused as that: "did you mean 'scene'?"."""
     args = sys.argv[1:] if argv is None else list(argv)
-    name = args[0] if args and args[0] in commands else default
-    if name is None:
-        top = Parser(prog=prog)
-        top.add_argument("command", choices=tuple(commands), help="then --help")
+    if args[:1] and args[0] in commands:
+        command = commands[args[0]]
+        return run(command.build(), command.handler, args[1:])
+    if default is None:
+        top = Parser(prog=prog, description=description)
+        top.add_argument("command", metavar="COMMAND", choices=tuple(commands),
+                         help="one of the commands below")  # fmt: skip
+        top.commands = commands
         return run(top, lambda parsed: None, args[:1])
-    build, handler = commands[name]
-    return run(build(), handler, args[1:] if args[:1] == [name] else args)
+    parser = commands[default].build()
+    parser.commands, parser.default_command = commands, default
+    first = args[0] if args else "-"
+    near = "" if first.startswith("-") else did_you_mean(first, list(commands))
+    if near:
+        parser.hint = f"{first!r} is not a command of {prog}{near}"
+    return run(parser, commands[default].handler, args)
 
 
 def checked(check: Callable[[str, T], T], kind: Callable[[str], T]) -> Callable[[str], T]:

@@ -72,15 +72,34 @@ def build_parser() -> Parser:
         metavar="ARG",
         help="extra sbatch option for holders (repeatable), e.g. --sbatch-arg=-A=proj",
     )
-    sub = p.add_subparsers(dest="command", required=True)
-    grow = sub.add_parser("grow", help="submit N holder jobs")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           title="commands (COMMAND --help for its options)")  # fmt: skip
+    grow = sub.add_parser(
+        "grow", help="submit N holder jobs",
+        description="Submit COUNT Slurm holder jobs (jobs/elastic/holder.sbatch); each "
+        "registers --slots workers in the hosts folder once it runs, and the run grows at its "
+        "next discovery.",
+    )  # fmt: skip
     grow.add_argument("count", type=POSITIVE, help="holder jobs to submit")
-    shrink = sub.add_parser("shrink", help="cancel the newest N holders")
+    shrink = sub.add_parser(
+        "shrink", help="cancel the newest N holders",
+        description="Cancel the newest COUNT holder jobs: a running one removes its hosts "
+        "file first (SIGTERM), a pending one had registered nothing; the run shrinks at its "
+        "next discovery.",
+    )  # fmt: skip
     shrink.add_argument("count", type=POSITIVE, help="holder jobs to cancel")
-    sub.add_parser("status", help="holder jobs and the slots discovery reports")
+    sub.add_parser(
+        "status", help="holder jobs and the slots discovery reports",
+        description="List this run's holder jobs (when Slurm is there) and the hosts and "
+        "slots the hosts folder offers now.",
+    )  # fmt: skip
     follow = sub.add_parser(
-        "follow", help="resize as epochs finish: by a schedule file or by the noise scale"
-    )
+        "follow", help="resize by a schedule or by the noise scale",
+        description="Follow a running elastic run and resize it after each finished epoch: "
+        "to the worker counts of a schedule file (--schedule), or by the measured gradient "
+        "noise scale (--policy gns); through Slurm holder jobs, or with --local on this "
+        "machine. Ends when the run ends, or after --epochs.",
+    )  # fmt: skip
     follow.add_argument("--run-dir", type=Path, required=True, help="the run's folder")
     how = follow.add_mutually_exclusive_group(required=True)
     how.add_argument("--schedule", type=Path, help="lines 'epoch N: grow|shrink to M workers'")

@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _evaluate(args: argparse.Namespace) -> None:
     opts = from_args(EvalOptions, args)
+    opts.check_inputs()  # before TensorFlow loads: a mistyped folder answers at once
     # TensorFlow's C++ INFO lines (oneDNN, CPU features) drown the rank logs; keep warnings.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     # Imported after parsing so that --help and option errors answer without TensorFlow.

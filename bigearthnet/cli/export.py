@@ -28,11 +28,13 @@ def build_parser() -> Parser:
 
 
 def _export(args: argparse.Namespace) -> None:
+    opts = from_args(ExportOptions, args)
+    opts.check_inputs()  # before TensorFlow loads: a mistyped folder answers at once
     # TensorFlow's C++ INFO lines would bury the command's own lines.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from bigearthnet.export.bundle import export_run
 
-    summary = export_run(from_args(ExportOptions, args))
+    summary = export_run(opts)
     for note in summary.notes:
         print(f"{PROG}: {note}", file=sys.stderr)
     files = ", ".join(f"{kind} {size / 1e6:.1f} MB" for kind, size in summary.sizes.items())

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bigearthnet.cli.common import Parser, declared_parser, dispatch
+from bigearthnet.cli.common import Command, Parser, declared_parser, dispatch
 from bigearthnet.core import constants
 from bigearthnet.core.declare import from_args, nested, option
 from bigearthnet.core.util import overlapping
@@ -114,11 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     compares two scene maps, ``bigearthnet-map region`` maps a region over time; without a
     sub-command (or with ``patches``) the patches of an archive or of shards."""
     commands = {
-        "patches": (build_parser, _map),
-        "scene": (build_scene_parser, _map_scene),
-        "change": (build_change_parser, _map_change),
-        "region": (_region_parser, _map_region),
-    }
+        "patches": Command("maps of the patches of an archive or of shards (1.2 km pixels)",
+                           build_parser, _map),
+        "scene": Command("a map of a whole Sentinel-2 scene", build_scene_parser, _map_scene),
+        "change": Command("the change between two scene maps of one place",
+                          build_change_parser, _map_change),
+        "region": Command("a region over time: its scenes -> one consistent series of maps",
+                          _region_parser, _map_region),
+    }  # fmt: skip
     return dispatch(argv, commands, prog=PROG, default="patches")
 
 
@@ -162,11 +165,26 @@ def _inputs(opts: PatchMapOptions, loaded, skipped: list) -> tuple[int, Iterator
     )
 
 
+def _check_inputs(command: PatchesCommand) -> None:
+    """What is read before TensorFlow loads (a mistyped folder answers at once): the model's
+    folder, and the shards' manifest or the archive's layout (read again with the model)."""
+    from bigearthnet.formats.shards import read_manifest
+    from bigearthnet.preprocessing.archive import detect_version
+
+    command.model.check()
+    opts = command.maps
+    if opts.shards is not None:
+        read_manifest(opts.shards)
+    elif opts.archive is not None and opts.version == "auto":
+        detect_version(opts.archive)
+
+
 def make_maps(command: PatchesCommand) -> list[MapFile]:
     """Predict and write; raises MapError (and the readers' InputErrors) on bad input."""
     opts = command.maps
     check_out(opts.out, command.model, shards=opts.shards, archive=opts.archive,
               s1_archive=opts.s1_archive)  # fmt: skip
+    _check_inputs(command)
     loaded = command.model.open()
     skipped: list[tuple[str, str]] = []
     total, batches = _inputs(opts, loaded, skipped)
@@ -190,13 +208,19 @@ def _map(args: argparse.Namespace) -> None:
 
 
 def _map_scene(args: argparse.Namespace) -> None:
+    from bigearthnet.cli.map_region import check_scene
+
+    command = from_args(SceneCommand, args)
+    check_out(command.out, command.model, scenes=(str(command.scene),))
+    check_scene(command.scene)
+    command.model.check()
+    # Only now TensorFlow (distributed and the scene map import it): the checks above answer
+    # at once. TF's C++ INFO lines (oneDNN, CPU features) would bury the one-line messages.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     from bigearthnet.core import distributed
     from bigearthnet.core.config import default_threads
     from bigearthnet.maps.scene import map_scene
 
-    command = from_args(SceneCommand, args)
-    check_out(command.out, command.model, scenes=(str(command.scene),))
     # Before the model loads: TensorFlow's thread pools can only be sized before it starts.
     distributed.init(threads=default_threads())
     map_scene(command.scene, command.out, command.map, command.model.open())

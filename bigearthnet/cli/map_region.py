@@ -106,12 +106,17 @@ def scene_inputs(scenes: list[str]) -> dict[str, str]:
     return inputs
 
 
-def map_region_command(args: argparse.Namespace) -> None:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    from bigearthnet.core import distributed
-    from bigearthnet.core.config import default_threads
-    from bigearthnet.maps.region.pipeline import map_region
+def check_scene(scene: str | Path) -> None:
+    """InputError for a scene that is not there, said before TensorFlow loads (its form and
+    bands are checked once the model's bands are known). A region skips such a scene."""
+    from bigearthnet.maps.inputs import stac_item
 
+    local = str(scene).partition(stac_item.REF)[0]
+    if not Path(local).exists():
+        raise InputError(f"{local}: no such scene (file or folder)")
+
+
+def map_region_command(args: argparse.Namespace) -> None:
     command = from_args(RegionCommand, args)
     options, model = command.region, command.region.model
     acquisitions = acquisitions_of(command)
@@ -120,6 +125,13 @@ def map_region_command(args: argparse.Namespace) -> None:
     clash = overlapping(options.out, inputs)
     if clash is not None:
         raise InputError(f"{options.out}: --out overlaps {clash}; choose another output")
+    model.check()
+    # Only now TensorFlow (the pipeline imports it): every check above answers at once.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    from bigearthnet.core import distributed
+    from bigearthnet.core.config import default_threads
+    from bigearthnet.maps.region.pipeline import map_region
+
     distributed.init(threads=default_threads())
     record = map_region(acquisitions, options)
     if options.scenes_only and distributed.is_root():

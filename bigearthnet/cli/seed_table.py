@@ -21,7 +21,7 @@ OWNED = ("--batch-size", "--lr", "--optimizer", "--data", "--run-dir")
 
 
 def build_parser() -> Parser:
-    return study_parser(PROG, __doc__.split("\n\n")[0].replace("``", ""), SeedTableSettings)
+    return study_parser(PROG, __doc__.split("\n\n")[0], SeedTableSettings)
 
 
 def _handle(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from bigearthnet.cli.common import Parser, declared_parser, dispatch
+from bigearthnet.cli.common import Command, Parser, declared_parser, dispatch
 from bigearthnet.core.declare import from_args
 from bigearthnet.core.errors import UsageError
 from bigearthnet.synthetic.archive import ArchiveSpec
@@ -136,11 +136,15 @@ def _score(args: argparse.Namespace) -> None:
 
 
 COMMANDS = {
-    "archive": (build_parser, _generate),
-    "scene": (build_scene_parser, _scene),
-    "region": (build_region_parser, _region),
-    "score": (build_score_parser, _score),
-}
+    "archive": Command("a synthetic BigEarthNet archive, v1 or v2 (reBEN) layout",
+                       build_parser, _generate),
+    "scene": Command("a synthetic Sentinel-2 L2A scene of known land cover",
+                     build_scene_parser, _scene),
+    "region": Command("the scenes of a synthetic region over time, with known changes",
+                      build_region_parser, _region),
+    "score": Command("a region series scored against its synthetic region's truth",
+                     build_score_parser, _score),
+}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -75,9 +75,21 @@ def check_model(cfg: TrainConfig) -> None:
         )
 
 
+def check_inputs(cfg: TrainConfig) -> None:
+    """What every rank reads before TensorFlow loads (a mistake answers at once, not after
+    the start-up of every rank): the model in the registry, the shards' manifest, and a
+    --run-dir train.py may write into."""
+    from bigearthnet.formats.run_folder import check_training_folder
+    from bigearthnet.formats.shards import read_manifest
+
+    check_model(cfg)
+    read_manifest(cfg.data)
+    check_training_folder(cfg.run_dir)
+
+
 def _train(args: argparse.Namespace, command: list[str]) -> int:
     cfg = resolve(args, TrainConfig)
-    check_model(cfg)
+    check_inputs(cfg)
     # TensorFlow's C++ INFO lines (oneDNN, CPU features) drown the rank logs; keep warnings.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     # From here on SIGUSR1/SIGTERM mean "checkpoint and stop" (requeue), never a crash:

@@ -16,12 +16,18 @@ import os
 import sys
 from pathlib import Path
 
-from bigearthnet.cli.common import Parser, declared_parser, dispatch
+from bigearthnet.cli.common import Command, Parser, declared_parser, dispatch
 from bigearthnet.core import constants
 from bigearthnet.core.declare import from_args
 from bigearthnet.weights.importer import WeightsOptions  # no TensorFlow: --help answers at once
 
 PROG = "bigearthnet-weights"
+DESCRIPTION = (
+    "Start from the field's published ResNet-18/50 weights (reBEN, SSL4EO-S12, timm, "
+    "torchvision; .safetensors, or .pth/.ckpt with PyTorch installed): import a backbone for "
+    "train.py --init-weights, or make a trained-run folder of a published classifier. See "
+    "docs/weights.md."
+)
 
 
 def build_import_parser() -> Parser:
@@ -70,8 +76,13 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    commands = {"import": (build_import_parser, _import), "run": (build_run_parser, _run)}
-    return dispatch(argv, commands, prog=PROG)
+    commands = {
+        "import": Command("a published ResNet state dict -> weights for train.py --init-weights",
+                          build_import_parser, _import),
+        "run": Command("a published classifier -> a run folder evaluate.py, maps, export take",
+                       build_run_parser, _run),
+    }  # fmt: skip
+    return dispatch(argv, commands, prog=PROG, description=DESCRIPTION)
 
 
 if __name__ == "__main__":

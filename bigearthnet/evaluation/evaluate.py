@@ -41,7 +41,7 @@ from bigearthnet.core.config import ConfigError, load_run_config
 from bigearthnet.core.errors import EvaluationError, RequeueRequested
 from bigearthnet.data.rank_data import RankData
 from bigearthnet.evaluation import metrics
-from bigearthnet.evaluation.options import EvalOptions
+from bigearthnet.evaluation.options import EvalOptions, evaluation_data
 from bigearthnet.evaluation.plots import (
     draw_plots,
     plot_f1_per_class,
@@ -51,9 +51,9 @@ from bigearthnet.evaluation.plots import (
 )
 from bigearthnet.evaluation.report import Predictions, clear_metrics, format_table, write_outputs
 from bigearthnet.evaluation.summary import EvalSummary, summary_of
-from bigearthnet.formats import checkpoints, run_folder, weights_record
+from bigearthnet.formats import checkpoints, run_folder
 from bigearthnet.formats.history import HistoryRow, read_history
-from bigearthnet.formats.shards import Manifest, read_manifest
+from bigearthnet.formats.shards import Manifest
 from bigearthnet.inference.predictor import check_bands
 from bigearthnet.inference.trained_run import LoadedModel, check_data_labels, load_model
 
@@ -160,7 +160,7 @@ def prepare(
     stats_from: str | Path | None = None,
 ) -> EvalSetup:
     """Read config, data and checkpoint; raises ConfigError/ShardError/CheckpointError."""
-    config = load_run_config(run_dir)
+    config, data_dir, manifest = evaluation_data(run_dir, data_dir)
     threshold = float(config.threshold if threshold is None else threshold)
     if not 0.0 < threshold < 1.0:
         raise ConfigError(f"--threshold must be inside (0, 1), got {threshold}")
@@ -170,13 +170,6 @@ def prepare(
     for split in splits:
         if split not in constants.SPLITS:
             raise ConfigError(f"unknown split {split!r}; use one of {', '.join(constants.SPLITS)}")
-    if data_dir is None and weights_record.is_record_folder(run_dir):
-        raise ConfigError(
-            f"{run_dir}: a published classifier (bigearthnet-weights run) has no shards of "
-            "its own; give --data SHARDS to evaluate it"
-        )
-    data_dir = Path(data_dir or config.data)
-    manifest = read_manifest(data_dir)
     loaded = load_model(run_dir, checkpoint, stats_from)
     check_data_labels(loaded.record, manifest, data_dir)
     check_bands(loaded, manifest.bands, f"shards {data_dir}")

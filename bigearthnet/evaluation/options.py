@@ -8,9 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bigearthnet.core import constants
+from bigearthnet.core.config import TrainConfig, load_run_config
 from bigearthnet.core.declare import check_fields, option
-from bigearthnet.core.errors import require_open_fraction, require_positive_int
+from bigearthnet.core.errors import ConfigError, require_open_fraction, require_positive_int
+from bigearthnet.formats import weights_record
+from bigearthnet.formats.shards import Manifest, read_manifest
 from bigearthnet.inference.predictor import STATS_FROM_HELP
+from bigearthnet.inference.run_checkpoint import run_checkpoint
 
 
 @dataclass(frozen=True)
@@ -45,3 +49,24 @@ class EvalOptions:
 
     def __post_init__(self) -> None:
         check_fields(self)
+
+    def check_inputs(self) -> None:
+        """The run, its checkpoint and the shards, read before TensorFlow loads: InputError
+        naming the folder or file (a mistyped one answers at once)."""
+        run_checkpoint(self.run_dir, self.checkpoint)
+        evaluation_data(self.run_dir, self.data)
+
+
+def evaluation_data(
+    run_dir: str | Path, data_dir: str | Path | None
+) -> tuple[TrainConfig, Path, Manifest]:
+    """The run's options, the shards to score (``data_dir``, by default the run's own) and
+    their manifest; ConfigError or ShardError naming the folder otherwise."""
+    config = load_run_config(run_dir)
+    if data_dir is None and weights_record.is_record_folder(run_dir):
+        raise ConfigError(
+            f"{run_dir}: a published classifier (bigearthnet-weights run) has no shards of "
+            "its own; give --data SHARDS to evaluate it"
+        )
+    data_dir = Path(data_dir or config.data)
+    return config, data_dir, read_manifest(data_dir)

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from bigearthnet.core import distributed
 from bigearthnet.core.errors import InputError, RunFailed
-from bigearthnet.core.util import atomic_write_text, fsync_tree, overlapping, temp_sibling
+from bigearthnet.core.util import atomic_write_text, fsync_tree, temp_sibling
 from bigearthnet.evaluation.summary import EvalSummary, read_metrics
 from bigearthnet.export.card import RunFacts, render_card
 from bigearthnet.export.onnx_model import OnnxModel, OnnxUnavailable, export_onnx
@@ -60,8 +60,7 @@ def export_run(opts: ExportOptions) -> ExportSummary:
     """Export the run's checkpoint; InputError (nothing written) on bad input."""
     run_dir, out, eval_dir, stats_from = opts.run_dir, opts.out, opts.eval_dir, opts.stats_from
     started = time.perf_counter()
-    _check_out(out, opts.force, {"the run": run_dir, "--eval-dir": eval_dir,
-                                 "--stats-from": stats_from})  # fmt: skip
+    opts.check_inputs()
     loaded = load_model(run_dir, opts.checkpoint, stats_from)
     trained_on = training_data(loaded.config, loaded.record)  # card facts, when still there
     evaluation, notes = _evaluation(run_dir, loaded, eval_dir)
@@ -88,19 +87,6 @@ def default_name(loaded: LoadedModel) -> str:
     run_name = re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(str(loaded.run_dir)).name).strip("-.")
     record = loaded.record
     return f"bigearthnet-{record.model}-{loaded.num_classes}c-{run_name or 'run'}-e{loaded.epoch}"
-
-
-def _check_out(out: Path, force: bool, inputs: dict[str, Path | None]) -> None:
-    # --force replaces OUT wholesale: OUT must be no input, hold none, lie in none.
-    clash = overlapping(out, inputs, replaces=True)
-    if clash is not None:
-        raise InputError(f"{out}: the export folder overlaps {clash}; choose a folder outside it")
-    if not out.parent.is_dir():
-        raise InputError(f"{out}: its parent folder does not exist")
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{out}: exists and is not a folder")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise InputError(f"{out}: exists and is not empty (--force replaces it)")
 
 
 def _evaluation(

@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bigearthnet.core.declare import check_fields, option
-from bigearthnet.core.errors import ConfigError
+from bigearthnet.core.errors import ConfigError, InputError
+from bigearthnet.core.util import overlapping
 from bigearthnet.export.stac import MODEL_NAME_PATTERN
 from bigearthnet.inference.predictor import STATS_FROM_HELP
+from bigearthnet.inference.run_checkpoint import run_checkpoint
 
 FORMATS = ("savedmodel", "onnx")
 
@@ -68,3 +70,23 @@ class ExportOptions:
         unknown = [f for f in self.formats if f not in FORMATS]
         if unknown or not self.formats:
             raise ConfigError(f"--format {','.join(self.formats)}: choose from {','.join(FORMATS)}")
+
+    def check_inputs(self) -> None:
+        """InputError, before anything is written or TensorFlow loads, for an OUT that
+        overlaps an input or cannot be written, or a run folder or checkpoint not there."""
+        out = self.out
+        # --force replaces OUT wholesale: OUT must be no input, hold none, lie in none.
+        inputs = {"the run": self.run_dir, "--eval-dir": self.eval_dir,
+                  "--stats-from": self.stats_from}  # fmt: skip
+        clash = overlapping(out, inputs, replaces=True)
+        if clash is not None:
+            raise InputError(
+                f"{out}: the export folder overlaps {clash}; choose a folder outside it"
+            )
+        if not out.parent.is_dir():
+            raise InputError(f"{out}: its parent folder does not exist")
+        if out.exists() and not out.is_dir():
+            raise InputError(f"{out}: exists and is not a folder")
+        if out.is_dir() and any(out.iterdir()) and not self.force:
+            raise InputError(f"{out}: exists and is not empty (--force replaces it)")
+        run_checkpoint(self.run_dir, self.checkpoint)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bigearthnet.core.config import RUN_CONFIG
+from bigearthnet.core.errors import ConfigError
+from bigearthnet.formats import exported, shards, weights_record
 
 CONFIG = RUN_CONFIG  # core.config reads and writes it (below this layer)
 CHECKPOINTS = "checkpoints"
@@ -41,3 +43,22 @@ def eval_dirs(run_dir: str | Path) -> list[Path]:
         for folder in sorted(Path(run_dir).glob(f"{EVAL_PREFIX}*"))
         if (folder / METRICS).is_file()
     ]
+
+
+def check_training_folder(run_dir: str | Path) -> None:
+    """ConfigError unless train.py may write a run into ``run_dir``: a folder not there yet,
+    or one of its own runs. Not a file, not a published classifier's folder (training in it
+    would replace its weights and lose where they came from), not an export, not shards."""
+    path = Path(run_dir)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{path}: --run-dir exists and is not a folder")
+    if weights_record.is_record_folder(path):
+        raise ConfigError(
+            f"{path}: a published classifier (bigearthnet-weights run), not a training run: "
+            f"fine-tune from it with --init-weights {path} and another --run-dir"
+        )
+    made_by = {exported.INFO_FILE: "an export (bigearthnet-export)",
+               shards.MANIFEST: "a shards folder (bigearthnet-preprocess)"}  # fmt: skip
+    for name, what in made_by.items():
+        if (path / name).is_file():
+            raise ConfigError(f"{path}: {what}, not a training run: give another --run-dir")

@@ -14,6 +14,8 @@ import numpy as np
 from bigearthnet.core import constants
 from bigearthnet.core.declare import option
 from bigearthnet.core.errors import ConfigError, InputError
+from bigearthnet.formats.exported import read_export_info
+from bigearthnet.inference.run_checkpoint import run_checkpoint
 
 # --stats-from, wherever a run's checkpoint is read.
 STATS_FROM_HELP = (
@@ -81,6 +83,15 @@ class ModelChoice:
             raise ConfigError("give a run folder (--run-dir) or an export folder (--model), one")
         if self.model is not None and self.stats_from is not None:
             raise ConfigError("--stats-from goes with --run-dir: an export records its own")
+
+    def check(self) -> None:
+        """What is read before TensorFlow loads (a mistyped folder answers at once): the
+        export's export.json, or the run's config.yaml and the checkpoint ``checkpoint`` names;
+        an InputError naming the file or folder otherwise."""
+        if self.model is not None:
+            read_export_info(self.model)
+        else:
+            run_checkpoint(self.folder, self.checkpoint)
 
     @property
     def folder(self) -> Path:

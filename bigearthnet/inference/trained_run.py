@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from bigearthnet import models
 from bigearthnet.core import constants, distributed
-from bigearthnet.core.config import TrainConfig, load_run_config
+from bigearthnet.core.config import TrainConfig
 from bigearthnet.core.util import files_digest
 from bigearthnet.data.normalization import model_inputs, normalize
 from bigearthnet.formats import checkpoints, weights_record
@@ -34,6 +34,7 @@ from bigearthnet.formats.checkpoints import CheckpointError, CheckpointRecord
 from bigearthnet.formats.class_map import WEIGHTS_DIGEST
 from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import Manifest, ShardError, read_manifest
+from bigearthnet.inference.run_checkpoint import run_checkpoint
 
 log = distributed.log
 
@@ -125,57 +126,6 @@ class LoadedModel:
         return self._predict(tf.convert_to_tensor(images)).numpy()
 
 
-def resolve_checkpoint(
-    run_dir: Path, spec: str, config: TrainConfig
-) -> tuple[Path, CheckpointRecord]:
-    """Checkpoint prefix and pointer record of ``spec``: 'best', 'latest' or a path."""
-    if spec in checkpoints.TAGS:
-        record = checkpoints.read_pointer(run_dir, spec)
-        if record is None:
-            raise CheckpointError(
-                f"{checkpoints.checkpoint_dir(run_dir)}: no '{spec}' checkpoint "
-                "(has training finished an epoch?)"
-            )
-        return checkpoints.prefix(run_dir, record), record
-    path = Path(spec)
-    prefix = path / "ckpt" if path.is_dir() else path
-    if not Path(f"{prefix}.index").is_file():
-        raise CheckpointError(
-            f"{spec}: not a checkpoint (no {prefix.name}.index); use best, latest, "
-            "a checkpoint folder or its ckpt prefix"
-        )
-    return prefix, _record_of_folder(prefix.parent, config)
-
-
-def _record_of_folder(folder: Path, config: TrainConfig) -> CheckpointRecord:
-    """The pointer naming ``folder`` if there is one, else what the run's config says."""
-    if folder.parent.name == checkpoints.CKPT_DIR:
-        for tag in checkpoints.TAGS:
-            try:
-                record = checkpoints.read_pointer(folder.parent.parent, tag)
-            except CheckpointError:
-                continue
-            if record is not None and record.folder == folder.name:
-                return record
-    # A copied or renamed checkpoint folder: its own copy of the pointer, else (a folder
-    # from before those copies) the run's configuration says what was trained.
-    try:
-        return checkpoints.read_folder_record(folder)
-    except CheckpointError:
-        return CheckpointRecord(model=config.model, num_classes=config.labels, folder=folder.name)
-
-
-def check_label_set(record: CheckpointRecord, config: TrainConfig) -> None:
-    """CheckpointError unless the checkpoint's class count is the run's label set."""
-    classes, wanted = record.num_classes, config.labels
-    if classes not in constants.CLASS_SETS:
-        raise CheckpointError(f"checkpoint {record.folder} has {classes} classes, not 19 or 43")
-    if classes != wanted:
-        raise CheckpointError(
-            f"checkpoint {record.folder} has {classes} classes but the run's label set is {wanted}"
-        )
-
-
 def check_data_labels(record: CheckpointRecord, manifest: Manifest, data_dir: Path) -> None:
     """CheckpointError unless the data holds labels of the checkpoint's class set."""
     classes, offered = record.num_classes, manifest.label_sets
@@ -260,9 +210,7 @@ def load_model(
     does not record it. Raises ConfigError or CheckpointError.
     """
     run_dir = Path(run_dir)
-    config = load_run_config(run_dir)
-    prefix, record = resolve_checkpoint(run_dir, checkpoint, config)
-    check_label_set(record, config)
+    config, prefix, record = run_checkpoint(run_dir, checkpoint)
     inputs = recorded_inputs(config, record, prefix, stats_from)
     with float32_layers():
         model = models.get_model(record.model, record.input_shape, record.num_classes)

@@ -23,7 +23,7 @@ from bigearthnet.core.config import TrainConfig, save_yaml
 from bigearthnet.core.constants import describe_bands
 from bigearthnet.core.errors import ConfigError, InputError
 from bigearthnet.evaluation.report import format_score
-from bigearthnet.formats import checkpoints, elastic_log, run_folder, weights_record
+from bigearthnet.formats import checkpoints, elastic_log, run_folder
 from bigearthnet.formats.checkpoints import CheckpointRecord
 from bigearthnet.formats.efficiency import EfficiencyReport, write_efficiency
 from bigearthnet.formats.elastic_log import ElasticEvent
@@ -71,14 +71,10 @@ class RunOutputs:
 
     def prepare(self) -> None:
         """Lock the folder for this process (RunLocked when another holds it), clear it
-        (``--no-resume``). A published classifier (``bigearthnet-weights run``) is refused
-        first: training in it would replace its weights and lose where they came from."""
-        if weights_record.is_record_folder(self.run_dir):
-            raise ConfigError(
-                f"{self.run_dir}: a published classifier (bigearthnet-weights run), not a "
-                f"training run: fine-tune from it with --init-weights {self.run_dir} and "
-                "another --run-dir"
-            )
+        (``--no-resume``). A folder that is not a training run's (a published classifier,
+        an export) is refused first (:func:`~bigearthnet.formats.run_folder.
+        check_training_folder`)."""
+        run_folder.check_training_folder(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         runlock.acquire(self.run_dir, force_unlock=self.cfg.force_unlock)  # first: one writer
         if not self.cfg.resume:

@@ -91,6 +91,18 @@ def test_job_scripts_pass_bash_n_and_shellcheck() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_submit_help_prints_its_usage_not_a_job_name(flag: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SITE"}  # help needs no site
+    done = subprocess.run(["bash", str(JOBS / "submit.sh"), flag], capture_output=True,
+                          text=True, env=env, cwd=REPO)  # fmt: skip
+    assert done.returncode == 0 and not done.stderr, done.stderr
+    assert done.stdout.startswith("usage: SITE=<profile> jobs/submit.sh ")
+    steps = done.stdout.split()[3].split("|")
+    assert steps == [*sorted(p.stem for p in JOBS.glob("*.sbatch")), "elastic/train_elastic"]
+    assert "local" in done.stdout and "examples:" in done.stdout
+
+
 def test_sbatch_lines_carry_comments_and_log_to_logs() -> None:
     for path in JOBS.glob("**/*.sbatch"):
         lines = [ln for ln in path.read_text().splitlines() if ln.startswith("#SBATCH")]
