@@ -9,11 +9,15 @@ of :mod:`bigearthnet.synthetic.scene_forms`.
   beside the bands of each group; uint16 values with CF ``scale_factor``/``add_offset``;
   the root attribute ``stac_discovery``, a STAC item whose properties hold ``proj:epsg``
   (or ``proj:code``) and the processing baseline.
-* **STAC items with COG assets**, one asset per band at its native resolution:
-  Earth Search's collection 1 names them by colour (``blue``, ``rededge1``, ``nir08``, ...,
-  ``scl``) and declares ``raster:bands`` scale 0.0001 and offset -0.1; Planetary-Computer
-  style items name them ``B01`` ... ``B12``, ``B8A``, ``SCL`` and declare no scale or offset
-  (``s2:processing_baseline`` then decides).
+* **STAC items with one asset per band** at its native resolution (COGs), keyed in one of
+  two styles:
+
+  - Earth Search (``earth-search``): by colour (``blue``, ``rededge1``, ``nir08``, ...,
+    ``scl``), ``raster:bands`` scale 0.0001 and offset -0.1 on every item; its older
+    ``sentinel-2-l2a`` collection also states ``earthsearch:boa_offset_applied`` (earlier
+    ``sentinel:boa_offset_applied``): true where its pipeline already removed the offset;
+  - Planetary Computer (``pc``): ``B01`` ... ``B12``, ``B8A``, ``SCL``, no scale or offset
+    (``s2:processing_baseline`` then decides).
 """
 
 from __future__ import annotations
@@ -53,9 +57,14 @@ EARTH_SEARCH_KEYS: dict[str, str] = {
     "B11": "swir16", "B12": "swir22", SCL: "scl",
 }  # fmt: skip
 PC_KEYS: dict[str, str] = {band: band for band in (*constants.BANDS, SCL)}
-STAC_STYLES: dict[str, dict[str, str]] = {"earth-search": EARTH_SEARCH_KEYS, "pc": PC_KEYS}
+STAC_STYLES: dict[str, dict[str, str]] = {
+    "earth-search": EARTH_SEARCH_KEYS,
+    "pc": PC_KEYS,
+}
 BASELINE_PROPERTIES = ("s2:processing_baseline",)
 PRODUCT_TYPE_PROPERTIES = ("s2:product_type", "product:type", "processing:level")
+# Earth Search's word that its pipeline already took the offset off an item's COGs.
+OFFSET_APPLIED_PROPERTIES = ("earthsearch:boa_offset_applied", "sentinel:boa_offset_applied")
 
 
 def asset_key(band: str, style: str) -> str:
@@ -69,10 +78,20 @@ def is_level_1c(properties: dict) -> bool:
     return any(v in ("S2MSI1C", "L1C") or v.endswith("MSIL1C") for v in values)
 
 
-def baseline_of(properties: dict) -> str | None:
-    """The processing baseline (``05.10``) an item's properties state, if any."""
+def baseline_of(properties: dict) -> tuple[str | None, str]:
+    """The processing baseline (``05.10``) an item's properties state and the property that
+    states it; (None, "") when none does."""
     for key in BASELINE_PROPERTIES:
         value = properties.get(key)
         if value not in (None, ""):
-            return str(value)
-    return None
+            return str(value), key
+    return None, ""
+
+
+def offset_applied_of(properties: dict) -> tuple[object, str]:
+    """Earth Search's ``earthsearch:boa_offset_applied`` (or its older name) as stated, and
+    the property's name; (None, "") on items of other catalogs."""
+    for key in OFFSET_APPLIED_PROPERTIES:
+        if key in properties:
+            return properties[key], key
+    return None, ""

@@ -4,9 +4,10 @@ A scene is an item file, or ``FILE#ID``: the item ``ID`` of a FeatureCollection 
 ItemCollection saved in ``FILE`` (a search result). Asset hrefs are local paths, relative to
 the file, or URLs that GDAL reads when a network exists. Assets are found by Earth Search's
 keys (``blue``, ``nir08``, ``scl``) or Planetary-Computer-style keys (``B02``, ``B8A``,
-``SCL``) (:mod:`bigearthnet.formats.s2_layouts`); each band's scale/offset comes from
-``raster:bands`` (STAC 1.0) or ``bands`` (1.1), else from the COG's own tags, else the
-item's ``s2:processing_baseline`` decides (:mod:`bigearthnet.maps.radiometry`).
+``SCL``) (:mod:`bigearthnet.formats.s2_layouts`). What the item says of the values is
+gathered for :mod:`bigearthnet.maps.radiometry`: Earth Search's
+``earthsearch:boa_offset_applied``; each band's scale/offset from ``raster:bands`` (STAC
+1.0) or ``bands`` (1.1), else the COG's own tags; the ``s2:processing_baseline``.
 """
 
 from __future__ import annotations
@@ -107,21 +108,32 @@ def open_stac(ref: str, bands: tuple[str, ...], mask_clouds: bool) -> SceneSourc
     except BaseException:
         opened.close()
         raise
-    declared = {band: _declared(item, band) for band in bands}
+    return SceneSource(Path(ref), "STAC item", dict(readers), scl, _metadata(item, readers),
+                       [opened.close])  # fmt: skip
+
+
+def _metadata(item, readers: dict[str, RasterBand]) -> SceneMetadata:
+    """What the item (else its COGs) says of the values (:mod:`.radiometry`'s evidence)."""
+    declared = {band: _declared(item, band) for band in readers}
     if any(pair is not None for pair in declared.values()):
         scales, scales_from = declared, "raster:bands of the STAC item"
     else:
         scales = {band: reader.scale_offset() for band, reader in readers.items()}
         scales_from = "scale/offset of the COG assets"
-    metadata = SceneMetadata(
-        bands=bands,
+    baseline, baseline_key = layout.baseline_of(item.properties)
+    applied, applied_key = layout.offset_applied_of(item.properties)
+    product = str(item.properties.get("s2:product_uri") or item.id).removesuffix(".SAFE")
+    return SceneMetadata(
+        bands=tuple(readers),
         scales=scales,
         scales_from=scales_from,
         where={band: reader.name for band, reader in readers.items()},
-        baseline=layout.baseline_of(item.properties),
-        baseline_from="s2:processing_baseline of the STAC item",
+        baseline=baseline,
+        baseline_from=f"{baseline_key} of the STAC item",
+        offset_applied=applied,
+        offset_applied_from=f"{applied_key} of the STAC item",
+        product=product,
     )
-    return SceneSource(Path(ref), "STAC item", dict(readers), scl, metadata, [opened.close])
 
 
 def asset_hrefs(ref: str, item=None) -> list[str]:
