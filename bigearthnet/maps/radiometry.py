@@ -8,6 +8,10 @@ nothing. Each scene's offset is decided from its own metadata, which each form's
 gathers into :class:`SceneMetadata` (:mod:`bigearthnet.maps.inputs`), and checked against its
 own pixels.
 
+**Float values are refused** (whatever ``--boa-offset`` says): a float band holds reflectance
+(0-1) or resampled DN, and no product declares which; the models take integer DN, so the
+message says to convert (DN = round(10,000 x reflectance), uint16).
+
 **The metadata's evidence**, in order:
 
 1. Earth Search's ``earthsearch:boa_offset_applied`` (earlier ``sentinel:boa_offset_applied``)
@@ -128,6 +132,7 @@ class SceneMetadata:
     product_metadata: str = ""  # the file they came from
     baseline: str | None = None  # processing baseline, "05.10"
     baseline_from: str = ""
+    dtypes: Mapping[str, str] = field(default_factory=dict)  # band -> stored dtype ("uint16")
     offset_applied: object = None  # earthsearch:boa_offset_applied as stated (True/False)
     offset_applied_from: str = ""  # e.g. "earthsearch:boa_offset_applied of the STAC item"
     product: str = ""  # the product's name, where the files state it
@@ -144,8 +149,9 @@ class PixelReading:
 
 def from_metadata(scene: Path, metadata: SceneMetadata, given: int | None) -> Radiometry | None:
     """The offsets ``metadata`` decide (None: they say nothing, and ``given`` will decide);
-    RadiometryError naming the scene for malformed evidence, or neither metadata nor
-    ``--boa-offset``."""
+    RadiometryError naming the scene for float values, malformed evidence, or neither
+    metadata nor ``--boa-offset``."""
+    _refuse_floats(scene, metadata)
     found = (
         _from_flag(scene, metadata)
         or _from_scales(scene, metadata)
@@ -229,6 +235,18 @@ def decide(
     """:func:`from_metadata`, then :func:`settle` with ``pixels`` (default: not read)."""
     found = from_metadata(scene, metadata, given)
     return settle(scene, found, pixels or PixelReading(None, "not read"), given, metadata.bands)
+
+
+def _refuse_floats(scene: Path, metadata: SceneMetadata) -> None:
+    for band in metadata.bands:
+        dtype = metadata.dtypes.get(band)
+        if dtype is not None and np.dtype(dtype).kind not in "ui":
+            raise RadiometryError(
+                f"{metadata.where.get(band, scene)}: band {band} holds {dtype} values "
+                "(reflectance 0-1?), not DN: maps take integer DN = 10,000 x surface "
+                "reflectance; convert it (DN = round(10,000 x reflectance) as uint16, e.g. "
+                "gdal_translate -ot UInt16 -scale 0 1 0 10000)"
+            )
 
 
 def _from_flag(scene: Path, metadata: SceneMetadata) -> Radiometry | None:

@@ -188,6 +188,19 @@ def test_boa_offset_decides_outright_and_is_refused_only_against_both() -> None:
     assert set(outright.offsets.values()) == {-1000} and outright.disputed
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_values_are_refused_without_advising_boa_offset(dtype: str) -> None:
+    """D02: reflectance 0-1 as float was read as DN; the refusal advised --boa-offset 0."""
+    metadata = SceneMetadata(bands=BANDS, dtypes=dict.fromkeys(BANDS, dtype),
+                             where={"B02": "stack.tif"})  # fmt: skip
+    for given in (None, 0):
+        with pytest.raises(RadiometryError) as refused:
+            decide(Path("stack.tif"), metadata, given)
+        message = str(refused.value)
+        assert message.startswith(f"stack.tif: band B02 holds {dtype} values")
+        assert "10,000 x surface reflectance" in message and "--boa-offset" not in message
+
+
 def test_a_series_says_where_it_mixes_readings() -> None:
     """consistency.json's notes: each scene whose pixels spoke against the offset applied
     otherwise, and a product met twice with two offsets applied; none for agreement."""

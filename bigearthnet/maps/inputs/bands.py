@@ -31,6 +31,7 @@ class BandReader(Protocol):
     transform: Any  # rasterio Affine of the native grid
     width: int
     height: int
+    dtype: str  # of the stored values ("uint16"): float data are refused (radiometry)
 
     def read(self, row: int, col: int, height: int, width: int) -> np.ndarray: ...
 
@@ -42,6 +43,7 @@ class RasterBand:
         self.dataset, self.index, self.factor, self.name = dataset, index, factor, name
         self.crs, self.transform = dataset.crs, dataset.transform
         self.width, self.height = dataset.width, dataset.height
+        self.dtype = str(dataset.dtypes[index - 1])
 
     def read(self, row: int, col: int, height: int, width: int) -> np.ndarray:
         from rasterio.windows import Window
@@ -68,6 +70,7 @@ class ArrayBand:
         self.array, self.factor, self.name = array, factor, name
         self.crs, self.transform = crs, transform
         self.height, self.width = (int(n) for n in array.shape)
+        self.dtype = str(array.dtype)
         chunks = getattr(array, "chunks", (self.height, self.width))
         self.chunk_rows = int(chunks[0]) or self.height
         self.chunk_cols = int(chunks[1]) or self.width

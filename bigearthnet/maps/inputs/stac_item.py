@@ -130,6 +130,7 @@ def _metadata(item, readers: dict[str, RasterBand]) -> SceneMetadata:
         where={band: reader.name for band, reader in readers.items()},
         baseline=baseline,
         baseline_from=f"{baseline_key} of the STAC item",
+        dtypes={band: reader.dtype for band, reader in readers.items()},
         offset_applied=applied,
         offset_applied_from=f"{applied_key} of the STAC item",
         product=product,

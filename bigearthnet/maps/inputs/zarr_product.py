@@ -43,6 +43,7 @@ def open_zarr(scene: Path, bands: tuple[str, ...], mask_clouds: bool) -> SceneSo
         where={band: reader.name for band, reader in readers.items()},
         baseline=baseline,
         baseline_from=f"{baseline_key} in {layout.ZARR_METADATA} of the Zarr product",
+        dtypes={band: reader.dtype for band, reader in readers.items()},
         product=_product_name(scene, root),
     )
     closers = [store.close] if store is not None else []
