@@ -20,12 +20,13 @@ message says to convert (DN = round(10,000 x reflectance), uint16).
    maintainer: the flag "is the truth", earth-search#9). False means the COGs hold what ESA
    stored: the processing baseline decides (4.), else the scale/offset (2.);
 2. each band's scale and offset: an EOPF Zarr array's ``scale_factor``/``add_offset``, a
-   STAC asset's ``raster:bands`` scale/offset, or a GeoTIFF band's GDAL scale/offset
-   (reflectance = DN x scale + offset with scale 0.0001: offset -0.1 means DN - 1,000);
+   STAC asset's ``raster:scale``/``raster:offset`` (raster extension v2, CDSE) or
+   ``raster:bands`` scale/offset, or a GeoTIFF band's GDAL scale/offset (reflectance = DN x
+   scale + offset with scale 0.0001: offset -0.1 means DN - 1,000);
 3. an L2A product folder's ``MTD_MSIL2A.xml``: ``BOA_ADD_OFFSET`` per band (-1000 from
    baseline 04.00); a product metadata without it is from an earlier baseline: 0;
-4. the processing baseline the product states (``s2:processing_baseline``): 04.00 and
-   later store DN + 1,000;
+4. the processing baseline the product states (``s2:processing_baseline``, CDSE's
+   ``processing:version``): 04.00 and later store DN + 1,000;
 5. otherwise ``--boa-offset`` (0 or -1000), or exit 2 naming the scene and that option.
 
 **The pixels' consent.** The flag itself is wrong on some items (earth-search#71, #66,
