@@ -118,3 +118,18 @@ def test_an_item_of_a_level_1c_collection_is_refused(items, tmp_path, how) -> No
     item["collection"] = "sentinel-2-l2a"
     path.write_text(json.dumps(item))
     require_l2a(path)
+
+
+def test_earth_search_older_flag_name_is_read(items, tmp_path) -> None:
+    """Earth Search's items before 2023 named the flag sentinel:boa_offset_applied."""
+    item = json.loads(items["earth_search_l2a_flag_true"].read_text())
+    properties = item["properties"]
+    properties["sentinel:boa_offset_applied"] = properties.pop("earthsearch:boa_offset_applied")
+    for asset in item["assets"].values():  # absolute: the item file moves
+        asset["href"] = str((items["earth_search_l2a_flag_true"].parent / asset["href"]).resolve())
+    path = tmp_path / "older.json"
+    path.write_text(json.dumps(item))
+    with Scene(path) as scene:
+        assert scene.radiometry.describe() == (
+            "DN +0 (sentinel:boa_offset_applied of the STAC item: true)"
+        )
