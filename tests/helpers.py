@@ -209,6 +209,16 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in lines if "error" in line.lower() and not TF_LOG_LINE.match(line)]
 
 
+def one_line(errors: list[str], *needles: str) -> str:
+    """The last error a command reported (``reported_errors()``): one line, no traceback,
+    naming every needle."""
+    line = errors[-1]
+    assert "\n" not in line and "Traceback" not in line, errors
+    for needle in needles:
+        assert needle in line, (needle, line)
+    return line
+
+
 def history_row(epoch: int, **fields) -> HistoryRow:
     """A ``history.csv`` row for tests of what reads histories: plausible defaults,
     ``fields`` overriding them (val_micro_f1, world_size, gns_b_simple, ...)."""

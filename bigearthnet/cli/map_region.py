@@ -148,3 +148,5 @@ def map_region_command(args: argparse.Namespace) -> None:
             f"{flicker['consistent']:.3f} consistent; {record.lasting_changes} cells changed "
             f"lastingly -> {options.out} ({page.name})"
         )
+        for note in record.radiometry_notes:  # the series mixes readings here: say where
+            print(f"[region] radiometry: {note}")

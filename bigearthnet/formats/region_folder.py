@@ -90,10 +90,16 @@ class GridRecord:
 
 @dataclass(frozen=True)
 class SceneEntry:
+    """A scene of the series, and how its values were read (its map's radiometry tags)."""
+
     path: str
     tile: str
     date: str  # ISO
     radiometry: str = ""  # the reflectance offset applied, and the evidence for it
+    radiometry_metadata: str = ""  # what the metadata said ("none": nothing)
+    radiometry_pixels: str = ""  # what the pixels said ("DN +0: ...", "silent: ...")
+    radiometry_won: str = ""  # which decided: metadata, pixels or --boa-offset
+    product: str = ""  # the product's name, where its files state it
 
 
 @dataclass(frozen=True)
@@ -117,6 +123,9 @@ class ConsistencyRecord:
     lasting_changes: int
     cells_ever_observed: int
     observed_km2: float  # ground km² of the cells ever observed
+    # Scenes whose pixels overruled their metadata (or disputed --boa-offset), and products
+    # met twice read two ways: the series says where it mixes readings.
+    radiometry_notes: tuple[str, ...] = ()
 
 
 def write_consistency(out: Path, record: ConsistencyRecord) -> None:
@@ -136,6 +145,7 @@ def read_consistency(out: Path) -> ConsistencyRecord:
                 "grid": GridRecord(**{**raw["grid"], "transform": tuple(raw["grid"]["transform"])}),
                 "scenes": tuple(SceneEntry(**entry) for entry in raw["scenes"]),
                 "skipped": tuple(SkippedScene(**entry) for entry in raw["skipped"]),
+                "radiometry_notes": tuple(raw.get("radiometry_notes", ())),
             }
         )
     except FileNotFoundError:

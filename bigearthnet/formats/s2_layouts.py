@@ -9,11 +9,22 @@ of :mod:`bigearthnet.synthetic.scene_forms`.
   beside the bands of each group; uint16 values with CF ``scale_factor``/``add_offset``;
   the root attribute ``stac_discovery``, a STAC item whose properties hold ``proj:epsg``
   (or ``proj:code``) and the processing baseline.
-* **STAC items with COG assets**, one asset per band at its native resolution:
-  Earth Search's collection 1 names them by colour (``blue``, ``rededge1``, ``nir08``, ...,
-  ``scl``) and declares ``raster:bands`` scale 0.0001 and offset -0.1; Planetary-Computer
-  style items name them ``B01`` ... ``B12``, ``B8A``, ``SCL`` and declare no scale or offset
-  (``s2:processing_baseline`` then decides).
+* **STAC items with one asset per band** at its native resolution (COGs, or JPEG 2000 in
+  CDSE's), keyed in one of three styles:
+
+  - Earth Search (``earth-search``): by colour (``blue``, ``rededge1``, ``nir08``, ...,
+    ``scl``), ``raster:bands`` scale 0.0001 and offset -0.1 on every item; its older
+    ``sentinel-2-l2a`` collection also states ``earthsearch:boa_offset_applied`` (earlier
+    ``sentinel:boa_offset_applied``): true where its pipeline already removed the offset;
+  - Planetary Computer (``pc``): ``B01`` ... ``B12``, ``B8A``, ``SCL``, no scale or offset
+    (``s2:processing_baseline`` then decides);
+  - CDSE's STAC 1.1 items (``cdse``): by band and resolution (``B02_10m``, ``B8A_20m``,
+    ``SCL_20m``; coarser copies such as ``B02_60m`` beside them are not used),
+    ``raster:scale``/``raster:offset`` on the asset itself (raster extension v2) and the
+    baseline as ``processing:version``.
+
+  A Level-1C item is known by its product type or by its collection
+  (``sentinel-2-l1c``).
 """
 
 from __future__ import annotations
@@ -53,9 +64,19 @@ EARTH_SEARCH_KEYS: dict[str, str] = {
     "B11": "swir16", "B12": "swir22", SCL: "scl",
 }  # fmt: skip
 PC_KEYS: dict[str, str] = {band: band for band in (*constants.BANDS, SCL)}
-STAC_STYLES: dict[str, dict[str, str]] = {"earth-search": EARTH_SEARCH_KEYS, "pc": PC_KEYS}
-BASELINE_PROPERTIES = ("s2:processing_baseline",)
+CDSE_KEYS: dict[str, str] = {
+    band: f"{band}_{constants.BAND_RESOLUTION_M[band]}m" for band in constants.BANDS
+} | {SCL: "SCL_20m"}
+STAC_STYLES: dict[str, dict[str, str]] = {
+    "earth-search": EARTH_SEARCH_KEYS,
+    "pc": PC_KEYS,
+    "cdse": CDSE_KEYS,
+}
+BASELINE_PROPERTIES = ("s2:processing_baseline", "processing:version")
 PRODUCT_TYPE_PROPERTIES = ("s2:product_type", "product:type", "processing:level")
+# Earth Search's word that its pipeline already took the offset off an item's COGs.
+OFFSET_APPLIED_PROPERTIES = ("earthsearch:boa_offset_applied", "sentinel:boa_offset_applied")
+L1C_COLLECTION = re.compile(r"(^|[-_/])l1c($|[-_/])", re.IGNORECASE)  # sentinel-2-l1c
 
 
 def asset_key(band: str, style: str) -> str:
@@ -69,10 +90,25 @@ def is_level_1c(properties: dict) -> bool:
     return any(v in ("S2MSI1C", "L1C") or v.endswith("MSIL1C") for v in values)
 
 
-def baseline_of(properties: dict) -> str | None:
-    """The processing baseline (``05.10``) an item's properties state, if any."""
+def is_level_1c_collection(collection: str | None) -> bool:
+    """A collection id (or the last part of a collection link) naming Level-1C."""
+    return bool(collection) and L1C_COLLECTION.search(str(collection).rstrip("/")) is not None
+
+
+def baseline_of(properties: dict) -> tuple[str | None, str]:
+    """The processing baseline (``05.10``) an item's properties state and the property that
+    states it; (None, "") when none does."""
     for key in BASELINE_PROPERTIES:
         value = properties.get(key)
         if value not in (None, ""):
-            return str(value)
-    return None
+            return str(value), key
+    return None, ""
+
+
+def offset_applied_of(properties: dict) -> tuple[object, str]:
+    """Earth Search's ``earthsearch:boa_offset_applied`` (or its older name) as stated, and
+    the property's name; (None, "") on items of other catalogs."""
+    for key in OFFSET_APPLIED_PROPERTIES:
+        if key in properties:
+            return properties[key], key
+    return None, ""

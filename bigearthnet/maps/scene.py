@@ -4,6 +4,7 @@ one process or N Horovod ranks (each its strips of windows; rank 0 writes)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ from bigearthnet.core import constants, distributed
 from bigearthnet.core.progress import progress_bar
 from bigearthnet.formats.class_map import classes_tags
 from bigearthnet.maps.inputs import scene_digest
+from bigearthnet.maps.radiometry import dispute
 from bigearthnet.maps.scene_input import Scene, SceneError
 from bigearthnet.maps.scene_options import SceneMapOptions
 from bigearthnet.maps.scene_output import write_scene_map
@@ -29,12 +31,15 @@ def scene_map_tags(
     stride: int,
     resampling: str,
     mask_clouds: bool,
-    radiometry: str,
+    values: Mapping[str, str],
 ) -> dict[str, str]:
     """What made a scene map, as its tags: the scene (resolved path, and a digest of its
     files' sizes and mtimes, a STAC item's content), the model (its provenance with the
-    weights' digest, its classes) and the options. A map whose tags equal these was made as
-    this call would make it; any other is remade (a region rerun reuses maps by this)."""
+    weights' digest, its classes), the options and how the values were read
+    (:meth:`~bigearthnet.maps.scene_input.Scene.values_tags`: the reflectance offset applied,
+    the metadata's and the pixels' readings, which won). A map whose tags equal these was
+    made as this call would make it; any other is remade (a region rerun reuses maps by
+    this)."""
     return {
         "scene": str(Path(scene_dir).resolve()),
         "scene_inputs": scene_digest(scene_dir),
@@ -43,7 +48,7 @@ def scene_map_tags(
         "stride_px": str(stride),
         "resampling": resampling,
         "clouds_masked": str(mask_clouds),
-        "radiometry": radiometry,  # the reflectance offset applied, and why
+        **values,  # the reflectance offset applied, and why
     }
 
 
@@ -74,8 +79,10 @@ def map_scene(scene_dir: Path, out: Path, opts: SceneMapOptions, loaded: Predict
     method = opts.resampling or loaded.resampling  # as the model's training data was
     tags = scene_map_tags(
         scene_dir, loaded, stride=stride, resampling=method, mask_clouds=mask_clouds,
-        radiometry=scene.radiometry.describe(),
+        values=scene.values_tags(),
     )  # fmt: skip
+    if scene.radiometry.disputed and distributed.is_root():
+        log.warning("%s: %s", scene_dir, dispute(scene.radiometry.tags()))
     try:
         rows = window_origins(scene.height, stride)[distributed.rank() :: distributed.size()]
         total = len(rows) * len(window_origins(scene.width, stride))
@@ -112,7 +119,8 @@ def map_scene(scene_dir: Path, out: Path, opts: SceneMapOptions, loaded: Predict
                 tags=tags,
             )
             log.info(
-                "scene map %s: %d windows on %d rank(s), %d x %d cells of %d m, %.0f windows/s",
+                "scene map %s: %d windows on %d rank(s), %d x %d cells of %d m, %.0f windows/s; "
+                "values read as %s%s",
                 out,
                 windows,
                 distributed.size(),
@@ -120,6 +128,10 @@ def map_scene(scene_dir: Path, out: Path, opts: SceneMapOptions, loaded: Predict
                 sums.windows.shape[0],
                 stride * 10,
                 summary["windows_per_s"],
+                scene.radiometry.describe(),
+                " (the pixels disagree with the metadata: see its radiometry tags)"
+                if scene.radiometry.disputed
+                else "",
             )
     finally:
         scene.close()

@@ -3,8 +3,9 @@ reflectance offset, the area of interest and the pixels without usable data.
 
 Inputs, in any form :mod:`bigearthnet.maps.inputs` opens: an L2A ``.SAFE`` product folder, an
 EOPF Zarr product, a STAC item with COG assets, a folder of band GeoTIFFs or one band stack.
-Each band's reflectance offset is decided from the scene's metadata by
-:mod:`bigearthnet.maps.radiometry` and applied, so values match the archive's. Pixels without
+Each band's reflectance offset is decided from the scene's metadata, checked against a sparse
+sample of its own pixels (:meth:`Scene.sample`), by :mod:`bigearthnet.maps.radiometry` and
+applied, so values match the archive's. Pixels without
 data are 0 in B02 (L2A fills nodata with 0 in every band); with ``mask_clouds`` the scene
 classification band (SCL, 20 m) also removes cloud shadows, clouds, cirrus and snow
 (:data:`SCL_MASKED`).
@@ -27,7 +28,13 @@ from bigearthnet.core.errors import InputError
 from bigearthnet.maps.inputs import open_scene_source, require_l2a
 from bigearthnet.maps.inputs.bands import SCL_FACTOR, BandReader, SceneError
 from bigearthnet.maps.inputs.files import band_name
-from bigearthnet.maps.radiometry import decide
+from bigearthnet.maps.radiometry import (
+    PIXEL_BANDS,
+    SAMPLE_GRID,
+    from_metadata,
+    read_pixels,
+    settle,
+)
 
 WINDOW = constants.PATCH_SIZE  # 120 px at 10 m
 COARSEST = 6  # the 60 m grid every window origin sits on
@@ -88,20 +95,29 @@ class Scene:
         try:  # once every band has opened: a damaged file is named as such first
             reference = self.source.bands["B02"]
             self._check_grids(reference)
-            self.radiometry = decide(path, self.source.metadata, boa_offset)
+            metadata = self.source.metadata
+            found = from_metadata(path, metadata, boa_offset)
+            self.scl = self.source.scl
+            self.crs = reference.crs
+            self.row0, self.col0, self.height, self.width = self._area(bbox, reference)
+            self.transform = reference.transform @ Affine.translation(self.col0, self.row0)
+            if self.height < WINDOW or self.width < WINDOW:
+                raise SceneError(
+                    f"{path}: {self.width}x{self.height} px at 10 m, smaller than one "
+                    f"{WINDOW}x{WINDOW} window"
+                )
+            pixels = read_pixels(self.sample())
+            self.radiometry = settle(path, found, pixels, boa_offset, metadata.bands)
         except InputError:
             self.close()
             raise
-        self.offsets = self.radiometry.offsets
-        self.scl = self.source.scl
-        self.crs = reference.crs
-        self.row0, self.col0, self.height, self.width = self._area(bbox, reference)
-        self.transform = reference.transform @ Affine.translation(self.col0, self.row0)
-        if self.height < WINDOW or self.width < WINDOW:
-            raise SceneError(
-                f"{path}: {self.width}x{self.height} px at 10 m, smaller than one "
-                f"{WINDOW}x{WINDOW} window"
-            )
+        self.offsets: dict[str, int] = dict(self.radiometry.offsets)
+        self.product = metadata.product  # the product's name, where its files state it
+
+    def values_tags(self) -> dict[str, str]:
+        """How its values were read, for the map's tags: the radiometric readings
+        (:meth:`~.radiometry.Radiometry.tags`) and the product's name."""
+        return {**self.radiometry.tags(), "product": self.product}
 
     def _check_grids(self, reference: BandReader) -> None:
         named = dict(self.source.bands, **({"SCL": self.source.scl} if self.source.scl else {}))
@@ -155,24 +171,60 @@ class Scene:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def strip(self, row: int) -> Strip:
-        """The window rows starting at 10 m row ``row`` of the area, all its columns; the
-        bands in the model's order (``self.bands``)."""
+    def sample(self) -> dict[str, np.ndarray]:
+        """The stored values (no offset) of :data:`~.radiometry.PIXEL_BANDS` at the valid pixels
+        of a sparse grid of window-sized blocks over the area (radiometry's check)."""
+        sampled = tuple(band for band in PIXEL_BANDS if band in self.source.bands)
+        found: dict[str, list[np.ndarray]] = {band: [] for band in sampled}
+        reading = tuple(dict.fromkeys(("B02", *sampled)))  # B02 says which pixels are valid
+        rows, cols = (_spread(size) for size in (self.height, self.width))
+        for row in rows:
+            for col in cols:
+                block = self.strip(row, col, WINDOW, only=reading, stored=True)
+                for band in sampled:
+                    values = block.bands[band][~block.invalid]
+                    found[band].append(values[values != 0])  # L2A's nodata, in every band
+        return {band: np.concatenate(parts) for band, parts in found.items()}
+
+    def strip(
+        self,
+        row: int,
+        col: int = 0,
+        width: int | None = None,
+        *,
+        only: tuple[str, ...] | None = None,
+        stored: bool = False,
+    ) -> Strip:
+        """The window rows starting at 10 m row ``row`` of the area, all its columns (or
+        ``width`` of them from ``col``: a block); the bands in the model's order
+        (``self.bands``), or ``only`` these (B02 among them); offsets applied, unless
+        ``stored``: the values as the files store them."""
         bands = {}
-        for band in self.bands:
-            data = self._read(self.source.bands[band], row)
-            offset = self.offsets.get(band, 0)
+        for band in only or self.bands:
+            data = self._read(self.source.bands[band], row, col, width)
+            offset = 0 if stored else self.offsets.get(band, 0)
             if offset:
                 shifted = data.astype(np.int32) + offset
                 data = np.where(data == 0, 0, np.clip(shifted, 1, 65535)).astype(np.uint16)
             bands[band] = data
         invalid = bands["B02"] == 0
         if self.scl is not None:
-            scl = self._read(self.scl, row)
+            scl = self._read(self.scl, row, col, width)
             masked = np.isin(scl, list(SCL_MASKED))
             invalid |= masked.repeat(SCL_FACTOR, axis=0).repeat(SCL_FACTOR, axis=1)
         return Strip(bands, invalid)
 
-    def _read(self, reader: BandReader, row: int) -> np.ndarray:
-        f = reader.factor
-        return reader.read((self.row0 + row) // f, self.col0 // f, WINDOW // f, self.width // f)
+    def _read(
+        self, reader: BandReader, row: int, col: int = 0, width: int | None = None
+    ) -> np.ndarray:
+        f, width = reader.factor, self.width if width is None else width
+        return reader.read((self.row0 + row) // f, (self.col0 + col) // f, WINDOW // f, width // f)
+
+
+def _spread(size: int) -> list[int]:
+    """Up to :data:`~.radiometry.SAMPLE_GRID` window origins spread evenly over ``size`` px
+    (on the 60 m grid, as every window's)."""
+    last = (size - WINDOW) // COARSEST * COARSEST
+    count = min(SAMPLE_GRID, last // WINDOW + 1)
+    return sorted({round(last * i / max(count - 1, 1)) // COARSEST * COARSEST
+                   for i in range(count)})  # fmt: skip

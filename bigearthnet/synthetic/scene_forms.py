@@ -8,6 +8,10 @@ products do: the Zarr arrays' ``scale_factor`` 0.0001 / ``add_offset`` -0.1; Ear
 items' ``raster:bands`` scale and offset; Planetary-Computer items nothing but
 ``s2:processing_baseline``. A reader that assumed the offset, or forgot it, reads every band
 1,000 too bright or too dark.
+
+:func:`localise_item` puts the same scene under a real item's metadata instead (the tests'
+items from Earth Search, Planetary Computer and CDSE): COGs on the item's own grid, stored as
+that catalog stores them.
 """
 
 from __future__ import annotations
@@ -148,25 +152,14 @@ def _array(group, name: str, image: np.ndarray, scaled: bool) -> None:
 def _write_stac(items: Path, bands, grid, props: dict, name: str, style: str) -> Path:
     """``items/<name>.json`` and its COGs in ``assets/<name>/`` beside ``items`` (so a folder
     of items holds items only); hrefs relative to the item."""
-    import rasterio
-    from rasterio.transform import Affine
-
-    epsg, origin, size = grid
+    epsg, origin, _ = grid
     item_path = items / f"{name}.json"
-    folder = items.parent / ASSETS / name
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    folder = _assets_folder(items, name)
     assets = {}
     for band in (*constants.BANDS, layout.SCL):
-        res = 20 if band == layout.SCL else constants.BAND_RESOLUTION_M[band]
         key = layout.asset_key(band, style)
         path = folder / f"{key}.tif"
-        count = size // (res // 10)
-        profile = dict(driver="COG", width=count, height=count, count=1, dtype="uint16",
-                       crs=f"EPSG:{epsg}", nodata=0, compress="deflate", blocksize=512,
-                       transform=Affine(res, 0.0, origin[0], 0.0, -res, origin[1]))  # fmt: skip
-        with rasterio.open(path, "w", **profile) as dst:
-            dst.write(stored(band, bands[band]), 1)
+        _write_cog(path, stored(band, bands[band]), f"EPSG:{epsg}", origin, _resolution(band))
         asset: dict[str, Any] = {"href": f"../{ASSETS}/{name}/{path.name}", "roles": ["data"],
                  "type": "image/tiff; application=geotiff; profile=cloud-optimized"}  # fmt: skip
         if style == "earth-search" and band != layout.SCL:
@@ -177,6 +170,60 @@ def _write_stac(items: Path, bands, grid, props: dict, name: str, style: str) ->
     item_path.parent.mkdir(parents=True, exist_ok=True)
     item_path.write_text(json.dumps(_item(name, grid, props, assets), indent=1), encoding="utf-8")
     return item_path
+
+
+def localise_item(
+    item: dict, bands: dict[str, np.ndarray], items: Path, *, plus_offset: bool
+) -> Path:
+    """``item`` (a real item's metadata, as its catalog wrote it) over the rendered ``bands``
+    (offset-free DN, SCL among them): each band asset's COG written on the asset's own grid
+    (its ``proj:transform`` origin, ``proj:code`` or the item's ``proj:epsg``), the values
+    stored with the +1,000 (``plus_offset``) or harmonised; its href pointed at the COG
+    (``items/../assets/<id>/<key>.tif``) and ``proj:shape``/``proj:bbox`` cut to the scene.
+    Nothing else of the metadata changes. Returns ``items/<id>.json``."""
+    item = json.loads(json.dumps(item))  # the caller's copy stays as it was
+    name = item["id"]
+    folder = _assets_folder(items, name)
+    for band in (*constants.BANDS, layout.SCL):
+        key = next(k for k in (layout.asset_key(band, st) for st in layout.STAC_STYLES)
+                   if k in item["assets"])  # fmt: skip
+        asset = item["assets"][key]
+        a, _, x0, _, e, y0 = asset["proj:transform"][:6]
+        crs = asset.get("proj:code") or f"EPSG:{item['properties']['proj:epsg']}"
+        image = stored(band, bands[band]) if plus_offset else bands[band]
+        _write_cog(folder / f"{key}.tif", image, crs, (x0, y0), int(a))
+        asset["href"] = f"../{ASSETS}/{name}/{key}.tif"
+        asset["proj:shape"] = list(image.shape)
+        if "proj:bbox" in asset:
+            asset["proj:bbox"] = [x0, y0 + e * image.shape[0], x0 + a * image.shape[1], y0]
+    path = items / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(item, indent=1), encoding="utf-8")
+    return path
+
+
+def _assets_folder(items: Path, name: str) -> Path:
+    folder = items.parent / ASSETS / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
+
+
+def _resolution(band: str) -> int:
+    return 20 if band == layout.SCL else constants.BAND_RESOLUTION_M[band]
+
+
+def _write_cog(path: Path, image: np.ndarray, crs: str, origin, res: int) -> None:
+    """One band as a COG (nodata 0, as L2A's) with its upper-left corner at ``origin``."""
+    import rasterio
+    from rasterio.transform import Affine
+
+    height, width = image.shape
+    profile = dict(driver="COG", width=width, height=height, count=1, dtype=image.dtype.name,
+                   crs=crs, nodata=0, compress="deflate", blocksize=512,
+                   transform=Affine(res, 0.0, origin[0], 0.0, -res, origin[1]))  # fmt: skip
+    with rasterio.open(path, "w", **profile) as dst:
+        dst.write(image, 1)
 
 
 def _item(name: str, grid, props: dict, assets: dict) -> dict:

@@ -1,5 +1,6 @@
 """bigearthnet.maps.radiometry: each scene's reflectance offset decided from its metadata, in
-the documented order; undecidable or contradicted: one line naming the scene."""
+the documented order, checked against its pixels; undecidable or contradicted: one line
+naming the scene."""
 
 from __future__ import annotations
 
@@ -12,7 +13,15 @@ import rasterio
 from rasterio.transform import Affine
 
 from bigearthnet.maps.inputs import open_scene_source
-from bigearthnet.maps.radiometry import Radiometry, RadiometryError, SceneMetadata, decide
+from bigearthnet.maps.radiometry import (
+    MIN_PIXELS,
+    PixelReading,
+    Radiometry,
+    RadiometryError,
+    SceneMetadata,
+    decide,
+    read_pixels,
+)
 
 BANDS = ("B02", "B03")
 
@@ -106,3 +115,110 @@ def test_the_processing_baseline_decides_last(baseline: str, dn: int) -> None:
     assert found.evidence.startswith("processing baseline") and "(the item)" in found.evidence
     with pytest.raises(RadiometryError, match="not a version like 05.10"):
         decide(Path("item.json"), SceneMetadata(bands=BANDS, baseline="new"), None)
+
+
+ES_FLAGGED = dict(
+    bands=BANDS,
+    scales=dict.fromkeys(BANDS, (1e-4, -0.1)),  # what Earth Search's older items all say
+    scales_from="raster:bands of the STAC item",
+    baseline="05.09",
+    baseline_from="s2:processing_baseline of the STAC item",
+    offset_applied_from="earthsearch:boa_offset_applied of the STAC item",
+)
+DARK = PixelReading(0, "DN +0: dark")  # what read_pixels says of a harmonised scene
+SILENT = PixelReading(None, "silent: bright")
+
+
+@pytest.mark.parametrize("flag, dn", [(True, 0), ("true", 0), (False, -1000)])
+def test_earth_search_flag_outranks_raster_bands(flag, dn: int) -> None:
+    """D01: the flag true means the offset is already off the COGs, whatever raster:bands
+    say; false means ESA's values: the baseline decides."""
+    found = decide(Path("item.json"), SceneMetadata(**ES_FLAGGED, offset_applied=flag), None)
+    assert set(found.offsets.values()) == {dn}
+    assert found.evidence.startswith("earthsearch:boa_offset_applied of the STAC item: ")
+    assert ("processing baseline 05.09" in found.evidence) == (dn != 0)
+    # D01's way out: --boa-offset 0 agrees with a true flag, no contradiction any more.
+    if dn == 0:
+        assert decide(Path("item.json"), SceneMetadata(**ES_FLAGGED, offset_applied=flag), 0)
+    with pytest.raises(RadiometryError, match="neither true nor false"):
+        decide(Path("item.json"), SceneMetadata(**ES_FLAGGED, offset_applied="yes"), None)
+
+
+def test_the_pixels_speak_only_below_the_threshold() -> None:
+    """The 1st percentile of B02 or B04 under 600 DN: harmonised; else silent; too few
+    valid pixels: silent."""
+    rng = np.random.default_rng(0)
+    bright = rng.integers(1100, 3000, MIN_PIXELS * 2).astype(np.uint16)
+    dark = bright.copy()
+    dark[: MIN_PIXELS // 20] = 250  # 2.5 % dark targets in red (vegetation, water)
+    assert read_pixels({"B02": bright, "B04": dark}).offset == 0
+    assert read_pixels({"B02": bright, "B04": bright}).offset is None
+    one_percent_artefacts = bright.copy()
+    one_percent_artefacts[: len(bright) // 200] = 300  # 0.5 %: above the 1st percentile
+    assert read_pixels({"B02": one_percent_artefacts, "B04": bright}).offset is None
+    few = read_pixels({"B02": dark[: MIN_PIXELS - 1], "B04": dark[: MIN_PIXELS - 1]})
+    assert few.offset is None and f"under {MIN_PIXELS:,}" in few.words
+
+
+def test_pixels_that_speak_overrule_the_metadata_and_both_are_kept() -> None:
+    """earth-search#71: the flag false on harmonised COGs. The pixels decide, the record
+    keeps both readings and which won; silent pixels leave the metadata standing."""
+    metadata = SceneMetadata(**ES_FLAGGED, offset_applied=False)
+    found = decide(Path("item.json"), metadata, None, DARK)
+    assert set(found.offsets.values()) == {0} and found.won == "pixels" and found.disputed
+    tags = found.tags()
+    assert tags["radiometry_metadata"].startswith("DN -1000 (earthsearch:boa_offset_applied")
+    assert tags["radiometry_pixels"] == "DN +0: dark" and tags["radiometry_won"] == "pixels"
+    assert tags["radiometry"].startswith("DN +0 (the scene's pixels, overruling the metadata's")
+    stands = decide(Path("item.json"), metadata, None, SILENT)
+    assert set(stands.offsets.values()) == {-1000} and stands.won == "metadata"
+    assert not stands.disputed and stands.tags()["radiometry_pixels"] == "silent: bright"
+    agree = decide(Path("item.json"), SceneMetadata(**ES_FLAGGED, offset_applied=True), None, DARK)
+    assert agree.won == "metadata" and not agree.disputed
+
+
+def test_boa_offset_decides_outright_and_is_refused_only_against_both() -> None:
+    metadata = SceneMetadata(**ES_FLAGGED, offset_applied=False)  # says -1000
+    with pytest.raises(RadiometryError, match=r"--boa-offset 0 contradicts its metadata"):
+        decide(Path("item.json"), metadata, 0, SILENT)
+    backed = decide(Path("item.json"), metadata, 0, DARK)  # the pixels say the same
+    assert backed.won == "--boa-offset" and set(backed.offsets.values()) == {0}
+    untagged = SceneMetadata(bands=BANDS)
+    outright = decide(Path("x.tif"), untagged, -1000, DARK)  # the user decides; disputed
+    assert set(outright.offsets.values()) == {-1000} and outright.disputed
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_values_are_refused_without_advising_boa_offset(dtype: str) -> None:
+    """D02: reflectance 0-1 as float was read as DN; the refusal advised --boa-offset 0."""
+    metadata = SceneMetadata(bands=BANDS, dtypes=dict.fromkeys(BANDS, dtype),
+                             where={"B02": "stack.tif"})  # fmt: skip
+    for given in (None, 0):
+        with pytest.raises(RadiometryError) as refused:
+            decide(Path("stack.tif"), metadata, given)
+        message = str(refused.value)
+        assert message.startswith(f"stack.tif: band B02 holds {dtype} values")
+        assert "10,000 x surface reflectance" in message and "--boa-offset" not in message
+
+
+def test_a_series_says_where_it_mixes_readings() -> None:
+    """consistency.json's notes: each scene whose pixels spoke against the offset applied
+    otherwise, and a product met twice with two offsets applied; none for agreement."""
+    from bigearthnet.formats.region_folder import SceneEntry
+    from bigearthnet.maps.region.products import radiometry_notes
+
+    metadata = SceneMetadata(**ES_FLAGGED, offset_applied=False)
+    overruled = decide(Path("a.json"), metadata, None, DARK).tags()
+    agreed = decide(Path("b.json"), SceneMetadata(**ES_FLAGGED, offset_applied=True), None, DARK)
+    safe = Radiometry(dict.fromkeys(BANDS, -1000), "BOA_ADD_OFFSET in MTD_MSIL2A.xml",
+                      "DN -1000 (...)", "silent: bright").tags()  # fmt: skip
+    entries = [
+        SceneEntry("a.json", "39QTA", "2023-06-28", **overruled, product="P1"),
+        SceneEntry("b.json", "39QTA", "2023-07-08", **agreed.tags(), product="P2"),
+        SceneEntry("P2.SAFE", "T39QTA", "2023-07-08", **safe, product="P2"),
+    ]
+    notes = radiometry_notes(entries)
+    assert len(notes) == 2
+    assert notes[0].startswith("a.json: its pixels say DN +0: dark; its metadata say DN -1000")
+    assert notes[1].startswith("product P2 met 2 times, read two ways: b.json: DN +0")
+    assert radiometry_notes(entries[1:2]) == ()

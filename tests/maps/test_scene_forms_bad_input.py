@@ -26,7 +26,7 @@ ZARR_CASES = {
                                             ("--boa-offset", "0")),
 }  # fmt: skip
 STAC_CASES = {
-    "an asset missing": ("no asset of band B08 (keys nir, B08)", ()),
+    "an asset missing": ("no asset of band B08 (keys nir, B08, B08_10m)", ()),
     "an asset that cannot be opened": ("asset swir16", ()),
     "the item cut short": ("not JSON", ()),
     "raster:bands of another scale": ("band B04 has scale 0.001, not reflectance per DN", ()),

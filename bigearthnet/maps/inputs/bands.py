@@ -31,6 +31,7 @@ class BandReader(Protocol):
     transform: Any  # rasterio Affine of the native grid
     width: int
     height: int
+    dtype: str  # of the stored values ("uint16"): float data are refused (radiometry)
 
     def read(self, row: int, col: int, height: int, width: int) -> np.ndarray: ...
 
@@ -42,6 +43,7 @@ class RasterBand:
         self.dataset, self.index, self.factor, self.name = dataset, index, factor, name
         self.crs, self.transform = dataset.crs, dataset.transform
         self.width, self.height = dataset.width, dataset.height
+        self.dtype = str(dataset.dtypes[index - 1])
 
     def read(self, row: int, col: int, height: int, width: int) -> np.ndarray:
         from rasterio.windows import Window
@@ -60,28 +62,46 @@ class ArrayBand:
     """A band of an array store (Zarr) with its grid given beside it.
 
     Strips are read top to bottom, each 120 px high, from chunks of 1,830 px (EOPF's at
-    10 m): the chunk row under the strip is decoded once, whole, and kept until a strip
-    leaves it, rather than decoded again for each of the 15 strips it holds."""
+    10 m): the chunks under a strip (a chunk row, the columns read) are decoded once, whole,
+    and kept until a read leaves them, rather than decoded again for each of the 15 strips
+    they hold; a small block (the radiometry check's sample) decodes only its own chunks."""
 
     def __init__(self, array, factor: int, name: str, crs, transform) -> None:
         self.array, self.factor, self.name = array, factor, name
         self.crs, self.transform = crs, transform
         self.height, self.width = (int(n) for n in array.shape)
-        self.chunk_rows = int(getattr(array, "chunks", (self.height,))[0]) or self.height
-        self._kept: tuple[int, np.ndarray] | None = None  # (first row, rows of whole chunks)
+        self.dtype = str(array.dtype)
+        chunks = getattr(array, "chunks", (self.height, self.width))
+        self.chunk_rows = int(chunks[0]) or self.height
+        self.chunk_cols = int(chunks[1]) or self.width
+        self._kept: tuple[int, int, np.ndarray] | None = None  # (first row, first col, chunks)
 
     def read(self, row: int, col: int, height: int, width: int) -> np.ndarray:
-        first = row // self.chunk_rows * self.chunk_rows
-        last = min(-(-(row + height) // self.chunk_rows) * self.chunk_rows, self.height)
-        if self._kept is None or not (
-            self._kept[0] <= row and row + height <= self._kept[0] + len(self._kept[1])
-        ):
+        if not self._holds(row, col, height, width):
+            first_row, last_row = _chunk_span(row, height, self.chunk_rows, self.height)
+            first_col, last_col = _chunk_span(col, width, self.chunk_cols, self.width)
             try:
-                self._kept = (first, np.asarray(self.array[first:last, :]))
+                chunks = np.asarray(self.array[first_row:last_row, first_col:last_col])
             except Exception as err:  # a missing or damaged chunk: zarr and codecs raise many
                 raise SceneError(f"{self.name}: cannot read ({first_line(err)})") from None
-        start = row - self._kept[0]
-        return self._kept[1][start : start + height, col : col + width]
+            self._kept = (first_row, first_col, chunks)
+        assert self._kept is not None
+        first_row, first_col, chunks = self._kept
+        return chunks[row - first_row : row - first_row + height,
+                      col - first_col : col - first_col + width]  # fmt: skip
+
+    def _holds(self, row: int, col: int, height: int, width: int) -> bool:
+        if self._kept is None:
+            return False
+        first_row, first_col, chunks = self._kept
+        rows, cols = chunks.shape
+        return (first_row <= row and row + height <= first_row + rows
+                and first_col <= col and col + width <= first_col + cols)  # fmt: skip
+
+
+def _chunk_span(start: int, size: int, chunk: int, total: int) -> tuple[int, int]:
+    """The whole chunks covering ``start .. start + size`` along an axis of ``total``."""
+    return start // chunk * chunk, min(-(-(start + size) // chunk) * chunk, total)
 
 
 @dataclass

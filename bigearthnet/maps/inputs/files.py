@@ -50,6 +50,8 @@ def _metadata(scene: Path, readers: dict[str, RasterBand]) -> SceneMetadata:
         product_metadata=str(product),
         baseline=baseline,
         baseline_from=PRODUCT_METADATA,
+        dtypes={band: reader.dtype for band, reader in readers.items()},
+        product=scene.name.removesuffix(".SAFE") if product.is_file() else "",
     )
 
 

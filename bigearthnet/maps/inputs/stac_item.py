@@ -3,10 +3,13 @@
 A scene is an item file, or ``FILE#ID``: the item ``ID`` of a FeatureCollection or
 ItemCollection saved in ``FILE`` (a search result). Asset hrefs are local paths, relative to
 the file, or URLs that GDAL reads when a network exists. Assets are found by Earth Search's
-keys (``blue``, ``nir08``, ``scl``) or Planetary-Computer-style keys (``B02``, ``B8A``,
-``SCL``) (:mod:`bigearthnet.formats.s2_layouts`); each band's scale/offset comes from
-``raster:bands`` (STAC 1.0) or ``bands`` (1.1), else from the COG's own tags, else the
-item's ``s2:processing_baseline`` decides (:mod:`bigearthnet.maps.radiometry`).
+keys (``blue``, ``nir08``, ``scl``), Planetary-Computer-style keys (``B02``, ``B8A``,
+``SCL``) or CDSE's (``B02_10m``, ``B8A_20m``, ``SCL_20m``)
+(:mod:`bigearthnet.formats.s2_layouts`). What the item says of the values is gathered for
+:mod:`bigearthnet.maps.radiometry`: Earth Search's ``earthsearch:boa_offset_applied``; each
+band's scale/offset from the asset's ``raster:scale``/``raster:offset`` (raster v2, STAC
+1.1), its ``raster:bands`` (STAC 1.0) or ``bands`` (1.1), else the COG's own tags; the
+processing baseline (``s2:processing_baseline``, ``processing:version``).
 """
 
 from __future__ import annotations
@@ -94,8 +97,18 @@ def tile_and_date(ref: str) -> tuple[str, dt.date]:
 
 
 def is_level_1c(ref: str) -> bool:
+    """Level-1C by the item's properties, id, or collection (its ``collection`` field or
+    its ``collection`` link: Earth Search's ``sentinel-2-l1c``)."""
     item = load_item(ref)
-    return layout.is_level_1c(item.properties) or "MSIL1C" in item.id or "_L1C" in item.id
+    # The link's href as written (resolving it would reach for the catalog over a network).
+    links = [link.get_target_str() or "" for link in item.links if link.rel == "collection"]
+    collections = [item.collection_id, *(href.rstrip("/").rsplit("/", 1)[-1] for href in links)]
+    return (
+        layout.is_level_1c(item.properties)
+        or "MSIL1C" in item.id
+        or "_L1C" in item.id
+        or any(layout.is_level_1c_collection(name) for name in collections)
+    )
 
 
 def open_stac(ref: str, bands: tuple[str, ...], mask_clouds: bool) -> SceneSource:
@@ -107,21 +120,37 @@ def open_stac(ref: str, bands: tuple[str, ...], mask_clouds: bool) -> SceneSourc
     except BaseException:
         opened.close()
         raise
-    declared = {band: _declared(item, band) for band in bands}
+    return SceneSource(Path(ref), "STAC item", dict(readers), scl, _metadata(item, readers),
+                       [opened.close])  # fmt: skip
+
+
+def _metadata(item, readers: dict[str, RasterBand]) -> SceneMetadata:
+    """What the item (else its COGs) says of the values (:mod:`.radiometry`'s evidence)."""
+    declared = {band: _declared(item, band) for band in readers}
     if any(pair is not None for pair in declared.values()):
-        scales, scales_from = declared, "raster:bands of the STAC item"
+        on_assets = any("raster:scale" in item.assets[key].extra_fields for key in
+                        filter(None, (_asset_key(item, band) for band in readers)))  # fmt: skip
+        scales = declared
+        scales_from = ("raster:scale/raster:offset of the STAC item's assets" if on_assets
+                       else "raster:bands of the STAC item")  # fmt: skip
     else:
         scales = {band: reader.scale_offset() for band, reader in readers.items()}
         scales_from = "scale/offset of the COG assets"
-    metadata = SceneMetadata(
-        bands=bands,
+    baseline, baseline_key = layout.baseline_of(item.properties)
+    applied, applied_key = layout.offset_applied_of(item.properties)
+    product = str(item.properties.get("s2:product_uri") or item.id).removesuffix(".SAFE")
+    return SceneMetadata(
+        bands=tuple(readers),
         scales=scales,
         scales_from=scales_from,
         where={band: reader.name for band, reader in readers.items()},
-        baseline=layout.baseline_of(item.properties),
-        baseline_from="s2:processing_baseline of the STAC item",
+        baseline=baseline,
+        baseline_from=f"{baseline_key} of the STAC item",
+        dtypes={band: reader.dtype for band, reader in readers.items()},
+        offset_applied=applied,
+        offset_applied_from=f"{applied_key} of the STAC item",
+        product=product,
     )
-    return SceneSource(Path(ref), "STAC item", dict(readers), scl, metadata, [opened.close])
 
 
 def asset_hrefs(ref: str, item=None) -> list[str]:
@@ -167,11 +196,14 @@ def _asset_band(ref: str, item, band: str, opened: Opened) -> RasterBand:
 
 
 def _declared(item, band: str) -> ScaleOffset:
-    """(scale, offset) from the asset's ``raster:bands`` (STAC 1.0) or ``bands`` (1.1)."""
+    """(scale, offset) from the asset's own ``raster:scale``/``raster:offset`` (raster v2,
+    STAC 1.1: CDSE), else its ``raster:bands`` (STAC 1.0) or ``bands`` (1.1) entry."""
     key = _asset_key(item, band)
     fields = item.assets[key].extra_fields if key else {}
     entries = fields.get("raster:bands") or fields.get("bands") or []
     entry = entries[0] if entries and isinstance(entries[0], dict) else {}
+    if "raster:scale" in fields or "raster:offset" in fields:
+        entry = fields
     scale = entry.get("scale", entry.get("raster:scale"))
     offset = entry.get("offset", entry.get("raster:offset"))
     if scale is None and offset is None:

@@ -35,13 +35,16 @@ def open_zarr(scene: Path, bands: tuple[str, ...], mask_clouds: bool) -> SceneSo
         if store is not None:
             store.close()
         raise
+    baseline, baseline_key = layout.baseline_of(properties)
     metadata = SceneMetadata(
         bands=bands,
         scales={band: _scale_offset(reader.array) for band, reader in readers.items()},
         scales_from="scale_factor/add_offset of the Zarr arrays",
         where={band: reader.name for band, reader in readers.items()},
-        baseline=layout.baseline_of(properties),
-        baseline_from=f"{layout.ZARR_METADATA} of the Zarr product",
+        baseline=baseline,
+        baseline_from=f"{baseline_key} in {layout.ZARR_METADATA} of the Zarr product",
+        dtypes={band: reader.dtype for band, reader in readers.items()},
+        product=_product_name(scene, root),
     )
     closers = [store.close] if store is not None else []
     return SceneSource(scene, "EOPF Zarr", dict(readers), scl, metadata, closers)
@@ -55,6 +58,13 @@ def product_properties(scene: Path) -> dict:
     finally:
         if store is not None:
             store.close()
+
+
+def _product_name(scene: Path, root) -> str:
+    """The product's name: its ``stac_discovery`` id, else the store's name."""
+    item = root.attrs.get(layout.ZARR_METADATA)
+    found = item.get("id") if isinstance(item, dict) else None
+    return str(found) if found else scene.name.removesuffix(".zip").removesuffix(".zarr")
 
 
 def _open_group(scene: Path):

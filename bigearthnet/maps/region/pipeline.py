@@ -24,6 +24,7 @@ from bigearthnet.core.errors import (
 from bigearthnet.formats import region_folder
 from bigearthnet.formats.class_map import check_complete
 from bigearthnet.formats.region_folder import ConsistencyRecord, SkippedScene
+from bigearthnet.maps.radiometry import dispute, disputed
 from bigearthnet.maps.region.grid import Footprint, RegionGrid
 from bigearthnet.maps.region.options import RegionOptions
 from bigearthnet.maps.region.periods import Acquisition, duplicates, group_by_period
@@ -40,16 +41,18 @@ def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> Consiste
     region_folder.claim(opts.out)
     wanted, skipped = _usable(acquisitions, opts.max_gap_days)
     predictor = opts.model.open()
-    radiometry = _check_scenes(wanted, opts, predictor)
+    values = _check_scenes(wanted, opts, predictor)
     mapped: list[SceneMap] = []
     for acq in wanted:
         path = region_folder.scene_map_path(opts.out, acq.path, acq.tile, acq.date)
         scene_map = SceneMap(acq, path)
         made_as = scene_map_tags(Path(acq.path), predictor, stride=opts.stride,
                                  resampling=predictor.resampling, mask_clouds=opts.mask_clouds,
-                                 radiometry=radiometry.get(acq.path, ""))  # fmt: skip
+                                 values=values.get(acq.path, {}))  # fmt: skip
         stale = _stale(scene_map, made_as)
         if stale is None:
+            if disputed(made_as) and distributed.is_root():  # warned when it was mapped too
+                log.warning("%s: %s", acq.path, dispute(made_as))
             mapped.append(scene_map)  # mapped by an earlier run: the map is written last
             continue
         if stale:
@@ -85,16 +88,19 @@ def _stale(scene_map: SceneMap, made_as: dict[str, str]) -> str | None:
         return damage
     with rasterio.open(scene_map.path) as src:
         found = src.tags()
-    differ = [key for key, value in made_as.items() if found.get(key) != value]
+    # A tag written empty is not kept (GDAL drops empty metadata items): missing reads "".
+    differ = [key for key, value in made_as.items() if found.get(key, "") != value]
     return f"made with another {', '.join(differ)} than this run's" if differ else None
 
 
-def _check_scenes(wanted: list[Acquisition], opts: RegionOptions, predictor) -> dict[str, str]:
+def _check_scenes(
+    wanted: list[Acquisition], opts: RegionOptions, predictor
+) -> dict[str, dict[str, str]]:
     """Before the first scene is mapped: no L1C product, every scene's reflectance offset
-    decided (:mod:`bigearthnet.maps.radiometry`), every scene inside the area of use of
-    ``--crs``, and a grid whose products fit in memory; else InputError naming the scene to
-    look at (a stray tile of another continent made a grid of 13,506 x 10,846 cells).
-    Returns each readable scene's radiometry, in words."""
+    decided (:mod:`bigearthnet.maps.radiometry`: metadata and pixels), every scene inside the
+    area of use of ``--crs``, and a grid whose products fit in memory; else InputError naming
+    the scene to look at (a stray tile of another continent made a grid of 13,506 x 10,846
+    cells). Returns how each readable scene's values are read (``Scene.values_tags``)."""
     import psutil
     from rasterio.transform import array_bounds
 
@@ -103,15 +109,16 @@ def _check_scenes(wanted: list[Acquisition], opts: RegionOptions, predictor) -> 
     from bigearthnet.maps.scene_input import Scene
 
     footprints: dict[str, Footprint] = {}
-    radiometry: dict[str, str] = {}
+    radiometry: dict[str, dict[str, str]] = {}
     for acq in wanted:
         scene_dir = Path(acq.path)
         require_l2a(scene_dir)  # R29: an L1C listed in a CSV was mapped as L2A
         try:
-            with Scene(
-                scene_dir, bands=tuple(predictor.bands), boa_offset=opts.boa_offset
-            ) as scene:
-                radiometry[acq.path] = scene.radiometry.describe()
+            # Opened as map_scene opens it: the pixels' reading (clouds masked or not) is part
+            # of what made a scene map, so its tags here and in the map agree.
+            with Scene(scene_dir, bands=tuple(predictor.bands), boa_offset=opts.boa_offset,
+                       mask_clouds=opts.mask_clouds) as scene:  # fmt: skip
+                radiometry[acq.path] = scene.values_tags()
                 bounds = array_bounds(scene.height, scene.width, scene.transform)
                 footprints[acq.path] = Footprint(str(scene.crs), bounds)
         except RadiometryError:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +46,7 @@ from bigearthnet.formats.region_folder import (
     SceneEntry,
     SkippedScene,
 )
+from bigearthnet.maps import radiometry
 from bigearthnet.maps.region import series
 from bigearthnet.maps.region.catalog import write_collection
 from bigearthnet.maps.region.grid import (
@@ -95,12 +96,29 @@ def footprint(scene: SceneMap) -> Footprint:
         return Footprint(str(src.crs), tuple(src.bounds))  # type: ignore[arg-type]
 
 
-def scene_tag(scene: SceneMap, key: str) -> str:
-    """A tag of the scene's map (what made it: :func:`~bigearthnet.maps.scene.scene_map_tags`)."""
+def scene_entry(scene: SceneMap) -> SceneEntry:
+    """The scene's row of the scene table, with how its values were read: its map's tags
+    (what made it: :func:`~bigearthnet.maps.scene.scene_map_tags`)."""
     import rasterio
 
     with rasterio.open(scene.path) as src:
-        return src.tags().get(key, "")
+        tags = src.tags()
+    acq = scene.acquisition
+    read_as = {key: tags.get(key, "") for key in (*radiometry.TAGS, "product")}
+    return SceneEntry(acq.path, acq.tile, acq.date.isoformat(), **read_as)
+
+
+def radiometry_notes(entries: Sequence[SceneEntry]) -> tuple[str, ...]:
+    """Where the series mixes readings: scenes whose pixels spoke against their metadata or
+    ``--boa-offset``, and a product met twice with two offsets applied."""
+    notes = [f"{e.path}: {radiometry.dispute(asdict(e))}" for e in entries
+             if radiometry.disputed(asdict(e))]  # fmt: skip
+    for product in sorted({e.product for e in entries if e.product}):
+        met = [e for e in entries if e.product == product]
+        if len({e.radiometry.split(" (")[0] for e in met}) > 1:
+            read = "; ".join(f"{e.path}: {e.radiometry}" for e in met)
+            notes.append(f"product {product} met {len(met)} times, read two ways: {read}")
+    return tuple(notes)
 
 
 def scene_classes(scene: SceneMap) -> list[str]:
@@ -257,11 +275,7 @@ def build_products(
     write_csv(staged / "transitions.csv",
               ("from_period", "to_period", "from_class", "to_class", "cells", "km2"),
               transition_rows(smooth, labels_of, classes, areas))  # fmt: skip
-    entries = {
-        s.path: SceneEntry(s.acquisition.path, s.acquisition.tile,
-                           s.acquisition.date.isoformat(), scene_tag(s, "radiometry"))
-        for s in scenes
-    }  # fmt: skip
+    entries = {s.path: scene_entry(s) for s in scenes}
     record = ConsistencyRecord(
         periods=tuple(labels_of),
         period=period,
@@ -274,6 +288,7 @@ def build_products(
         lasting_changes=int((smooth_c.first_lasting >= 0).sum()),
         cells_ever_observed=int(ever.sum()),
         observed_km2=float(areas[ever].sum(dtype=np.float64)),
+        radiometry_notes=radiometry_notes(list(entries.values())),
     )
     provenance = {k: v for k, v in tags.items() if k in ("model", "run_dir", "checkpoint")}
     scenes_of = {label: [entries[s.path] for s in scenes if s.acquisition in members]
