@@ -352,30 +352,34 @@ def field_type(f: dataclasses.Field, default: Any) -> type:
 
 
 def resolve(args: argparse.Namespace, cls: type[TrainConfig] = TrainConfig) -> TrainConfig:
-    """Defaults <- YAML (--config) <- flags given on the command line."""
+    """Defaults <- each ``--config`` file, left to right (a later file overrides an earlier
+    one key by key) <- flags given on the command line. An error about a key read from a
+    file names the file that set it."""
     values: dict[str, Any] = {}
-    config_path = getattr(args, "config", None)
-    if config_path:
-        values.update(load_yaml(Path(config_path), cls))
+    sources: dict[str, Path] = {}  # key -> the file whose value it kept
+    for path in map(Path, getattr(args, "config", None) or ()):
+        raw = load_yaml(path, cls)
+        values.update(raw)
+        sources.update(dict.fromkeys(raw, path))
     given = {k: v for k, v in vars(args).items() if k != "config"}
-    from_file = set(values) - set(given)
     values.update(given)
-    return _validated(
-        cls(**values), Path(config_path) if config_path and from_file else None, from_file
-    )
+    for key in given:
+        sources.pop(key, None)
+    return _validated(cls(**values), sources)
 
 
-def _validated(cfg: TrainConfig, path: Path | None, keys: set[str]) -> TrainConfig:
-    """``cfg`` once validated; an error about a key read from ``path`` names the file."""
+def _validated(cfg: TrainConfig, sources: dict[str, Path]) -> TrainConfig:
+    """``cfg`` once validated; an error about a key read from a file (``sources``: key ->
+    file) names the file."""
     try:
         cfg.validate()
     except ConfigError as err:
         key = err.key or _key_of(str(err))
-        if path is not None and key in keys:
+        if key in sources:
             text = str(err)
             if text.startswith("--"):  # "--dropout must ..." -> "dropout must ..."
                 text = f"{key} {text.split(' ', 1)[1]}"
-            raise ConfigError(f"{path}: {text}", key=key) from None
+            raise ConfigError(f"{sources[key]}: {text}", key=key) from None
         raise
     return cfg
 
@@ -389,15 +393,18 @@ def _key_of(message: str) -> str | None:
 
 
 def load_yaml(path: Path, cls: type[TrainConfig] = TrainConfig) -> dict[str, Any]:
-    """Options from a YAML mapping; unknown keys are an error (a typo must not pass silently).
+    """Options from a YAML mapping; unknown keys are an error (a typo must not pass silently),
+    and so is a key given twice (YAML would keep the last one without a word).
 
-    ``yaml.safe_load`` builds plain data only: a Python tag (``!!python/object``) is refused,
-    so a config file can never run code.
+    The loader builds plain data only (``yaml.SafeLoader``): a Python tag
+    (``!!python/object``) is refused, so a config file can never run code.
     """
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
+    except DuplicateKey as err:
+        raise ConfigError(f"{path}: {err}", key=err.key) from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: invalid YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(raw, dict):
@@ -416,6 +423,30 @@ def load_yaml(path: Path, cls: type[TrainConfig] = TrainConfig) -> dict[str, Any
     return raw
 
 
+class DuplicateKey(yaml.YAMLError):
+    """A mapping that names one key twice."""
+
+    def __init__(self, key: str, first: int, again: int) -> None:
+        super().__init__(f"key {key} given twice (lines {first} and {again}): remove one")
+        self.key = key
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a mapping naming a key twice."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                continue  # SafeLoader refuses unhashable keys itself
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in lines:
+                raise DuplicateKey(str(key), lines[key], line)
+            lines[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def save_yaml(cfg: TrainConfig, path: Path) -> None:
     atomic_write_text(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
 
@@ -429,7 +460,7 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     if not path.is_file():
         raise ConfigError(f"{run_dir}: no {RUN_CONFIG} (not a training run folder)")
     raw = load_yaml(path, TrainConfig)
-    return _validated(TrainConfig(**raw), path, set(raw))
+    return _validated(TrainConfig(**raw), dict.fromkeys(raw, path))
 
 
 def default_threads() -> int | None:

@@ -108,6 +108,30 @@ def test_yaml_values_are_type_checked(
     bad_input_row(f"YAML `{text}`", "train.py --config FILE", code, "file and key named")
 
 
+@pytest.mark.parametrize("case", ["a key twice", "two --config"])
+def test_config_files_are_never_dropped_silently(
+    shards_v1, tmp_path, case, reported_errors, bad_input_row
+) -> None:
+    """D24: YAML kept the last of two `lr:` keys, and of two --config files the first was
+    ignored. A duplicate key is refused; two files merge left to right, so a bad value in
+    the first is named (it used to vanish)."""
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    if case == "a key twice":
+        first.write_text("lr: 0.05\nlr: 5.0\n")
+        configs, needles = ["--config", str(first)], [str(first), "key lr given twice"]
+    else:
+        first.write_text("dropout: 1.5\nmomentum: 0.8\n")
+        second.write_text("epochs: 2\n")
+        configs = ["--config", str(first), "--config", str(second)]
+        needles = [str(first), "dropout must be in"]
+    code = train.main([*train_argv(shards_v1, tmp_path / "run", 1), *configs])
+    assert code == 2 and not (tmp_path / "run").exists()
+    _one_line(reported_errors(), *needles)
+    verdict = ("refused: file, key and lines named" if case == "a key twice" else
+               "merged left to right: the first file's bad key is named")  # fmt: skip
+    bad_input_row(f"YAML config: {case}", "train.py --config FILE", code, verdict)
+
+
 def test_a_copied_run_exports_its_test_metrics(run, tmp_path, shards_v1, bad_input_row) -> None:
     assert evaluate.main(["--run-dir", str(run)]) == 0
     copy = tmp_path / "copied"
