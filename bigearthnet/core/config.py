@@ -26,6 +26,7 @@ from bigearthnet.core.errors import (
     require_positive_int,
 )
 from bigearthnet.core.util import atomic_write_text
+from bigearthnet.core.yaml_files import read_mapping
 
 __all__ = [
     "ConfigError",
@@ -393,22 +394,10 @@ def _key_of(message: str) -> str | None:
 
 
 def load_yaml(path: Path, cls: type[TrainConfig] = TrainConfig) -> dict[str, Any]:
-    """Options from a YAML mapping; unknown keys are an error (a typo must not pass silently),
-    and so is a key given twice (YAML would keep the last one without a word).
-
-    The loader builds plain data only (``yaml.SafeLoader``): a Python tag
-    (``!!python/object``) is refused, so a config file can never run code.
-    """
-    try:
-        raw = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except DuplicateKey as err:
-        raise ConfigError(f"{path}: {err}", key=err.key) from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: invalid YAML ({str(err).splitlines()[0]})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of option: value")
+    """Options from a YAML mapping (:func:`~bigearthnet.core.yaml_files.read_mapping`: plain
+    data only, a key given twice refused); unknown keys are an error (a typo must not pass
+    silently)."""
+    raw = read_mapping(path, what="option: value")
     known = {f.name: f for f in fields(cls)}
     unknown = sorted(set(raw) - set(known))
     if unknown:
@@ -421,30 +410,6 @@ def load_yaml(path: Path, cls: type[TrainConfig] = TrainConfig) -> dict[str, Any
         except ConfigError as err:
             raise ConfigError(f"{path}: {key} {str(err).split(' ', 1)[1]}", key=key) from None
     return raw
-
-
-class DuplicateKey(yaml.YAMLError):
-    """A mapping that names one key twice."""
-
-    def __init__(self, key: str, first: int, again: int) -> None:
-        super().__init__(f"key {key} given twice (lines {first} and {again}): remove one")
-        self.key = key
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a mapping naming a key twice."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        lines: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                continue  # SafeLoader refuses unhashable keys itself
-            key = self.construct_object(key_node, deep=True)
-            line = key_node.start_mark.line + 1
-            if key in lines:
-                raise DuplicateKey(str(key), lines[key], line)
-            lines[key] = line
-        return super().construct_mapping(node, deep=deep)
 
 
 def save_yaml(cfg: TrainConfig, path: Path) -> None:
