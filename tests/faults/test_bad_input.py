@@ -20,6 +20,7 @@ import train
 from bigearthnet.cli.batch_study import main as batch_study_main
 from bigearthnet.cli.export import main as export_main
 from bigearthnet.cli.map import main as map_main
+from bigearthnet.formats.history import read_history
 from bigearthnet.synthetic.scene import SceneTruth, write_scene
 
 pytestmark = pytest.mark.bad_input
@@ -224,6 +225,48 @@ def test_a_damaged_history_stops_the_resume_before_training(
     _one_line(reported_errors(), str(history), *needles)
     bad_input_row(f"history.csv on resume: {what}", "train.py (resume)", code,
                   "refused before an epoch trains; file and problem named")  # fmt: skip
+
+
+def _record_of(run: Path) -> dict[str, bytes]:
+    """What a refused resume must leave as it was: checkpoints, options, history, commands."""
+    kept = [run / "checkpoints", *(run / name for name in ("config.yaml", "history.csv",
+                                                           "commands.txt"))]  # fmt: skip
+    return {str(p): p.read_bytes() for top in kept for p in [top, *top.rglob("*")] if p.is_file()}
+
+
+def test_a_resume_with_another_recipe_is_refused(
+    run, shards_v1, reported_errors, bad_input_row
+) -> None:
+    """D12: a resume with another LR and batch trained on, and config.yaml (and the model
+    card made from it) relabelled the old epochs with the new recipe."""
+    before = _record_of(run)
+    code = train.main(train_argv(shards_v1, run, 8, "--lr", "0.9", "--batch-size", "4"))
+    assert code == 2 and _record_of(run) == before
+    _one_line(reported_errors(), str(run), "--batch-size 8 -> 4", "--lr 0.01 -> 0.9",
+              "--no-resume", f"--init-weights {run}")  # fmt: skip
+    bad_input_row("a resume with another --lr and --batch-size", "train.py (resume)", code,
+                  "refused naming each option, old and new; nothing trained or "
+                  "rewritten")  # fmt: skip
+
+
+def test_a_longer_run_resumes_and_records_its_length(
+    run, shards_v1, rank_log, reported_errors, bad_input_row
+) -> None:
+    """Raising --epochs stays a resume (beside options that change where and how it runs,
+    not the recipe); each history row keeps the length it trained under, and the log says
+    what the refitted schedule does to the LR. Ending before the epochs trained is refused."""
+    where = ["--cache", "none", "--loader-threads", "1", "--target-f1", "0.99"]
+    assert train.main(train_argv(shards_v1, run, 7, *where)) == 0
+    assert [r.planned_epochs for r in read_history(run)] == [6] * 6 + [7]
+    assert "--epochs 7, was 6: the run trains on after 6 epochs" in rank_log.text
+    # cosine to 0 at epoch 6 of 6; at 6 of 7 it is 0.01 x (1 + cos(6 pi / 7)) / 2
+    assert "the LR here is 0.0004952, where the 6-epoch schedule gave 0" in rank_log.text
+    code = train.main(train_argv(shards_v1, run, 3))
+    assert code == 2 and len(read_history(run)) == 7
+    _one_line(reported_errors(), "has trained 7 epochs, more than --epochs 3")
+    bad_input_row("a resume with --epochs below the epochs trained", "train.py (resume)", code,
+                  "refused; a longer --epochs resumes, each history row keeps its "
+                  "length")  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["rün 1", "run(1)"])

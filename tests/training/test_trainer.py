@@ -172,9 +172,11 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, shards_v
         "--threads",
         "1",
     ]
-    assert train.main(base + ["--epochs", "1", "--lr", "0.01"]) == 0
+    # One recipe: LR 0.01 in epoch 1, then a step of x1e32 (a resume may not change the LR).
+    recipe = ["--lr", "0.01", "--schedule", "step", "--step-epochs", "1", "--gamma", "1e32"]
+    assert train.main(base + ["--epochs", "1", *recipe]) == 0
     good = (run / "checkpoints" / "latest.json").read_text()
-    assert train.main(base + ["--epochs", "3", "--lr", "1e30"]) == 1
+    assert train.main(base + ["--epochs", "3", *recipe]) == 1
     assert (run / "checkpoints" / "latest.json").read_text() == good
 
 
