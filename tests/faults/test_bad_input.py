@@ -234,6 +234,20 @@ def _record_of(run: Path) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for top in kept for p in [top, *top.rglob("*")] if p.is_file()}
 
 
+def test_shards_without_a_validation_split_are_refused_before_training(
+    synth_v1, tmp_path, reported_errors, bad_input_row
+) -> None:
+    """Every epoch validated on 0 samples: F1 0 each time, the best checkpoint and
+    --target-f1 judged on nothing, found out after the training."""
+    shards = tmp_path / "no-val"
+    assert preprocess(synth_v1, shards, "--split-ratios", "0.8,0,0.2") == 0
+    code = train.main(train_argv(shards, tmp_path / "run", 1))
+    assert code == 2 and not (tmp_path / "run" / "checkpoints").exists()
+    _one_line(reported_errors(), f"--data {shards}: no validation split (0 val samples)")
+    bad_input_row("shards without a val split (`--split-ratios 0.8,0,0.2`)", "train.py", code,
+                  "refused before a shard is read")  # fmt: skip
+
+
 def test_a_resume_with_another_recipe_is_refused(
     run, shards_v1, reported_errors, bad_input_row
 ) -> None:

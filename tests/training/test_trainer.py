@@ -368,8 +368,9 @@ def test_stop_on_the_last_step_finishes_the_epoch_first(tmp_path, shards_v1, fau
     from bigearthnet.training import trainer as training
 
     run = tmp_path / "run"
-    # --batch-size 200: one step per epoch
-    argv = train_argv(shards_v1, run, 3, "--batch-size", "200")
+    # a batch of the whole train split: one step per epoch
+    whole = str(read_manifest(shards_v1).count("train"))
+    argv = train_argv(shards_v1, run, 3, "--batch-size", whole)
     cfg = resolve(train.build_parser().parse_args(argv))
     distributed.init(threads=1)  # as train.main does (other tests may not have run first)
     with STOP.handling():
