@@ -88,7 +88,7 @@ def test_an_out_folder_holding_other_files_is_refused(
     out = tmp_path / "results"
     out.mkdir()
     (out / "notes.txt").write_text("mine\n")
-    main, batches = (cli.main, "16,64,256,1024") if command == "seed-table" else (
+    main, batches = (cli.main, "4,16,64,128") if command == "seed-table" else (
         batch_study.main, "8,16")  # fmt: skip
     argv = ["--data", str(shards_v1), "--out", str(out), "--batches", batches,
             "--target-f1", "0.5", "--", "--model", "tiny"]  # fmt: skip
