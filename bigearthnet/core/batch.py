@@ -72,6 +72,18 @@ class BatchPlan:
         updates too)."""
         return math.ceil(steps / self.passes)
 
+    def too_large_for(self, total: int) -> str | None:
+        """Why this batch cannot be trained on a split of ``total`` samples (a global batch
+        larger than the split: every epoch would be one update of fewer samples, never this
+        batch), or None when it can."""
+        if self.global_batch <= total:
+            return None
+        return (
+            f"a global batch of {self.global_batch:,} ({self.per_rank} per rank x "
+            f"{self.world_size} rank(s) x {self.passes} pass(es)) is larger than the "
+            f"{total:,} training samples: every epoch would be one update on {total:,}"
+        )
+
     def epoch_samples(self, total: int, max_steps: int | None = None) -> int:
         """Samples an epoch trains on over all ranks: the split, or what a cap leaves."""
         if max_steps and max_steps < self.steps(total):

@@ -26,6 +26,7 @@ from bigearthnet.core.errors import (
     require_positive_int,
 )
 from bigearthnet.core.util import atomic_write_text
+from bigearthnet.core.yaml_files import read_mapping
 
 __all__ = [
     "ConfigError",
@@ -49,15 +50,29 @@ SCHEDULES = ("cosine", "step", "constant")
 PRECISIONS = ("off", "fp16", "bf16")
 
 
+# What an option is to a run's identity (``identity`` in its field's metadata; compared by
+# core/recipe.py, the one home of that comparison):
+# - RECIPE: it shapes what the run's epochs train (the model, batch, LR and its schedule,
+#   optimizer, regularisation, augmentation, seed, numerics, what an epoch is) or what their
+#   recorded scores mean (threshold, precise BN): a resume with another value is refused;
+# - LENGTH: how many epochs (--epochs): a resume may change it, and the run records it;
+# - none: where, how fast or how visibly it runs (data folder, cache, threads, ranks,
+#   elastic, Horovod tuning, progress, timing) or when it stops and which epoch is best
+#   (--target-f1, --early-stopping-patience, --select-metric). --init-weights has its own
+#   rule (training/initial.keep_start: a resume keeps the run's start, another is refused).
+RECIPE, LENGTH = "recipe", "length"
+
+
 def _opt(
     default: Any,
     help: str,
     choices: tuple | None = None,
     flag: str | None = None,
     const: Any = None,
+    identity: str | None = None,
 ) -> Any:
     metadata = {"help": help, "choices": choices, "flag": flag, "const": const}
-    return field(default=default, metadata=metadata)
+    return field(default=default, metadata={**metadata, "identity": identity})
 
 
 @dataclass
@@ -65,7 +80,9 @@ class TrainConfig:
     # --- data and run
     data: str = _opt("", "folder with the preprocessed shards and manifest.json (required)")
     run_dir: str = _opt("", "run folder: checkpoints, history, logs; an existing one resumes")
-    labels: int = _opt(19, "label set: 19 (BigEarthNet-19) or 43 (v1 CORINE classes)", (19, 43))
+    labels: int = _opt(
+        19, "label set: 19 (BigEarthNet-19) or 43 (v1 CORINE classes)", (19, 43), identity=RECIPE
+    )
     cache: str = _opt(
         "auto",
         "where this rank's part of the data lives as uint16: device (accelerator memory: "
@@ -81,7 +98,7 @@ class TrainConfig:
     )
     verify_data: bool = _opt(True, "check the sha256 of this rank's shards against the manifest")
     # --- model and optimisation
-    model: str = _opt("resnet50", "model name from the registry (models/)")
+    model: str = _opt("resnet50", "model name from the registry (models/)", identity=RECIPE)
     init_weights: str = _opt(
         "",
         "start from these weights instead of random ones: a folder made by bigearthnet-weights "
@@ -93,23 +110,35 @@ class TrainConfig:
         False,
         "train the classifier head only (linear probing): every other layer, BatchNorm "
         "statistics included, keeps its initial weights; needs --init-weights",
+        identity=RECIPE,
     )
-    epochs: int = _opt(50, "total number of epochs (a resumed run stops at the same count)")
+    epochs: int = _opt(
+        50,
+        "total number of epochs; a resume may change it (history.csv's planned_epochs keeps "
+        "each epoch's; the LR schedule is refitted to the new count)",
+        identity=LENGTH,
+    )
     batch_size: int = _opt(
         64,
         "samples PER RANK in each step (the last step of an epoch takes what is left); the "
         "global batch, per optimizer update, is this x ranks x --backward-passes-per-step",
+        identity=RECIPE,
     )
     lr: float = _opt(
         0.025,
         "base learning rate for ONE rank's batch; the linear rule scales it by the global "
         "batch / --batch-size (ranks x backward passes)",
+        identity=RECIPE,
     )
     warmup_epochs: float = _opt(
-        5.0, "linear warm-up from the base LR to the scaled peak (base LR x ranks x passes; Goyal)"
+        5.0,
+        "linear warm-up from the base LR to the scaled peak (base LR x ranks x passes; Goyal)",
+        identity=RECIPE,
     )
     warmup_steps: int | None = _opt(
-        None, "the warm-up in optimizer updates instead of epochs (reBEN's recipe: 1000)"
+        None,
+        "the warm-up in optimizer updates instead of epochs (reBEN's recipe: 1000)",
+        identity=RECIPE,
     )
     lr_scaling: str = _opt(
         "linear",
@@ -117,38 +146,52 @@ class TrainConfig:
         "warm-up; Goyal et al.) or adascale (base LR x the AdaScale gain r in [1, ranks x passes], "
         "recomputed every update from the measured gradient noise; needs --gns)",
         ("linear", "adascale"),
+        identity=RECIPE,
     )
-    schedule: str = _opt("cosine", "LR schedule after warm-up", SCHEDULES)
-    min_lr: float = _opt(0.0, "final LR of the cosine schedule")
+    schedule: str = _opt("cosine", "LR schedule after warm-up", SCHEDULES, identity=RECIPE)
+    min_lr: float = _opt(0.0, "final LR of the cosine schedule", identity=RECIPE)
     step_epochs: list | None = _opt(
-        None, "epochs at which the step schedule multiplies the LR by gamma"
+        None,
+        "epochs at which the step schedule multiplies the LR by gamma",
+        identity=RECIPE,
     )
-    gamma: float = _opt(0.1, "factor of each step of the step schedule")
+    gamma: float = _opt(0.1, "factor of each step of the step schedule", identity=RECIPE)
     optimizer: str = _opt(
         "sgd",
         "sgd (with momentum: the seed study), adam, adamw (decoupled weight decay: the reBEN "
         "recipe), lars or lamb (layer-wise trust ratio for large global batches)",
         OPTIMIZERS,
+        identity=RECIPE,
     )
-    momentum: float = _opt(0.9, "momentum of sgd and lars")
+    momentum: float = _opt(0.9, "momentum of sgd and lars", identity=RECIPE)
     weight_decay: float = _opt(
         0.0,
         "weight decay of convolution and dense kernels (BatchNorm parameters and biases "
         "never): an L2 loss term for sgd/adam, part of the update for adamw/lars/lamb",
+        identity=RECIPE,
     )
     trust_coefficient: float = _opt(
-        0.001, "lars: the trust coefficient eta of the layer-wise LR (You et al. 2017)"
+        0.001,
+        "lars: the trust coefficient eta of the layer-wise LR (You et al. 2017)",
+        identity=RECIPE,
     )
-    dropout: float = _opt(0.0, "dropout rate before the classifier (reBEN's recipe: 0.15)")
-    mixup_alpha: float = _opt(0.0, "mix-up Beta(alpha, alpha) parameter; 0 turns mix-up off")
-    augment: bool = _opt(True, "random flips and 90-degree rotations of training batches")
-    seed: int = _opt(42, "seed of weights, shuffling and augmentation")
-    threshold: float = _opt(0.5, "score threshold for validation F1")
+    dropout: float = _opt(
+        0.0, "dropout rate before the classifier (reBEN's recipe: 0.15)", identity=RECIPE
+    )
+    mixup_alpha: float = _opt(
+        0.0, "mix-up Beta(alpha, alpha) parameter; 0 turns mix-up off", identity=RECIPE
+    )
+    augment: bool = _opt(
+        True, "random flips and 90-degree rotations of training batches", identity=RECIPE
+    )
+    seed: int = _opt(42, "seed of weights, shuffling and augmentation", identity=RECIPE)
+    threshold: float = _opt(0.5, "score threshold for validation F1", identity=RECIPE)
     precise_bn_samples: int = _opt(
         4096,
         "before each validation and checkpoint, set the BatchNorm statistics to the exact "
         "means/variances of this many training samples (all ranks together) under the current "
         "weights (precise BN); 0: the moving averages, averaged over ranks",
+        identity=RECIPE,
     )
     # --- performance
     amp: str = _opt(
@@ -158,6 +201,7 @@ class TrainConfig:
         "means fp16",
         PRECISIONS,
         const="fp16",
+        identity=RECIPE,
     )
     xla: bool = _opt(False, "compile the training step with XLA")
     fp16_allreduce: bool = _opt(False, "compress gradients to float16 for the allreduce")
@@ -167,7 +211,9 @@ class TrainConfig:
         "each as soon as backprop makes it, overlapping communication with computation)",
     )
     backward_passes_per_step: int = _opt(
-        1, "accumulate gradients over this many batches before each allreduce"
+        1,
+        "accumulate gradients over this many batches before each allreduce",
+        identity=RECIPE,
     )
     fusion_threshold_mb: float | None = _opt(
         None, "Horovod tensor fusion buffer in MB (HOROVOD_FUSION_THRESHOLD)"
@@ -192,7 +238,9 @@ class TrainConfig:
         "and a scalar in the loss allreduce; needs 2+ ranks or --backward-passes-per-step 2+)",
     )
     gns_decay: float = _opt(
-        0.99, "per-update decay of the noise scale's moving averages (0.99: ~100 updates)"
+        0.99,
+        "per-update decay of the noise scale's moving averages (0.99: ~100 updates)",
+        identity=RECIPE,
     )
     # --- elastic (malleable) training
     elastic: bool = _opt(
@@ -214,7 +262,9 @@ class TrainConfig:
         "(another preprocessing: other patches, splits or shards); refused without it",
     )
     max_steps_per_epoch: int | None = _opt(
-        None, "cap on steps per epoch: each epoch trains on that many batches (smoke tests)"
+        None,
+        "cap on steps per epoch: each epoch trains on that many batches (smoke tests)",
+        identity=RECIPE,
     )
     target_f1: float | None = _opt(
         None,
@@ -352,30 +402,34 @@ def field_type(f: dataclasses.Field, default: Any) -> type:
 
 
 def resolve(args: argparse.Namespace, cls: type[TrainConfig] = TrainConfig) -> TrainConfig:
-    """Defaults <- YAML (--config) <- flags given on the command line."""
+    """Defaults <- each ``--config`` file, left to right (a later file overrides an earlier
+    one key by key) <- flags given on the command line. An error about a key read from a
+    file names the file that set it."""
     values: dict[str, Any] = {}
-    config_path = getattr(args, "config", None)
-    if config_path:
-        values.update(load_yaml(Path(config_path), cls))
+    sources: dict[str, Path] = {}  # key -> the file whose value it kept
+    for path in map(Path, getattr(args, "config", None) or ()):
+        raw = load_yaml(path, cls)
+        values.update(raw)
+        sources.update(dict.fromkeys(raw, path))
     given = {k: v for k, v in vars(args).items() if k != "config"}
-    from_file = set(values) - set(given)
     values.update(given)
-    return _validated(
-        cls(**values), Path(config_path) if config_path and from_file else None, from_file
-    )
+    for key in given:
+        sources.pop(key, None)
+    return _validated(cls(**values), sources)
 
 
-def _validated(cfg: TrainConfig, path: Path | None, keys: set[str]) -> TrainConfig:
-    """``cfg`` once validated; an error about a key read from ``path`` names the file."""
+def _validated(cfg: TrainConfig, sources: dict[str, Path]) -> TrainConfig:
+    """``cfg`` once validated; an error about a key read from a file (``sources``: key ->
+    file) names the file."""
     try:
         cfg.validate()
     except ConfigError as err:
         key = err.key or _key_of(str(err))
-        if path is not None and key in keys:
+        if key in sources:
             text = str(err)
             if text.startswith("--"):  # "--dropout must ..." -> "dropout must ..."
                 text = f"{key} {text.split(' ', 1)[1]}"
-            raise ConfigError(f"{path}: {text}", key=key) from None
+            raise ConfigError(f"{sources[key]}: {text}", key=key) from None
         raise
     return cfg
 
@@ -389,19 +443,10 @@ def _key_of(message: str) -> str | None:
 
 
 def load_yaml(path: Path, cls: type[TrainConfig] = TrainConfig) -> dict[str, Any]:
-    """Options from a YAML mapping; unknown keys are an error (a typo must not pass silently).
-
-    ``yaml.safe_load`` builds plain data only: a Python tag (``!!python/object``) is refused,
-    so a config file can never run code.
-    """
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: invalid YAML ({str(err).splitlines()[0]})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of option: value")
+    """Options from a YAML mapping (:func:`~bigearthnet.core.yaml_files.read_mapping`: plain
+    data only, a key given twice refused); unknown keys are an error (a typo must not pass
+    silently)."""
+    raw = read_mapping(path, what="option: value")
     known = {f.name: f for f in fields(cls)}
     unknown = sorted(set(raw) - set(known))
     if unknown:
@@ -429,7 +474,7 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     if not path.is_file():
         raise ConfigError(f"{run_dir}: no {RUN_CONFIG} (not a training run folder)")
     raw = load_yaml(path, TrainConfig)
-    return _validated(TrainConfig(**raw), path, set(raw))
+    return _validated(TrainConfig(**raw), dict.fromkeys(raw, path))
 
 
 def default_threads() -> int | None:

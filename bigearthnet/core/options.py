@@ -74,7 +74,10 @@ def add_config_arguments(
     """One option per field. Defaults are SUPPRESSed so only flags given override YAML."""
     parser.add_argument(
         "--config",
-        help="YAML file of options (keys as in RUN/config.yaml); command-line flags override it",
+        action="append",
+        metavar="FILE.yaml",
+        help="YAML file of options (keys as in RUN/config.yaml); command-line flags override "
+        "it; given more than once, the files merge left to right (a later file's key wins)",
     )
     defaults = cls()
     groups = {name: parser.add_argument_group(f"{name} options") for name in OPTION_GROUPS}

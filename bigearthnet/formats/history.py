@@ -45,6 +45,9 @@ class HistoryRow:
     samples: int | None = None  # training samples the epoch consumed, all ranks
     val_micro_map: float | None = None  # from the gathered validation scores
     val_macro_map: float | None = None  # (None in rows written before validation had them)
+    # the --epochs the run had when this epoch trained: the length its LR schedule spanned (a
+    # resume may change it; None in rows written before it was recorded)
+    planned_epochs: int | None = None
 
     def score(self, metric: str) -> float | None:
         """A validation metric by its history name (``val_micro_f1``, ``val_macro_map``...)."""

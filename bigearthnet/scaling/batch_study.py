@@ -20,7 +20,12 @@ Each point is a normal ``train.py`` run in ``OUT/runs/b<global batch>``, launche
   the perfect-scaling bound from the last point that reached the target, so 20 steps are
   measured to 2 steps, not to the next multiple of 10; the budget in updates is the same.
 
-A point is rerun only when its run is not finished: rerunning the study resumes it.
+Rerunning the study resumes a point whose run has not ended, and reads one that ended
+(its budget spent, its target met, stopped early) without launching it. A point is the
+same run only with the same recipe and budget (:mod:`bigearthnet.core.recipe`): a rerun
+whose settings would give a point made before other train.py options (another LR, batch,
+optimizer, budget...) is refused before anything trains, so a row never describes a run
+made otherwise. Batches larger than the train split are refused up front too.
 """
 
 from __future__ import annotations
@@ -36,10 +41,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NoReturn
 
+from bigearthnet.core import recipe
 from bigearthnet.core.batch import BatchPlan
+from bigearthnet.core.config import TrainConfig, load_run_config, resolve
 from bigearthnet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError, RunFailed
+from bigearthnet.core.options import add_config_arguments
 from bigearthnet.formats.history import HistoryRow, read_history
-from bigearthnet.formats.run_folder import STATUS
+from bigearthnet.formats.run_folder import CONFIG, STATUS
 from bigearthnet.formats.run_status import read_status
 from bigearthnet.formats.shards import read_manifest
 from bigearthnet.scaling.study_outputs import (
@@ -221,36 +229,19 @@ def summarise(
 
 
 def run_study(settings: StudySettings, *, log=print) -> list[StudyResult]:
-    """Run (or resume) every point, write ``study.csv`` and the plot; returns the rows."""
-    results: list[StudyResult] = []
-    points = plan_points(settings)
-    if points:
-        check_train_options(settings, points[0])
+    """Run (or resume) every point, write ``study.csv`` and the plot; returns the rows. A
+    point whose run ended with these settings is read, not launched again."""
+    settings, points = checked_points(settings)
     claim_study_folder(settings.out)
+    check_existing_points(settings, points)
+    results: list[StudyResult] = []
     for planned in points:
-        reached = [r for r in results if r.steps_to_target is not None and not r.diverged]
-        point = with_resolution(settings, planned, reached[-1] if reached else None)
-        run_dir = settings.out / STUDY_RUNS / f"b{point.global_batch}"
-        every = "epoch" if settings.budget == "epochs" else f"{point.eval_steps} step(s)"
-        log(
-            f"study: global batch {point.global_batch} = {point.ranks} rank(s) x "
-            f"{point.rank_batch} x {point.passes} pass(es), peak LR {point.peak_lr:.4g}, "
-            f"validation every {every}"
-        )
-        command = train_command(settings, point, run_dir)
-        done = subprocess.run(command, check=False)
-        if done.returncode == EXIT_BAD_INPUT:
-            raise ConfigError(f"{run_dir}: train.py refused its input (its line is above)")
-        if done.returncode not in (0, EXIT_FAILED):
-            raise RunFailed(f"{run_dir}: train.py exited {done.returncode}; rerun resumes")
-        if done.returncode == 0 and read_status(run_dir) is None:
-            # srun can exit 0 when it could not start the tasks ("task N launch failed")
-            raise RunFailed(
-                f"{run_dir}: the launcher exited 0 but train.py did not end the run "
-                f"(no {STATUS}); rerun resumes"
-            )
-        rows = read_history(run_dir)  # [] when the run wrote no epoch
-        results.append(summarise(settings, point, rows, exit_code=done.returncode))
+        point = with_resolution(settings, planned, _last_reached(results))
+        run_dir = point_dir(settings, point)
+        ended = ended_result(settings, point, run_dir)
+        if ended is not None:
+            log(f"study: global batch {point.global_batch}: its run ended with these settings")
+        results.append(ended or _train_point(settings, point, run_dir, log))
         log(f"study: {format_result(results[-1])}")
     analysis = analyse(settings, results)
     write_outputs(settings, results, analysis)
@@ -259,27 +250,149 @@ def run_study(settings: StudySettings, *, log=print) -> list[StudyResult]:
     return results
 
 
-def check_train_options(settings: StudySettings, point: StudyPoint) -> None:
-    """ConfigError, before any run starts, when the options train.py would get (the
-    study's and those after ``--``) are ones it refuses: checked as train.py checks them,
-    the model against its registry, without TensorFlow."""
-    from bigearthnet import models
-    from bigearthnet.core.config import TrainConfig, resolve
-    from bigearthnet.core.options import add_config_arguments
+def _last_reached(results: Sequence[StudyResult]) -> StudyResult | None:
+    """The last point that reached the target without diverging (the resolution's bound)."""
+    reached = [r for r in results if r.steps_to_target is not None and not r.diverged]
+    return reached[-1] if reached else None
 
-    parser = _RaisingParser(prog="train.py", add_help=False)
-    add_config_arguments(parser, TrainConfig)
-    command = train_command(settings, point, settings.out / STUDY_RUNS / "check")
-    argv = command[command.index("bigearthnet.cli.train") + 1 :]
-    try:
-        cfg = resolve(parser.parse_args(argv), TrainConfig)
-    except ConfigError as err:
-        raise ConfigError(f"the train.py options after --: {err}") from None
+
+def point_dir(settings: StudySettings, point: StudyPoint) -> Path:
+    return settings.out / STUDY_RUNS / f"b{point.global_batch}"
+
+
+def _train_point(settings: StudySettings, point: StudyPoint, run_dir: Path, log) -> StudyResult:
+    """Launch (or resume) the point's train.py; its result from the history it wrote."""
+    every = "epoch" if settings.budget == "epochs" else f"{point.eval_steps} step(s)"
+    log(
+        f"study: global batch {point.global_batch} = {point.ranks} rank(s) x "
+        f"{point.rank_batch} x {point.passes} pass(es), peak LR {point.peak_lr:.4g}, "
+        f"validation every {every}"
+    )
+    done = subprocess.run(train_command(settings, point, run_dir), check=False)
+    if done.returncode == EXIT_BAD_INPUT:
+        raise ConfigError(f"{run_dir}: train.py refused its input (its line is above)")
+    if done.returncode not in (0, EXIT_FAILED):
+        raise RunFailed(f"{run_dir}: train.py exited {done.returncode}; rerun resumes")
+    if done.returncode == 0 and read_status(run_dir) is None:
+        # srun can exit 0 when it could not start the tasks ("task N launch failed")
+        raise RunFailed(
+            f"{run_dir}: the launcher exited 0 but train.py did not end the run "
+            f"(no {STATUS}); rerun resumes"
+        )
+    rows = read_history(run_dir)  # [] when the run wrote no epoch
+    return summarise(settings, point, rows, exit_code=done.returncode)
+
+
+def checked_points(settings: StudySettings) -> tuple[StudySettings, list[StudyPoint]]:
+    """The study's points once what needs no training is checked: the options train.py would
+    get (the study's and those after ``--``), as train.py checks them, and every batch
+    against the train split; ConfigError before anything is written otherwise. The
+    settings come back with the optimizer train.py gets (``-- --optimizer`` wins), so the
+    rows say what trained."""
+    points = plan_points(settings)
+    if not points:
+        return settings, points
+    cfg = point_config(settings, points[0], settings.out / STUDY_RUNS / "check")
+    total = read_manifest(settings.data).count("train")
+    for point in points:
+        too_large = point.plan.too_large_for(total)
+        if too_large:
+            raise ConfigError(
+                f"--batches: {too_large} (the train split of {settings.data}); give batch "
+                f"sizes of at most {total:,}"
+            )
+    return replace(settings, optimizer=cfg.optimizer), points
+
+
+# What the study gives every point's train.py itself: options after -- (a flag, an
+# abbreviation, a --config file) may not change them, or a row would say the study's value
+# beside a run made with another. The optimizer may be changed there: checked_points then
+# takes it as the study's.
+STUDY_SETS = ("batch_size", "backward_passes_per_step", "lr", "epochs", "warmup_epochs",
+              "max_steps_per_epoch", "target_f1")  # fmt: skip
+
+
+def point_config(settings: StudySettings, point: StudyPoint, run_dir: Path) -> TrainConfig:
+    """The options train.py gets for ``point``, resolved and checked as train.py does (the
+    model against its registry, without TensorFlow); ConfigError naming what it refuses,
+    or the options after ``--`` that would change what the study sets."""
+    from bigearthnet import models
+
+    cfg = _resolved(train_command(settings, point, run_dir))
+    own = _resolved(train_command(replace(settings, train_args=()), point, run_dir))
+    taken = recipe.changes(own, cfg, STUDY_SETS)
+    if taken:
+        raise ConfigError(
+            f"the train.py options after -- may not set {', '.join(c.flag for c in taken)}: "
+            "the study sets them for each point"
+        )
     if cfg.model not in models.MODELS:
         names = ", ".join(models.available_models())
         raise ConfigError(
             f"the train.py options after --: --model {cfg.model!r} is none of {names}"
         )
+    return cfg
+
+
+def _resolved(command: list[str]) -> TrainConfig:
+    parser = _RaisingParser(prog="train.py", add_help=False)
+    add_config_arguments(parser, TrainConfig)
+    argv = command[command.index("bigearthnet.cli.train") + 1 :]
+    try:
+        return resolve(parser.parse_args(argv), TrainConfig)
+    except ConfigError as err:
+        raise ConfigError(f"the train.py options after --: {err}") from None
+
+
+def check_existing_points(settings: StudySettings, points: Sequence[StudyPoint]) -> None:
+    """Before anything trains: ConfigError when a point already in the folder was made with
+    other settings than this study would give it. Checked in order, as far as the runs go:
+    a point's validation interval follows from the points before it."""
+    results: list[StudyResult] = []
+    for planned in points:
+        point = with_resolution(settings, planned, _last_reached(results))
+        run_dir = point_dir(settings, point)
+        if not (run_dir / CONFIG).is_file():
+            return  # not started: the points after it follow from its result
+        made_alike(settings, point, run_dir)
+        results.append(summarise(settings, point, read_history(run_dir), exit_code=0))
+
+
+def made_alike(
+    settings: StudySettings, point: StudyPoint, run_dir: Path
+) -> tuple[TrainConfig, TrainConfig]:
+    """(the options the point's run was made with, those it would get now); ConfigError when
+    they differ in recipe or length: its row would describe a run this study does not make
+    (another LR relabelled as this one, a budget that shaped another schedule)."""
+    past, cfg = load_run_config(run_dir), point_config(settings, point, run_dir)
+    found = recipe.changes(past, cfg, recipe.RECIPE_OPTIONS + recipe.LENGTH_OPTIONS)
+    if found:
+        raise ConfigError(
+            f"{run_dir}: this point was trained with other settings (train.py "
+            f"{recipe.listed(found)}) than this study gives it; its row would describe a run "
+            "the study does not make: use another --out (or remove that folder to retrain it)"
+        )
+    return past, cfg
+
+
+def ended_result(settings: StudySettings, point: StudyPoint, run_dir: Path) -> StudyResult | None:
+    """The result of a point whose run ended with these settings and would end again at
+    once (finished its budget, stopped at a target it still meets, stopped early by the
+    same rule): nothing is launched for it. None when it has to (go on) training."""
+    if not (run_dir / CONFIG).is_file():
+        return None
+    past, cfg = made_alike(settings, point, run_dir)
+    status = read_status(run_dir)
+    rows = read_history(run_dir)
+    if status is None or not rows:
+        return None
+    still = {
+        "finished": status.epoch >= cfg.epochs,
+        "target": cfg.target_f1 is not None and rows[-1].val_micro_f1 >= cfg.target_f1,
+        "early_stop": (past.early_stopping_patience, past.select_metric)
+        == (cfg.early_stopping_patience, cfg.select_metric),
+    }
+    return summarise(settings, point, rows, exit_code=0) if still.get(status.state) else None
 
 
 class _RaisingParser(argparse.ArgumentParser):

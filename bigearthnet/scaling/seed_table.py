@@ -139,15 +139,22 @@ def row_of(settings: SeedTableSettings, result: StudyResult) -> SeedRow:
 
 def run_seed_table(settings: SeedTableSettings, *, log=print) -> list[SeedRow]:
     """Run (or resume) every column's study; write the table and its page."""
-    from bigearthnet.scaling.batch_study import check_train_options, plan_points, run_study
+    from bigearthnet.scaling.batch_study import check_existing_points, checked_points, run_study
 
-    for optimizer in settings.optimizers:  # every column's options, before anything is written
-        study = settings.study(optimizer)
-        check_train_options(study, plan_points(study)[0])
+    # every column's options and batches, before anything is written
+    columns = [checked_points(settings.study(optimizer)) for optimizer in settings.optimizers]
+    for optimizer, (study, _) in zip(settings.optimizers, columns):
+        if study.optimizer != optimizer:  # e.g. a --config after -- naming one
+            raise ConfigError(
+                f"the train.py options after -- may not set the optimizer "
+                f"({study.optimizer}): each column is one of --optimizers"
+            )
     # make seed-table keeps its archive in DIR/data
     own = (*RULE_OF, SEED_TABLE_CSV, SEED_TABLE_HTML, "data")
     claim_folder(settings.out, mark=SEED_TABLE_MARK, made_by="bigearthnet-seed-table",
                  own_names=own)  # fmt: skip
+    for study, points in columns:  # every cell made before with these settings, before any trains
+        check_existing_points(study, points)
     rows: list[SeedRow] = []
     for optimizer in settings.optimizers:
         log(f"seed table: {optimizer}, {settings.epochs} epochs at every batch size")

@@ -44,7 +44,7 @@ from bigearthnet.training.initial import keep_start
 from bigearthnet.training.outputs import RunOutputs
 from bigearthnet.training.replica import StepResult
 from bigearthnet.training.sources import GlobalOrderSource
-from bigearthnet.training.trainer import build_replica, make_schedule
+from bigearthnet.training.trainer import build_replica, length_note, make_schedule
 
 log = distributed.log
 
@@ -122,6 +122,9 @@ class ElasticTrainer(RunHooks):
                 self.cfg.epochs,
                 position.consumed,
             )
+            note = length_note(self.cfg, outputs.past, position, self.source)
+            if note:
+                log.warning("%s", note)
         return Start(position=position, inputs=record.inputs if record is not None else None)
 
     def _train(self, state) -> HistoryRow | None:

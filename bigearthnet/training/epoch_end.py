@@ -123,6 +123,7 @@ class EpochEnd:
             # optimizer updates: the epoch's steps in accumulation groups (the plan's rule)
             steps=self.cfg.batch_plan(distributed.size()).updates(outcome.position.loss_steps),
             samples=outcome.position.consumed,
+            planned_epochs=self.cfg.epochs,
         )
         return self._with_noise_scale(row)
 

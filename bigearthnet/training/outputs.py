@@ -18,8 +18,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from bigearthnet.core import distributed, runlock
-from bigearthnet.core.config import TrainConfig, save_yaml
+from bigearthnet.core import distributed, recipe, runlock
+from bigearthnet.core.config import TrainConfig, load_run_config, save_yaml
 from bigearthnet.core.constants import describe_bands
 from bigearthnet.core.errors import ConfigError, InputError
 from bigearthnet.evaluation.report import format_score
@@ -67,6 +67,9 @@ class RunOutputs:
         self.data_id = data_id  # shards.Manifest.data_id of --data: in every checkpoint
         self.bands = bands  # the channels of --data (None: not checked)
         self.command = command  # the command line that started this process, if known
+        # the options the run in this folder was made with (its config.yaml), once a
+        # checkpoint to resume was found; None for a fresh start
+        self.past: TrainConfig | None = None
         self._writer: Any = None  # the TensorBoard writer, opened with the first epoch
 
     def prepare(self) -> None:
@@ -108,8 +111,9 @@ class RunOutputs:
         return record
 
     def _check_compatible(self, record: CheckpointRecord) -> None:
-        """A run folder cannot switch model or label set and resume, nor - unless
-        ``--allow-new-data`` - the shards it was trained on."""
+        """A run folder cannot switch model or label set and resume, nor its recipe, nor end
+        before the epochs it trained, nor - unless ``--allow-new-data`` - the shards it was
+        trained on."""
         for key, saved, wanted in (
             ("model", record.model, self.cfg.model),
             ("labels", record.num_classes, self.cfg.labels),
@@ -127,6 +131,13 @@ class RunOutputs:
                 f"{describe_bands(self.bands)}: another band configuration cannot resume this "
                 "run; train it in another --run-dir"
             )
+        self._check_recipe()
+        if record.epoch > self.cfg.epochs:
+            raise ConfigError(
+                f"{self.run_dir}: checkpoint {record.folder} has trained {record.epoch} epochs, "
+                f"more than --epochs {self.cfg.epochs}: give --epochs {record.epoch} or more "
+                "to resume it (its history keeps every epoch)"
+            )
         if record.data_id is None or record.data_id == self.data_id:
             return  # the same shards (or a checkpoint from before data ids: unknown)
         what = (
@@ -137,6 +148,21 @@ class RunOutputs:
         if not self.cfg.allow_new_data:
             raise ConfigError(f"{what}; --allow-new-data resumes on them anyway")
         log.warning("%s: resuming on them (--allow-new-data)", what)
+
+    def _check_recipe(self) -> None:
+        """ConfigError when the options given change the recipe the run's epochs were trained
+        with (its config.yaml; a folder without one has no recorded recipe): a resume would
+        mix two recipes, and config.yaml would relabel the old epochs with the new one."""
+        if self.past is None and (self.run_dir / run_folder.CONFIG).is_file():
+            self.past = load_run_config(self.run_dir)
+        found = [] if self.past is None else recipe.changes(self.past, self.cfg)
+        if found:
+            raise ConfigError(
+                f"{self.run_dir}: holds a run trained with another recipe "
+                f"({recipe.listed(found)}): resuming would mix two recipes in one run; use "
+                f"another --run-dir (--init-weights {self.run_dir} starts there from this "
+                "run's best weights), or --no-resume to start this one over"
+            )
 
     def _stamped(self, record: CheckpointRecord) -> CheckpointRecord:
         """``record`` naming the data it was trained on."""

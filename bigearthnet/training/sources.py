@@ -61,6 +61,23 @@ def open_splits(
     return train, val
 
 
+def check_sizes(cfg: TrainConfig, manifest: Manifest) -> None:
+    """ConfigError, before a shard is read, when the splits of ``manifest`` cannot give the
+    epochs asked for: a global batch larger than the train split, or no validation split
+    (every epoch validates: the best checkpoint, --target-f1 and early stopping need it)."""
+    too_large = cfg.batch_plan(distributed.size()).too_large_for(manifest.count("train"))
+    if too_large:
+        raise ConfigError(
+            f"--data {cfg.data}: {too_large}; lower --batch-size (or the ranks, "
+            "--backward-passes-per-step)"
+        )
+    if not manifest.count("val"):
+        raise ConfigError(
+            f"--data {cfg.data}: no validation split (0 val samples), and every epoch "
+            "validates; preprocess it with one (--split-ratios with a val share)"
+        )
+
+
 class EpochSource(ABC):
     """An epoch's training batches, validation batches and precise-BN samples for this rank
     in the current world."""
@@ -139,6 +156,7 @@ class PartitionSource(EpochSource):
         train = val = None
         error = None
         try:
+            check_sizes(cfg, manifest)
             part = sum(math.ceil(manifest.count(s) / size) for s in SPLITS_USED)
             train, val = open_splits(cfg, manifest, rank=rank, size=size, samples=part)
         except (ConfigError, ShardError, OSError) as err:
@@ -184,11 +202,10 @@ class GlobalOrderSource(EpochSource):
     order = "global"
 
     def __init__(self, cfg: TrainConfig, manifest: Manifest) -> None:
+        check_sizes(cfg, manifest)  # in the world of the start (not again at a resize)
         # Every worker opens whole splits: after a resize it may need any sample.
         whole = sum(manifest.count(s) for s in SPLITS_USED)
         train, val = open_splits(cfg, manifest, rank=0, size=1, samples=whole)
-        if len(train) < distributed.size():
-            raise ConfigError(f"{len(train)} training samples for {distributed.size()} workers")
         super().__init__(cfg, train, val)
         self.plan = GlobalOrder(train, batch_size=cfg.batch_size, seed=cfg.seed)
 

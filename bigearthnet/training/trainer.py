@@ -14,6 +14,8 @@ and :class:`~bigearthnet.core.errors.RequeueRequested` tells the command to exit
 
 from __future__ import annotations
 
+import dataclasses
+
 import tensorflow as tf
 
 from bigearthnet.core import distributed
@@ -29,7 +31,7 @@ from bigearthnet.training.replica import Replica
 from bigearthnet.training.schedules import LRSchedule
 from bigearthnet.training.sources import EpochSource, PartitionSource
 
-__all__ = ["Trainer", "build_replica", "make_schedule"]
+__all__ = ["Trainer", "build_replica", "length_note", "make_schedule"]
 log = distributed.log
 
 
@@ -51,6 +53,27 @@ def make_schedule(cfg: TrainConfig, *, world_size: int, updates_per_epoch: int) 
         min_lr=cfg.min_lr,
         step_epochs=tuple(cfg.step_epochs) if cfg.step_epochs else None,
         gamma=cfg.gamma,
+    )
+
+
+def length_note(
+    cfg: TrainConfig, past: TrainConfig | None, position: Position, source: EpochSource
+) -> str | None:
+    """What a resume with another ``--epochs`` than the run's so far does (None when the
+    length is the run's): it trains on, and its LR schedule is refitted to the new count, so
+    the LR at this point is not the one the old length would have given (a finished cosine
+    run extended rises again from --min-lr: a warm restart)."""
+    if past is None or past.epochs == cfg.epochs:
+        return None
+    sizes = {"world_size": distributed.size(), "updates_per_epoch": source.updates_per_epoch()}
+    before = make_schedule(dataclasses.replace(cfg, epochs=past.epochs), **sizes)
+    now = make_schedule(cfg, **sizes)
+    at = position.epoch + position.step / max(source.steps_per_epoch(), 1)
+    return (
+        f"--epochs {cfg.epochs}, was {past.epochs}: the run trains on after {at:g} epochs "
+        f"(history.csv's planned_epochs keeps each epoch's); its {cfg.schedule} LR schedule "
+        f"is refitted to {cfg.epochs} epochs: the LR here is {now.lr_at_epoch(at):.4g}, where "
+        f"the {past.epochs}-epoch schedule gave {before.lr_at_epoch(at):.4g}"
     )
 
 
@@ -115,4 +138,8 @@ class Trainer:
                 position.step,
                 self.cfg.epochs,
             )
+            if self.outputs is not None:
+                note = length_note(self.cfg, self.outputs.past, position, self.source)
+                if note:
+                    log.warning("%s", note)
         return position

@@ -124,3 +124,41 @@ def test_the_reben_recipes_say_what_reben_trained_with() -> None:
         assert (cfg.warmup_steps, cfg.schedule, cfg.epochs) == (1000, "cosine", 100)
         assert cfg.min_lr == pytest.approx(cfg.lr * 8 / 10)
         assert (cfg.select_metric, cfg.early_stopping_patience) == ("val_macro_map", 5)
+
+
+def _resolved(*argv: str) -> TrainConfig:
+    from bigearthnet.core.config import resolve
+
+    return resolve(train.build_parser().parse_args([*argv, "--data", "d", "--run-dir", "r"]))
+
+
+def test_a_key_given_twice_is_refused_naming_the_file_key_and_lines(tmp_path: Path) -> None:
+    """D24: YAML kept the last of two `lr:` lines without a word."""
+    from bigearthnet.core.config import ConfigError
+
+    recipe = tmp_path / "dupkey.yaml"
+    recipe.write_text("lr: 0.05\nepochs: 2\nlr: 5.0\n")
+    with pytest.raises(ConfigError, match=r"dupkey.yaml: key lr given twice \(lines 1 and 3\)"):
+        _resolved("--config", str(recipe))
+    nested = tmp_path / "nested.yaml"  # any mapping, at any depth
+    nested.write_text("step_epochs: [1]\nlr: 0.1\nx:\n  a: 1\n  a: 2\n")
+    with pytest.raises(ConfigError, match="key a given twice"):
+        _resolved("--config", str(nested))
+
+
+def test_repeated_configs_merge_left_to_right(tmp_path: Path) -> None:
+    """D24: the first of two --config files was dropped. Now a later file's key wins, the
+    others keep their file's value, flags win over both, and an error names the file the
+    key came from."""
+    base, site = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    base.write_text("lr: 0.07\nepochs: 3\nmomentum: 0.8\n")
+    site.write_text("epochs: 2\n")
+    cfg = _resolved("--config", str(base), "--config", str(site), "--momentum", "0.5")
+    assert (cfg.lr, cfg.epochs, cfg.momentum) == (0.07, 2, 0.5)
+    base.write_text("dropout: 1.5\n")
+    from bigearthnet.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"a.yaml: dropout must be in \[0, 1\)"):
+        _resolved("--config", str(base), "--config", str(site))
+    site.write_text("dropout: 0.2\n")  # overridden by the later file: the value it kept is fine
+    assert _resolved("--config", str(base), "--config", str(site)).dropout == 0.2

@@ -20,6 +20,7 @@ import train
 from bigearthnet.cli.batch_study import main as batch_study_main
 from bigearthnet.cli.export import main as export_main
 from bigearthnet.cli.map import main as map_main
+from bigearthnet.formats.history import read_history
 from bigearthnet.synthetic.scene import SceneTruth, write_scene
 
 pytestmark = pytest.mark.bad_input
@@ -106,6 +107,30 @@ def test_yaml_values_are_type_checked(
     assert code == 2 and not (tmp_path / "run").exists()
     _one_line(reported_errors(), str(config), key)
     bad_input_row(f"YAML `{text}`", "train.py --config FILE", code, "file and key named")
+
+
+@pytest.mark.parametrize("case", ["a key twice", "two --config"])
+def test_config_files_are_never_dropped_silently(
+    shards_v1, tmp_path, case, reported_errors, bad_input_row
+) -> None:
+    """D24: YAML kept the last of two `lr:` keys, and of two --config files the first was
+    ignored. A duplicate key is refused; two files merge left to right, so a bad value in
+    the first is named (it used to vanish)."""
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    if case == "a key twice":
+        first.write_text("lr: 0.05\nlr: 5.0\n")
+        configs, needles = ["--config", str(first)], [str(first), "key lr given twice"]
+    else:
+        first.write_text("dropout: 1.5\nmomentum: 0.8\n")
+        second.write_text("epochs: 2\n")
+        configs = ["--config", str(first), "--config", str(second)]
+        needles = [str(first), "dropout must be in"]
+    code = train.main([*train_argv(shards_v1, tmp_path / "run", 1), *configs])
+    assert code == 2 and not (tmp_path / "run").exists()
+    _one_line(reported_errors(), *needles)
+    verdict = ("refused: file, key and lines named" if case == "a key twice" else
+               "merged left to right: the first file's bad key is named")  # fmt: skip
+    bad_input_row(f"YAML config: {case}", "train.py --config FILE", code, verdict)
 
 
 def test_a_copied_run_exports_its_test_metrics(run, tmp_path, shards_v1, bad_input_row) -> None:
@@ -200,6 +225,62 @@ def test_a_damaged_history_stops_the_resume_before_training(
     _one_line(reported_errors(), str(history), *needles)
     bad_input_row(f"history.csv on resume: {what}", "train.py (resume)", code,
                   "refused before an epoch trains; file and problem named")  # fmt: skip
+
+
+def _record_of(run: Path) -> dict[str, bytes]:
+    """What a refused resume must leave as it was: checkpoints, options, history, commands."""
+    kept = [run / "checkpoints", *(run / name for name in ("config.yaml", "history.csv",
+                                                           "commands.txt"))]  # fmt: skip
+    return {str(p): p.read_bytes() for top in kept for p in [top, *top.rglob("*")] if p.is_file()}
+
+
+def test_shards_without_a_validation_split_are_refused_before_training(
+    synth_v1, tmp_path, reported_errors, bad_input_row
+) -> None:
+    """Every epoch validated on 0 samples: F1 0 each time, the best checkpoint and
+    --target-f1 judged on nothing, found out after the training."""
+    shards = tmp_path / "no-val"
+    assert preprocess(synth_v1, shards, "--split-ratios", "0.8,0,0.2") == 0
+    code = train.main(train_argv(shards, tmp_path / "run", 1))
+    assert code == 2 and not (tmp_path / "run" / "checkpoints").exists()
+    _one_line(reported_errors(), f"--data {shards}: no validation split (0 val samples)")
+    bad_input_row("shards without a val split (`--split-ratios 0.8,0,0.2`)", "train.py", code,
+                  "refused before a shard is read")  # fmt: skip
+
+
+def test_a_resume_with_another_recipe_is_refused(
+    run, shards_v1, reported_errors, bad_input_row
+) -> None:
+    """D12: a resume with another LR and batch trained on, and config.yaml (and the model
+    card made from it) relabelled the old epochs with the new recipe."""
+    before = _record_of(run)
+    code = train.main(train_argv(shards_v1, run, 8, "--lr", "0.9", "--batch-size", "4"))
+    assert code == 2 and _record_of(run) == before
+    _one_line(reported_errors(), str(run), "--batch-size 8 -> 4", "--lr 0.01 -> 0.9",
+              "--no-resume", f"--init-weights {run}")  # fmt: skip
+    bad_input_row("a resume with another --lr and --batch-size", "train.py (resume)", code,
+                  "refused naming each option, old and new; nothing trained or "
+                  "rewritten")  # fmt: skip
+
+
+def test_a_longer_run_resumes_and_records_its_length(
+    run, shards_v1, rank_log, reported_errors, bad_input_row
+) -> None:
+    """Raising --epochs stays a resume (beside options that change where and how it runs,
+    not the recipe); each history row keeps the length it trained under, and the log says
+    what the refitted schedule does to the LR. Ending before the epochs trained is refused."""
+    where = ["--cache", "none", "--loader-threads", "1", "--target-f1", "0.99"]
+    assert train.main(train_argv(shards_v1, run, 7, *where)) == 0
+    assert [r.planned_epochs for r in read_history(run)] == [6] * 6 + [7]
+    assert "--epochs 7, was 6: the run trains on after 6 epochs" in rank_log.text
+    # cosine to 0 at epoch 6 of 6; at 6 of 7 it is 0.01 x (1 + cos(6 pi / 7)) / 2
+    assert "the LR here is 0.0004952, where the 6-epoch schedule gave 0" in rank_log.text
+    code = train.main(train_argv(shards_v1, run, 3))
+    assert code == 2 and len(read_history(run)) == 7
+    _one_line(reported_errors(), "has trained 7 epochs, more than --epochs 3")
+    bad_input_row("a resume with --epochs below the epochs trained", "train.py (resume)", code,
+                  "refused; a longer --epochs resumes, each history row keeps its "
+                  "length")  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["rün 1", "run(1)"])

@@ -7,12 +7,13 @@ import math
 from pathlib import Path
 
 import pytest
-from helpers import history_row
+from helpers import history_row, train_argv
 
 from bigearthnet.cli import batch_study as cli
 from bigearthnet.core.errors import ConfigError, RunFailed
 from bigearthnet.core.util import read_csv
 from bigearthnet.formats.history import HistoryRow
+from bigearthnet.formats.run_status import read_status
 from bigearthnet.formats.shards import read_manifest
 from bigearthnet.scaling.batch_study import (
     StudySettings,
@@ -169,7 +170,7 @@ def test_a_tiny_study_runs_end_to_end(tmp_path: Path, shards_v1: Path) -> None:
     assert [p["global_batch"] for p in study["points"]] == [8, 32]
     assert study["recommendation"] == [] and (out / STUDY_JSON).is_file()
     assert (out / "runs" / "b32" / "history.csv").is_file()
-    assert cli.main(argv) == 0  # rerun: the finished points only resume and end
+    assert cli.main(argv) == 0  # rerun: the ended points are read, not launched
 
 
 def test_a_study_where_no_point_reaches_the_target_exits_2(
@@ -192,6 +193,8 @@ def test_a_study_where_no_point_reaches_the_target_exits_2(
         (["--batches", "8,x"], "expected integers"),
         (["--batches", "8", "--target-f1", "1.5"], "inside (0, 1)"),
         (["--batches", "8", "--", "--lr", "1"], "may not set --lr"),
+        # an abbreviation the flag check cannot see: the resolved options can
+        (["--batches", "8", "--", "--epoch", "5"], "may not set --epochs: the study sets"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(
@@ -230,3 +233,80 @@ def test_a_launcher_that_exits_0_without_running_train_py_fails_the_point(
     with pytest.raises(RunFailed, match=r"b8: the launcher exited 0 but train.py did not end"):
         batch_study.run_study(settings, log=lambda line: None)
     assert not (tmp_path / "study" / STUDY_CSV).exists()
+
+
+def _runs_record(out: Path) -> dict[str, bytes]:
+    """Every file of the study's runs: a launched train.py would at least add a line to its
+    run's commands.txt (and a history row, a status time)."""
+    return {str(p): p.read_bytes() for p in (out / "runs").rglob("*") if p.is_file()}
+
+
+@pytest.mark.bad_input
+def test_a_rerun_neither_retrains_nor_relabels_its_points(
+    tmp_path: Path, shards_v1: Path, reported_errors, bad_input_row
+) -> None:
+    """D14: an identical rerun resumed every point stopped at its target (one more epoch per
+    rerun), also when it only rebuilt a cut study.csv. D06: a rerun with another --base-lr
+    wrote the new peak LR beside the old runs' F1 and trained them on at it. D27: a rerun with
+    -- --optimizer adam ended in "no readable checkpoint" from inside train.py."""
+    out = tmp_path / "study"
+    argv = ["--data", str(shards_v1), "--out", str(out), "--batches", "4,8", "--target-f1",
+            "0.12", "--epochs", "2", "--eval-steps", "2", "--base-batch", "8", "--base-lr",
+            "0.05", "--warmup-epochs", "0", "--resolution", "0"]  # fmt: skip
+    train_args = ["--", "--model", "tiny", "--threads", "1"]
+    assert cli.main(argv + train_args) == 0
+    states = {read_status(out / "runs" / f"b{b}").state for b in (4, 8)}
+    assert "target" in states, states  # the case of D14: stopped at the target
+    made = _runs_record(out)
+    table = (out / STUDY_CSV).read_text()
+    (out / STUDY_CSV).write_text(table[:60])  # cut short
+    assert cli.main(argv + train_args) == 0
+    assert _runs_record(out) == made and (out / STUDY_CSV).read_text() == table
+    bad_input_row("an identical rerun of a study whose points stopped at the target, its "
+                  "study.csv cut", "bigearthnet-batch-study", 0,
+                  "nothing trained (state target is final); study.csv rebuilt from the "
+                  "runs")  # fmt: skip
+    for change, needle, what in (
+        (["--base-lr", "5"], "train.py --lr 0.025 -> 2.5", "another --base-lr"),
+        (["--", "--optimizer", "adam"], "train.py --optimizer sgd -> adam",
+         "-- --optimizer adam after an SGD study"),
+    ):  # fmt: skip
+        code = cli.main(argv + train_args + change if change[0] == "--" else
+                        argv + change + train_args)  # fmt: skip
+        assert code == 2 and _runs_record(out) == made
+        assert (out / STUDY_CSV).read_text() == table
+        line = reported_errors()[-1]
+        assert f"{out / 'runs' / 'b4'}: this point was trained with other settings" in line
+        assert needle in line and "use another --out" in line, line
+        bad_input_row(f"a rerun with {what}", "bigearthnet-batch-study", code,
+                      "refused before anything trains, naming the option old -> new; no "
+                      "row relabelled")  # fmt: skip
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("command", ["train.py", "batch-study", "seed-table"])
+def test_a_batch_larger_than_the_train_split_is_refused_before_training(
+    command: str, tmp_path: Path, shards_v1: Path, reported_errors, bad_input_row
+) -> None:
+    """D08: batches of 64 and 4,096 on 36 training samples each trained one step of the same
+    36 and were listed as distinct points."""
+    import train
+    from bigearthnet.cli import seed_table
+
+    out = tmp_path / "out"
+    if command == "train.py":
+        code = train.main(train_argv(shards_v1, out, 1, "--batch-size", "200"))
+        needle = "a global batch of 200 (200 per rank x 1 rank(s) x 1 pass(es))"
+    else:
+        main, batches = ((cli.main, "8,200") if command == "batch-study" else
+                         (seed_table.main, "8,32,64,256"))  # fmt: skip
+        code = main(["--data", str(shards_v1), "--out", str(out), "--batches", batches,
+                     "--target-f1", "0.5", "--", "--model", "tiny"])  # fmt: skip
+        needle = "--batches: a global batch of " + batches.rsplit(",", 1)[1]
+    assert code == 2 and not any(out.rglob("history.csv")) and not (out / "runs").exists()
+    line = reported_errors()[-1]
+    assert needle in line and "larger than the 144 training samples" in line, line
+    bad_input_row("a global batch larger than the train split (144)",
+                  f"{command}" if command == "train.py" else f"bigearthnet-{command}", code,
+                  "refused before anything trains, naming the batch and the split's "
+                  "size")  # fmt: skip

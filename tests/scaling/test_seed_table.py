@@ -88,7 +88,7 @@ def test_an_out_folder_holding_other_files_is_refused(
     out = tmp_path / "results"
     out.mkdir()
     (out / "notes.txt").write_text("mine\n")
-    main, batches = (cli.main, "16,64,256,1024") if command == "seed-table" else (
+    main, batches = (cli.main, "4,16,64,128") if command == "seed-table" else (
         batch_study.main, "8,16")  # fmt: skip
     argv = ["--data", str(shards_v1), "--out", str(out), "--batches", batches,
             "--target-f1", "0.5", "--", "--model", "tiny"]  # fmt: skip
@@ -104,3 +104,35 @@ def test_an_out_folder_holding_other_files_is_refused(
 def test_settings_check_their_fields(shards_v1: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="spanning"):
         SeedTableSettings(data=shards_v1, out=tmp_path, batches=(1, 2, 3, 4))
+
+
+@pytest.mark.bad_input
+def test_a_rerun_with_another_lr_is_refused_and_an_identical_one_trains_nothing(
+    tmp_path: Path, shards_v1: Path, reported_errors, bad_input_row
+) -> None:
+    """D06: a rerun with --sgd-lr 5 trained no epoch and wrote peak LRs 1.25 ... 40 beside
+    the F1 of the runs made at 0.05."""
+    out = tmp_path / "table"
+    argv = ["--data", str(shards_v1), "--out", str(out), "--batches", "2,4,8,64",
+            "--optimizers", "sgd", "--epochs", "1", "--ranks", "1", "--launcher", "none",
+            "--target-f1", "0.1", "--base-batch", "4", "--warmup-epochs", "0"]  # fmt: skip
+    train_args = ["--", "--model", "tiny", "--threads", "1"]
+    assert cli.main([*argv, "--sgd-lr", "0.05", *train_args]) == 0
+    made = out / "sgd" / "runs"
+    runs = {str(p): p.read_bytes() for p in made.rglob("*") if p.is_file()}
+    table = (out / SEED_TABLE_CSV).read_text()
+    assert [r["peak_lr"] for r in read_csv(out / SEED_TABLE_CSV)] == [
+        "0.0250", "0.0500", "0.1000", "0.8000"]  # fmt: skip
+    (out / SEED_TABLE_CSV).unlink()
+    assert cli.main([*argv, "--sgd-lr", "0.05", *train_args]) == 0  # rebuilt, nothing trained
+    assert (out / SEED_TABLE_CSV).read_text() == table
+    assert {str(p): p.read_bytes() for p in made.rglob("*") if p.is_file()} == runs
+    code = cli.main([*argv, "--sgd-lr", "5", *train_args])
+    now = {str(p): p.read_bytes() for p in made.rglob("*") if p.is_file()}
+    assert code == 2 and now == runs and (out / SEED_TABLE_CSV).read_text() == table
+    line = reported_errors()[-1]
+    assert f"{out / 'sgd' / 'runs' / 'b2'}: this point was trained with other settings" in line
+    assert "train.py --lr 0.025 -> 2.5" in line and "another --out" in line, line
+    bad_input_row("a rerun with another --sgd-lr", "bigearthnet-seed-table", code,
+                  "refused before any cell trains, naming --lr old -> new; seed_table.csv "
+                  "kept (an identical rerun rebuilds it without training)")  # fmt: skip

@@ -172,9 +172,11 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, shards_v
         "--threads",
         "1",
     ]
-    assert train.main(base + ["--epochs", "1", "--lr", "0.01"]) == 0
+    # One recipe: LR 0.01 in epoch 1, then a step of x1e32 (a resume may not change the LR).
+    recipe = ["--lr", "0.01", "--schedule", "step", "--step-epochs", "1", "--gamma", "1e32"]
+    assert train.main(base + ["--epochs", "1", *recipe]) == 0
     good = (run / "checkpoints" / "latest.json").read_text()
-    assert train.main(base + ["--epochs", "3", "--lr", "1e30"]) == 1
+    assert train.main(base + ["--epochs", "3", *recipe]) == 1
     assert (run / "checkpoints" / "latest.json").read_text() == good
 
 
@@ -219,8 +221,8 @@ def test_bad_input_is_one_line_exit_2(
         blob = bytearray(victim.read_bytes())
         blob[-100] ^= 0xFF
         victim.write_bytes(bytes(blob))
-    elif case == "labels 43 on v2":
-        data, extra = shards_v2, ["--labels", "43"]
+    elif case == "labels 43 on v2":  # (a batch within its 34 training samples)
+        data, extra = shards_v2, ["--labels", "43", "--batch-size", "8"]
     elif case == "unknown model":
         extra = ["--model", "resnet9000"]
     elif case == "batch size 0":
@@ -366,8 +368,9 @@ def test_stop_on_the_last_step_finishes_the_epoch_first(tmp_path, shards_v1, fau
     from bigearthnet.training import trainer as training
 
     run = tmp_path / "run"
-    # --batch-size 200: one step per epoch
-    argv = train_argv(shards_v1, run, 3, "--batch-size", "200")
+    # a batch of the whole train split: one step per epoch
+    whole = str(read_manifest(shards_v1).count("train"))
+    argv = train_argv(shards_v1, run, 3, "--batch-size", whole)
     cfg = resolve(train.build_parser().parse_args(argv))
     distributed.init(threads=1)  # as train.main does (other tests may not have run first)
     with STOP.handling():
