@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import ConfigError
+from bigearthnet.core.folders import folder_path, require_outside_cwd
 from bigearthnet.export.stac import MODEL_NAME_PATTERN
 from bigearthnet.inference.predictor import STATS_FROM_HELP
 
@@ -42,7 +43,8 @@ class ExportOptions:
     """Which checkpoint of which run is exported, as what, and where."""
 
     run_dir: Path = option(help="run folder made by train.py", positional=True, metavar="RUN")
-    out: Path = option(help="the export folder", metavar="DIR")
+    out: Path = option(help="the export folder", metavar="DIR", parse=folder_path,
+                       check=require_outside_cwd)  # fmt: skip
     checkpoint: str = option(
         "best", "best, latest, or PATH of a checkpoint folder / ckpt prefix",
         metavar="best|latest|PATH",
@@ -60,7 +62,8 @@ class ExportOptions:
         None, "the model's name in the card and the STAC item (default: "
         "bigearthnet-MODEL-Cc-RUNNAME-eEPOCH)", check=model_name,
     )  # fmt: skip
-    force: bool = option(False, "replace an existing, non-empty DIR")
+    force: bool = option(False, "replace DIR if it is an export folder (never a folder of "
+                         "anything else)")  # fmt: skip
     stats_from: Path | None = option(None, STATS_FROM_HELP, metavar="SHARDS")
 
     def __post_init__(self) -> None:
