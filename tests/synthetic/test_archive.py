@@ -30,6 +30,7 @@ from bigearthnet.core.constants import (
 from bigearthnet.preprocessing import archive
 from bigearthnet.synthetic import archive as synthetic
 from bigearthnet.synthetic import render as synthetic_render
+from bigearthnet.synthetic import sizes
 from bigearthnet.synthetic import tiff as synthetic_tiff
 from bigearthnet.synthetic.archive import (
     ArchiveSpec,
@@ -86,7 +87,7 @@ def test_v1_files_sizes_dtypes_and_georeferencing(v1_archive):
     names = sorted(p.name for p in root.iterdir())
     assert names == sorted([synthetic.OWNER.mark, *(p.name for p in patches)])  # + its mark
     needs = ArchiveSpec(len(patches), layout="v1").needs().disk  # what --patches is checked by
-    assert _taken(root) <= needs <= 1.3 * _taken(root)
+    assert _taken(root) <= needs <= 1.05 * _taken(root) + sizes.ARCHIVE_EXTRA
     for patch in patches:
         folder = root / patch.name
         expected = {f"{patch.name}_{b}.tif" for b in BANDS} | {f"{patch.name}_labels_metadata.json"}
@@ -530,7 +531,8 @@ def test_the_disk_estimate_bounds_an_archive_with_s1(tmp_path):
     less than the archive takes, and not far above."""
     spec = ArchiveSpec(2, layout="v2", s1=True, difficulty="simple")
     generate_archive(tmp_path / "a", spec)
-    assert _taken(tmp_path / "a") <= spec.needs().disk <= 1.3 * _taken(tmp_path / "a")
+    taken = _taken(tmp_path / "a")
+    assert taken <= spec.needs().disk <= 1.05 * taken + sizes.ARCHIVE_EXTRA
 
 
 @pytest.mark.fault
