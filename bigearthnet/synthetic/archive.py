@@ -73,7 +73,7 @@ from bigearthnet.synthetic.render import (
     representative43,
 )
 from bigearthnet.synthetic.tiff import write_band, write_jobs
-from bigearthnet.synthetic.truth_table import write_truth
+from bigearthnet.synthetic.truth_table import TRUTH_FILE, write_truth
 
 __all__ = [
     "LAYOUTS",
@@ -318,8 +318,12 @@ def _run_jobs(root: str, seed: int, jobs: list[PatchJob], workers: int) -> None:
 
 
 # What a folder of this command is; --overwrite replaces only such a folder (issue #46 D07:
-# it emptied a folder of the user's files and replaced a copy of a shards folder).
-OWNER = Owner("bigearthnet-synth", ".bigearthnet-synth", replace_flag="--overwrite")
+# it emptied a folder of the user's files and replaced a copy of a shards folder). Made
+# before marks: a realistic v2 archive (truth.parquet, which no real archive holds).
+OWNER = Owner(
+    "bigearthnet-synth", ".bigearthnet-synth", replace_flag="--overwrite", signature=TRUTH_FILE,
+    names=frozenset({V2_S2_DIR, V2_S1_DIR, V2_METADATA, V2_SNOW_CLOUD}),
+)  # fmt: skip
 MAX_PATCHES = 1_000_000  # more than the real archive holds (590,326 v1 patches)
 
 

@@ -478,6 +478,26 @@ def test_overwrite_never_replaces_a_folder_it_did_not_make(
 
 
 @pytest.mark.bad_input
+def test_overwrite_replaces_a_realistic_v2_archive_made_before_marks(
+    tmp_path, reported_errors, bad_input_row
+):
+    """make demo's archive of an earlier version: truth.parquet (no real archive holds it)
+    beside the v2 layout; a real reBEN archive (no truth.parquet) is never replaced."""
+    out = tmp_path / "archive"
+    assert main([str(out), "--patches", "4", "--layout", "v2"]) == 0
+    (out / synthetic.OWNER.mark).unlink()
+    code = main([str(out), "--patches", "4", "--layout", "v2", "--seed", "1", "--overwrite"])
+    assert code == 0 and (out / synthetic.OWNER.mark).is_file()
+    (out / synthetic.OWNER.mark).unlink()
+    (out / "truth.parquet").unlink()  # now it looks like a real archive
+    assert main([str(out), "--patches", "4", "--layout", "v2", "--overwrite"]) == 2
+    assert "is no folder of bigearthnet-synth" in reported_errors()[-1]
+    verdict = "replaced (truth.parquet says it is synthetic); a real archive never"
+    bad_input_row("OUT a realistic v2 archive of an earlier version (no mark), --overwrite",
+                  "bigearthnet-synth OUT --overwrite", code, verdict)  # fmt: skip
+
+
+@pytest.mark.bad_input
 @pytest.mark.parametrize("out", ["", ".", ".."])
 def test_an_out_the_user_stands_in_is_refused_when_parsed(
     tmp_path, monkeypatch, reported_errors, bad_input_row, out
