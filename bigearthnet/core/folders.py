@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bigearthnet.core.errors import ConfigError, InputError
-from bigearthnet.core.util import fsync_tree
+from bigearthnet.core.util import flush_folder, fsync_tree
 
 log = logging.getLogger("bigearthnet")  # the ranks' logger where set up, else stderr
 PARTIAL, REPLACED = "partial", "replaced"
@@ -182,7 +182,7 @@ def publishing(out: Path, owner: Owner, *, replace: bool = False) -> Iterator[Pa
     try:
         (work / owner.mark).write_text(mark_text(owner.made_by), encoding="utf-8")
         yield work
-        fsync_tree(work)  # the data on disk before the name
+        flush_folder(work)  # the data on disk before the name
         _swap(work, out, owner, replace)
     finally:
         if work.exists():
