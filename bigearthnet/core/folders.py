@@ -221,14 +221,17 @@ class WorkFolder:
 
     def writer_gone(self) -> bool:
         """True only when provable: the writer ran on this host and no process of its PID
-        started before the folder was last written (a later one reused the PID)."""
+        runs that started before the folder was last written (a later one reused the PID;
+        a killed one not yet reaped is a zombie)."""
         import psutil
 
         if self.host != _host():
             return False
         try:
-            started = psutil.Process(self.pid).create_time()
-            written = self.path.stat().st_mtime
+            writer = psutil.Process(self.pid)
+            if writer.status() == psutil.STATUS_ZOMBIE:
+                return True
+            started, written = writer.create_time(), self.path.stat().st_mtime
         except psutil.NoSuchProcess:
             return True
         except (psutil.Error, OSError):

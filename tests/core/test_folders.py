@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import psutil
 import pytest
 from helpers import REPO
 
@@ -202,3 +203,18 @@ def _is(tree: dict[str, bytes] | None, which: str, whole: dict) -> bool:
     if which == "old":
         return tree == whole["old"]
     return tree.get("data.txt") == b"new" * 100_000
+
+
+def test_a_killed_writer_not_yet_reaped_is_gone(tmp_path):
+    """SIGKILL leaves a zombie until its parent reaps it: its partial is already dead."""
+    out = tmp_path / "out"
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        partial = _leftover(out, "partial", child.pid)
+        child.kill()
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+            pass
+        _publish(out, "new")
+        assert not partial.exists()
+    finally:
+        child.wait()
