@@ -220,9 +220,10 @@ def write_demo_scene(out: Path, spec: DemoScene) -> tuple[Path, SceneTruth]:
     an empty folder), built beside it and renamed into place; returns the scene's path (what
     ``bigearthnet-map scene`` takes) and its truth. InputError, before anything is written,
     for a path that exists or a scene too large for the disk or the memory."""
-    if spec.layout == "stack" and Path(out).exists():
+    out, stack = Path(out), spec.layout == "stack"  # a stack is a file, the rest folders
+    if stack and out.exists():
         raise InputError(f"{out}: exists; choose a new path")
-    if spec.layout != "stack":
+    if not stack:
         check_output(out, OWNER)
     check_room(out, spec.needs())
     truth = spec.truth()
@@ -231,14 +232,14 @@ def write_demo_scene(out: Path, spec: DemoScene) -> tuple[Path, SceneTruth]:
         return write_scene(path, truth, seed=spec.seed, layout=spec.layout,
                            difficulty=spec.difficulty)  # fmt: skip
 
-    if spec.layout == "stack":
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
+    if stack:
+        out.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(out) as tmp:
             write(tmp)
-        return Path(out), truth
+        return out, truth
     with publishing(out, OWNER) as work:
         scene = write(work)
-    return Path(out) / scene.relative_to(work), truth
+    return out / scene.relative_to(work), truth
 
 
 def write_scene(
