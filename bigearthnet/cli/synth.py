@@ -19,9 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-from bigearthnet.cli.common import Command, Parser, declared_parser, dispatch
+from bigearthnet.cli.common import Command, Parser, checked, declared_parser, dispatch
 from bigearthnet.core.declare import from_args
-from bigearthnet.core.errors import UsageError
+from bigearthnet.core.folders import folder_path, require_outside_cwd
 from bigearthnet.synthetic.archive import ArchiveSpec
 from bigearthnet.synthetic.region import RegionSpec
 from bigearthnet.synthetic.scene import DemoScene
@@ -34,7 +34,10 @@ def _writer(prog: str, description: str, declared: type, out_help: str):
 
     def build() -> Parser:
         parser = declared_parser(prog, description, declared)
-        parser.add_argument("out", metavar="OUT", type=Path, help=out_help)
+        # Refused when parsed: "" and "." (the working directory) or ".." (a folder holding
+        # it) cannot be built beside and renamed (issue #46 D19: they failed after the work).
+        parser.add_argument("out", metavar="OUT", type=checked(require_outside_cwd, folder_path),
+                            help=out_help)  # fmt: skip
         return parser
 
     return build
@@ -99,14 +102,10 @@ def _generate(args: argparse.Namespace) -> None:
 
 def _scene(args: argparse.Namespace) -> None:
     from bigearthnet.core import constants
-    from bigearthnet.synthetic.scene import write_scene
+    from bigearthnet.synthetic.scene import write_demo_scene
 
     spec = from_args(DemoScene, args)
-    if args.out.exists():
-        raise UsageError(f"{args.out}: exists; choose a new path")
-    truth = spec.truth()
-    scene = write_scene(args.out, truth, seed=spec.seed, layout=spec.layout,
-                        difficulty=spec.difficulty)  # fmt: skip
+    scene, truth = write_demo_scene(args.out, spec)
     names = constants.CLASSES_19
     print(f"wrote a {truth.size} x {truth.size} px {spec.layout} scene to {scene}; "
           "land cover by row:")  # fmt: skip

@@ -28,6 +28,9 @@ PATCH_SIZE = 120
 PATCH_METRES = 1200
 """Ground side length of one patch in metres."""
 
+S2_TILE_PX = 10980
+"""Side length in 10 m pixels of a Sentinel-2 product: one MGRS tile of 109.8 km."""
+
 BANDS: tuple[str, ...] = (
     "B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "B11", "B12",
 )  # fmt: skip

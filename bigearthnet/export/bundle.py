@@ -3,15 +3,15 @@
 ``savedmodel/``  (serving signature: uint16 patches -> probabilities), ``model.onnx`` (the same,
 checked with onnxruntime), ``model_card.md``, ``item.json`` (STAC + MLM) and ``export.json``
 (:mod:`bigearthnet.formats.exported`). Everything is written into a hidden folder beside
-``OUT`` and renamed into place at the end: an interrupted export leaves no folder that looks
-complete.
+``OUT`` and renamed into place at the end (:func:`bigearthnet.core.folders.publishing`): an
+interrupted export leaves no folder that looks complete, and ``--force`` replaces only an
+export folder.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 import shutil
 import time
@@ -23,11 +23,12 @@ import tensorflow as tf
 
 from bigearthnet.core import distributed
 from bigearthnet.core.errors import InputError, RunFailed
-from bigearthnet.core.util import atomic_write_text, fsync_tree, temp_sibling
+from bigearthnet.core.folders import publishing
+from bigearthnet.core.util import atomic_write_text
 from bigearthnet.evaluation.summary import EvalSummary, read_metrics
 from bigearthnet.export.card import RunFacts, render_card
 from bigearthnet.export.onnx_model import OnnxModel, OnnxUnavailable, export_onnx
-from bigearthnet.export.options import FORMATS, ExportOptions
+from bigearthnet.export.options import FORMATS, OWNER, ExportOptions
 from bigearthnet.export.serving import ServingModule, probe_batch, save_savedmodel
 from bigearthnet.export.stac import (
     build_item,
@@ -64,20 +65,13 @@ def export_run(opts: ExportOptions) -> ExportSummary:
     loaded = load_model(run_dir, opts.checkpoint, stats_from)
     trained_on = training_data(loaded.config, loaded.record)  # card facts, when still there
     evaluation, notes = _evaluation(run_dir, loaded, eval_dir)
-    tmp = temp_sibling(out, "partial")
-    tmp.mkdir()
-    try:
-        onnx, sizes = _write_models(tmp, loaded, opts.formats, notes)
+    with publishing(out, OWNER, replace=opts.force) as work:
+        onnx, sizes = _write_models(work, loaded, opts.formats, notes)
         info = _export_info(loaded, trained_on, evaluation, opts.name, onnx, sizes)
         facts = _run_facts(run_dir, loaded, trained_on, evaluation)
-        atomic_write_text(tmp / exported.CARD_FILE, render_card(info, facts))
-        _write_item(tmp, info, loaded, trained_on)
-        write_export_info(tmp, info)  # last: its presence marks a complete export
-        fsync_tree(tmp)
-        _publish(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        atomic_write_text(work / exported.CARD_FILE, render_card(info, facts))
+        _write_item(work, info, loaded, trained_on)
+        write_export_info(work, info)  # last: its presence marks a complete export
     return ExportSummary(out, info, sizes, time.perf_counter() - started, notes)
 
 
@@ -222,15 +216,3 @@ def _write_item(
     body = item.to_dict(include_self_link=False)
     validate_item(body)
     atomic_write_text(folder / exported.STAC_FILE, json.dumps(body, indent=2) + "\n")
-
-
-def _publish(tmp: Path, out: Path) -> None:
-    """Rename the finished folder into place (an existing OUT, --force, goes only after)."""
-    old = None
-    if out.exists():
-        old = temp_sibling(out, "replaced")
-        os.replace(out, old)
-    os.replace(tmp, out)
-    fsync_tree(out.parent, recurse=False)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

@@ -10,12 +10,21 @@ from pathlib import Path
 
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import ConfigError, InputError
+from bigearthnet.core.folders import Owner, check_output, folder_path, require_outside_cwd
 from bigearthnet.core.util import overlapping
 from bigearthnet.export.stac import MODEL_NAME_PATTERN
+from bigearthnet.formats import exported
 from bigearthnet.inference.predictor import STATS_FROM_HELP
 from bigearthnet.inference.run_checkpoint import run_checkpoint
 
 FORMATS = ("savedmodel", "onnx")
+# An export folder: its mark, or (made before marks) export.json beside the model files.
+OWNER = Owner(
+    "bigearthnet-export", ".bigearthnet-export", option="--out", replace_flag="--force",
+    signature=exported.INFO_FILE,
+    names=frozenset({exported.SAVEDMODEL_DIR, exported.ONNX_FILE, exported.CARD_FILE,
+                     exported.STAC_FILE}),
+)  # fmt: skip
 
 
 def parse_formats(text: str) -> tuple[str, ...]:
@@ -44,7 +53,8 @@ class ExportOptions:
     """Which checkpoint of which run is exported, as what, and where."""
 
     run_dir: Path = option(help="run folder made by train.py", positional=True, metavar="RUN")
-    out: Path = option(help="the export folder", metavar="DIR")
+    out: Path = option(help="the export folder", metavar="DIR", parse=folder_path,
+                       check=require_outside_cwd)  # fmt: skip
     checkpoint: str = option(
         "best", "best, latest, or PATH of a checkpoint folder / ckpt prefix",
         metavar="best|latest|PATH",
@@ -62,7 +72,8 @@ class ExportOptions:
         None, "the model's name in the card and the STAC item (default: "
         "bigearthnet-MODEL-Cc-RUNNAME-eEPOCH)", check=model_name,
     )  # fmt: skip
-    force: bool = option(False, "replace an existing, non-empty DIR")
+    force: bool = option(False, "replace DIR if it is an export folder (never a folder of "
+                         "anything else)")  # fmt: skip
     stats_from: Path | None = option(None, STATS_FROM_HELP, metavar="SHARDS")
 
     def __post_init__(self) -> None:
@@ -85,8 +96,5 @@ class ExportOptions:
             )
         if not out.parent.is_dir():
             raise InputError(f"{out}: its parent folder does not exist")
-        if out.exists() and not out.is_dir():
-            raise InputError(f"{out}: exists and is not a folder")
-        if out.is_dir() and any(out.iterdir()) and not self.force:
-            raise InputError(f"{out}: exists and is not empty (--force replaces it)")
+        check_output(out, OWNER, replace=self.force)
         run_checkpoint(self.run_dir, self.checkpoint)

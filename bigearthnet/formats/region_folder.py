@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
+import logging
 import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from bigearthnet.core.errors import InputError
-from bigearthnet.core.folders import claim_folder
+from bigearthnet.core.folders import claim_folder, remove_folders, work_folder, work_folders
 from bigearthnet.core.util import atomic_write_json
 
 MARK = ".bigearthnet-region"
@@ -48,7 +48,8 @@ PRODUCTS = (
     "areas.csv",
     "transitions.csv",
 )
-STAGING_PREFIX = ".products-"
+STAGING_PREFIX = ".products-"  # then the builder's PID, host and a token
+log = logging.getLogger("bigearthnet")
 
 
 class RegionFolderError(InputError):
@@ -169,11 +170,14 @@ def scene_map_path(out: Path, scene: str | Path, tile: str, date: dt.date) -> Pa
 
 
 def staging(out: Path) -> Path:
-    """A fresh hidden folder in ``out`` to build the products in (earlier ones removed: a
-    killed build leaves one behind)."""
-    for stale in out.glob(f"{STAGING_PREFIX}*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    folder = out / f"{STAGING_PREFIX}{os.getpid()}-{os.urandom(4).hex()}"
+    """A fresh hidden folder in ``out`` to build the products in. An earlier one is removed
+    when the process that built it is gone (a killed build leaves one behind) or is this one
+    (a build that failed); one that a live process may still be building stays."""
+    stale = [w for w in work_folders(out, STAGING_PREFIX) if w.writer_gone() or w.of_this_process()]
+    if stale:
+        log.warning("%s: removed the products of an interrupted build: %s", out,
+                    remove_folders(stale))  # fmt: skip
+    folder = work_folder(out, STAGING_PREFIX)
     folder.mkdir()
     return folder
 

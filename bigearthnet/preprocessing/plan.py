@@ -21,6 +21,7 @@ import numpy as np
 from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import ConfigError, require_non_negative_int, require_positive_int
+from bigearthnet.core.folders import folder_path
 from bigearthnet.formats.shards import (
     FORMAT_VERSION,
     shard_name,
@@ -56,8 +57,9 @@ class Options:
         help="archive root (v1: patch folders; v2: folder with metadata.parquet and "
         "BigEarthNet-S2/)", positional=True, metavar="ARCHIVE",
     )  # fmt: skip
-    out: Path = option(help="output folder for shards, manifest.json, rejects.csv",
-                       positional=True, metavar="OUT")  # fmt: skip
+    out: Path = option(help="output folder for shards, manifest.json, rejects.csv (new, "
+                       "empty, or one this command wrote)", positional=True, metavar="OUT",
+                       parse=folder_path)  # fmt: skip
     version: str = option("auto", "archive layout; auto detects it", choices=("auto", "v1", "v2"))
     splits_dir: Path | None = option(
         None, "folder with official train.csv, val.csv, test.csv (patch names in the first "

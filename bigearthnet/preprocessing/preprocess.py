@@ -39,6 +39,7 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.core.errors import RunFailed, UsageError
+from bigearthnet.core.folders import claim_folder
 from bigearthnet.core.util import atomic_write_json, overlapping, write_csv
 from bigearthnet.formats.shards import (
     MANIFEST,
@@ -50,6 +51,11 @@ from bigearthnet.formats.shards import (
 )
 from bigearthnet.preprocessing.assembly import write_shard
 from bigearthnet.preprocessing.plan import PARTS, Options, Plan, ShardPlan, make_plan
+
+MARK = ".bigearthnet-preprocess"  # OUT/: the mark of a shards folder this command made
+# What this command writes into OUT (a folder made before marks holds only these): shards,
+# their temporary files, the sidecars, the manifest and the rejects.
+OWN_NAMES = ("*.h5", ".*.tmp-*", PARTS, MANIFEST, REJECTS)
 
 
 def run(opts: Options, argv: list[str] | None = None) -> int:
@@ -106,6 +112,9 @@ def run(opts: Options, argv: list[str] | None = None) -> int:
 
 def _prepare_out(opts: Options) -> None:
     try:
+        # Shards go only where this command writes: never beside the user's files (#46).
+        claim_folder(opts.out, mark=MARK, made_by="bigearthnet-preprocess", option="OUT",
+                     own_names=OWN_NAMES, error=UsageError)  # fmt: skip
         if opts.overwrite and opts.out.exists():
             _clear_outputs(opts.out)
         (opts.out / PARTS).mkdir(parents=True, exist_ok=True)

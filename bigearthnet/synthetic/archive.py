@@ -27,8 +27,9 @@ by :mod:`bigearthnet.synthetic.render`.
 
 The archive seed only decides tiles, names, dates, which patches get which classes, region
 shapes, textures and noise. Same seed -> byte-identical GeoTIFFs and identical metadata,
-whatever ``workers`` is. Output is written to a temporary directory beside OUT and renamed at
-the end, so an interrupted run never leaves a complete-looking OUT.
+whatever ``workers`` is. Output is written to a folder beside OUT and renamed at the end
+(:func:`bigearthnet.core.folders.publishing`), so an interrupted run never leaves a
+complete-looking OUT, and ``--overwrite`` replaces only an archive this command made.
 """
 
 from __future__ import annotations
@@ -40,9 +41,7 @@ import json
 import math
 import multiprocessing
 import os
-import shutil
 import sys
-import uuid
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,9 +57,12 @@ from bigearthnet.core.constants import (
     PATCH_METRES,
 )
 from bigearthnet.core.declare import check_fields, option
-from bigearthnet.core.errors import UsageError, require_non_negative_int, require_positive_int
+from bigearthnet.core.errors import ConfigError, require_non_negative_int, require_positive_int
+from bigearthnet.core.folders import Owner, check_output, publishing
+from bigearthnet.core.room import Needs, check_room
 from bigearthnet.preprocessing.archive import V2_METADATA, V2_S2_DIR, V2_SNOW_CLOUD
 from bigearthnet.preprocessing.sentinel1 import PAIR_KEY, V1_S1_ARCHIVE, V2_S1_DIR
+from bigearthnet.synthetic import sizes
 from bigearthnet.synthetic.landscape import plan_patch, v1_classes
 from bigearthnet.synthetic.places import Tile, plan_tiles, region_of, stamp, utm_wkt
 from bigearthnet.synthetic.reben_stats import CLOUD_SHARE, SNOW_SHARE, SPLIT_SHARE
@@ -71,7 +73,7 @@ from bigearthnet.synthetic.render import (
     representative43,
 )
 from bigearthnet.synthetic.tiff import write_band, write_jobs
-from bigearthnet.synthetic.truth_table import write_truth
+from bigearthnet.synthetic.truth_table import TRUTH_FILE, write_truth
 
 __all__ = [
     "LAYOUTS",
@@ -315,38 +317,31 @@ def _run_jobs(root: str, seed: int, jobs: list[PatchJob], workers: int) -> None:
             pass
 
 
-def _is_nonempty_dir(path: Path) -> bool:
-    return path.is_dir() and any(path.iterdir())
+# What a folder of this command is; --overwrite replaces only such a folder (issue #46 D07:
+# it emptied a folder of the user's files and replaced a copy of a shards folder). Made
+# before marks: a realistic v2 archive (truth.parquet, which no real archive holds).
+OWNER = Owner(
+    "bigearthnet-synth", ".bigearthnet-synth", replace_flag="--overwrite", signature=TRUTH_FILE,
+    names=frozenset({V2_S2_DIR, V2_S1_DIR, V2_METADATA, V2_SNOW_CLOUD}),
+)  # fmt: skip
+MAX_PATCHES = 1_000_000  # more than the real archive holds (590,326 v1 patches)
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out} exists and is not a directory")
-    if _is_nonempty_dir(out) and not overwrite:
-        raise UsageError(f"{out} exists and is not empty (use --overwrite to replace it)")
-
-
-def _publish(tmp: Path, out: Path, overwrite: bool) -> None:
-    """Move the finished archive into place; an old OUT is removed only after the swap."""
-    if _is_nonempty_dir(out):
-        if not overwrite:
-            raise UsageError(f"{out} exists and is not empty (use --overwrite to replace it)")
-        trash = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:12]}"
-        os.rename(out, trash)
-        os.rename(tmp, out)
-        shutil.rmtree(trash)
-        return
-    if out.is_dir():
-        out.rmdir()
-    os.rename(tmp, out)
+def _patch_count(flag: str, value: int) -> int:
+    require_positive_int(flag, value)
+    if value > MAX_PATCHES:
+        raise ConfigError(
+            f"{flag} {value}: at most {MAX_PATCHES:,} (more than the real archive's 590,326)"
+        )
+    return value
 
 
 @dataclass(frozen=True)
 class ArchiveSpec:
     """What ``generate_archive`` writes; declared once: ``bigearthnet-synth``'s options."""
 
-    patches: int = option(100, "number of patches to generate", check=require_positive_int,
-                          short="-n", metavar="N")  # fmt: skip
+    patches: int = option(100, f"number of patches to generate, at most {MAX_PATCHES:,}",
+                          check=_patch_count, short="-n", metavar="N")  # fmt: skip
     layout: str = option(
         "v1", "v1: one folder per patch with a labels JSON (43 classes); v2: reBEN "
         "BigEarthNet-S2/<tile>/<patch>/ folders plus metadata parquet files (19 classes, "
@@ -359,8 +354,9 @@ class ArchiveSpec:
         check=require_positive_int, short="-j", metavar="W",
     )  # fmt: skip
     overwrite: bool = option(
-        False, "replace OUT if it exists and is not empty (the old one is removed only at the end)"
-    )
+        False, "replace OUT if it is an archive of this command (the old one is removed only "
+        "at the end); a folder of anything else is never replaced",
+    )  # fmt: skip
     s1: bool = option(
         False, "also Sentinel-1 VV/VH (float32 dB) of the same regions: v2 in "
         "OUT/BigEarthNet-S1, v1 as the S1 v1.0 archive OUT/BigEarthNet-S1-v1.0 (preprocess "
@@ -376,31 +372,29 @@ class ArchiveSpec:
     def __post_init__(self) -> None:
         check_fields(self)
 
+    def needs(self) -> Needs:
+        return sizes.archive_needs(self.patches, self.workers, self.s1)
+
 
 def generate_archive(out_dir: os.PathLike | str, spec: ArchiveSpec) -> list[SyntheticPatch]:
     """Write the synthetic archive ``spec`` describes to ``out_dir``; with ``spec.s1`` also
     its Sentinel-1 patches (v2: ``OUT/BigEarthNet-S1/``; v1: the S1 v1.0 archive as
     ``OUT/BigEarthNet-S1-v1.0/``, paired through its labels JSON).
 
-    Returns the patches in generation order. Raises UsageError if ``out_dir`` is a file, or a
-    non-empty directory without ``spec.overwrite``.
+    Returns the patches in generation order. Raises InputError if ``out_dir`` is a file, a
+    folder of something else, an archive of this command without ``spec.overwrite``, or too
+    large for its disk or this machine's memory.
     """
     out = Path(out_dir)
-    _check_out(out, spec.overwrite)
+    check_output(out, OWNER, replace=spec.overwrite)
+    check_room(out, spec.needs())
     layout, seed = spec.layout, spec.seed
     patches, jobs, rows = plan_archive(spec.patches, layout, seed, spec.s1, spec.difficulty)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # Build beside OUT (same file system, so the final rename is atomic).
-    tmp = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:12]}"
-    tmp.mkdir()
-    try:
-        _run_jobs(str(tmp), seed, jobs, spec.workers)
+    # Built beside OUT (same file system, so the final rename is atomic).
+    with publishing(out, OWNER, replace=spec.overwrite) as work:
+        _run_jobs(str(work), seed, jobs, spec.workers)
         if layout == "v2":
-            _write_v2_metadata(tmp, rows)
+            _write_v2_metadata(work, rows)
         if spec.difficulty == "realistic":
-            write_truth(tmp, [p.name for p in patches], [job.truth or () for job in jobs])
-        _publish(tmp, out, spec.overwrite)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            write_truth(work, [p.name for p in patches], [job.truth or () for job in jobs])
     return patches

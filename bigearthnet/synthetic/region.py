@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,9 +37,12 @@ from rasterio.warp import transform
 
 from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
-from bigearthnet.core.errors import ConfigError, InputError, require_non_negative_int
+from bigearthnet.core.errors import ConfigError, require_non_negative_int
+from bigearthnet.core.folders import Owner, check_output, publishing
+from bigearthnet.core.room import Needs, check_room
 from bigearthnet.core.util import atomic_write_json
 from bigearthnet.synthetic import region_cover as cover
+from bigearthnet.synthetic import sizes
 from bigearthnet.synthetic.archive import DIFFICULTIES
 from bigearthnet.synthetic.places import region_of
 from bigearthnet.synthetic.scene import Looks, render_classes, write_bands
@@ -56,36 +58,51 @@ FIRST_DATE = dt.date(2020, 3, 15)
 MIN_BLOCK = constants.PATCH_SIZE * 10.0  # metres: one BigEarthNet patch
 MAX_BLOCK = 100_000.0  # metres: larger than any region this writes, a block of one class
 DAYS_BETWEEN = 30
+MAX_YEARS = 20  # a series longer than Sentinel-2's archive is no series anyone maps
+MAX_DATES = MAX_YEARS * 365 // DAYS_BETWEEN + 1  # 244
+ROW_LETTERS = {32: "UVWXYZ", 33: "PQRSTU"}  # the 100 km rows a tile is named in, per zone
+MAX_TILES = 2 * len(ROW_LETTERS[32])  # two zones x six rows of tiles
+OWNER = Owner("bigearthnet-synth region", ".bigearthnet-synth-region")
 MIXED = ("safe", "zarr", "stac", "stac-pc", "tif")  # --layout mixed: scene i is MIXED[i % 5]
 REGION_LAYOUTS = ("tif", "safe", *FORM_LAYOUTS, "mixed")
 
 
 def _even_tiles(flag: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 2 or value % 2:
-        raise ConfigError(f"{flag} {value}: an even number >= 2 (two UTM zones)")
+    if not _whole(value) or value < 2 or value % 2 or value > MAX_TILES:
+        raise ConfigError(f"{flag} {value}: an even number from 2 to {MAX_TILES} (two UTM zones, "
+                          f"{MAX_TILES // 2} rows of 100 km tiles named in each)")  # fmt: skip
     return value
 
 
 def _enough_dates(flag: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 5:
-        raise ConfigError(f"{flag} {value}: at least 5 (changes need two dates each side)")
+    if not _whole(value) or not 5 <= value <= MAX_DATES:
+        raise ConfigError(f"{flag} {value}: from 5 (changes need two dates each side) to "
+                          f"{MAX_DATES} ({MAX_YEARS} years of dates {DAYS_BETWEEN} days "
+                          "apart)")  # fmt: skip
     return value
 
 
 def _tile_size(flag: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value % 120 or value < 240:
-        raise ConfigError(f"{flag} {value}: a multiple of 120 px, at least 240")
+    if not _whole(value) or value % 120 or not 240 <= value <= constants.S2_TILE_PX:
+        raise ConfigError(f"{flag} {value}: a multiple of 120 px from 240 to "
+                          f"{constants.S2_TILE_PX} (a Sentinel-2 tile, 109.8 km)")  # fmt: skip
     return value
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
 class RegionSpec:
     """A synthetic region; its fields are ``bigearthnet-synth region``'s options."""
 
-    tiles: int = option(4, "tiles, an even number: half in each UTM zone", check=_even_tiles,
-                        metavar="N")  # fmt: skip
-    dates: int = option(6, "acquisition dates, at least 5", check=_enough_dates, metavar="M")
-    size: int = option(720, "tile side in 10 m px, a multiple of 120", check=_tile_size,
+    tiles: int = option(4, f"tiles, an even number up to {MAX_TILES}: half in each UTM zone",
+                        check=_even_tiles, metavar="N")  # fmt: skip
+    dates: int = option(6, f"acquisition dates {DAYS_BETWEEN} days apart, 5 to {MAX_DATES}",
+                        check=_enough_dates, metavar="M")  # fmt: skip
+    size: int = option(720, "tile side in 10 m px, a multiple of 120 up to "
+                       f"{constants.S2_TILE_PX} (a Sentinel-2 tile)", check=_tile_size,
                        metavar="PX")  # fmt: skip
     block: float = option(3600.0, "side of a land-cover block in metres, from 1200 (one "
                           "patch) to 100,000", metavar="M")  # fmt: skip
@@ -112,17 +129,28 @@ class RegionSpec:
                 f"{MAX_BLOCK:.0f}"
             )
 
+    def needs(self) -> Needs:
+        """Its scenes on disk, one tile's rendering and the truth (blocks x dates) in memory."""
+        rows = self.tiles // 2
+        side = self.size * 10.0
+        extent = (2 * side, rows * side)  # metres, a bound: tiles overlap, the grid is tilted
+        blocks = np.prod([np.ceil(e / self.block) + 2 for e in extent])
+        sized_by = f"--tiles {self.tiles} --dates {self.dates} --size {self.size}"
+        return sizes.region_needs(self.tiles * self.dates, self.size, int(blocks) * self.dates,
+                                  sized_by)  # fmt: skip
+
 
 def generate_region(out: Path, spec: RegionSpec) -> dict:
-    """Write the region to ``out`` (which must not exist or be empty); returns the truth."""
-    _check(out)
+    """Write the region to ``out`` (a new path, or an empty folder), built beside it and
+    renamed into place; returns the truth. InputError, before anything is written, for a
+    folder that holds anything, or a region too large for the disk or the memory."""
+    check_output(out, OWNER)
+    check_room(out, spec.needs())
     rng = np.random.default_rng(spec.seed)
     tiles = _tiles(spec)
     truth = _truth(spec, tiles, rng)
     dates = [FIRST_DATE + dt.timedelta(days=DAYS_BETWEEN * d) for d in range(spec.dates)]
-    tmp = out.with_name(f".{out.name}.partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with publishing(out, OWNER) as tmp:
         scenes: list[dict] = []
         for tile in tiles:
             block_of, feature = pixel_cover(tile, spec, truth)
@@ -147,18 +175,7 @@ def generate_region(out: Path, spec: RegionSpec) -> dict:
                                "path": path.relative_to(tmp).as_posix()})  # fmt: skip
         body = _truth_json(spec, tiles, truth, dates, scenes)
         atomic_write_json(tmp / "truth.json", body)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out.exists():
-        out.rmdir()
-    tmp.rename(out)
     return body
-
-
-def _check(out: Path) -> None:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise InputError(f"{out}: exists and is not an empty folder")
 
 
 def _tiles(spec: RegionSpec) -> list[dict]:
@@ -176,7 +193,7 @@ def _tiles(spec: RegionSpec) -> list[dict]:
             (ux,), (uy,) = transform(TRUTH_CRS, f"EPSG:{epsg}", [x], [y])
             left = round((ux - side / 2) / 60) * 60
             top = round((uy + side / 2) / 60) * 60
-            name = f"{zone}{letters}{'UVWXYZ'[row] if zone == 32 else 'PQRSTU'[row]}"
+            name = f"{zone}{letters}{ROW_LETTERS[zone][row]}"
             tiles.append({"name": name, "epsg": epsg, "left": float(left), "top": float(top),
                           "side": side})  # fmt: skip
     return tiles

@@ -25,9 +25,17 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
-from bigearthnet.core.errors import require_non_negative_int, require_positive_int
+from bigearthnet.core.errors import (
+    ConfigError,
+    InputError,
+    require_non_negative_int,
+    require_positive_int,
+)
+from bigearthnet.core.folders import Owner, check_output, publishing
+from bigearthnet.core.room import Needs, check_room
+from bigearthnet.core.util import atomic_path
 from bigearthnet.maps.radiometry import BOA_ADD_OFFSET, REFLECTANCE_SCALE
-from bigearthnet.synthetic import spectra
+from bigearthnet.synthetic import sizes, spectra
 from bigearthnet.synthetic.archive import DIFFICULTIES
 from bigearthnet.synthetic.places import region_of
 from bigearthnet.synthetic.render import class_signatures
@@ -156,6 +164,19 @@ def _profile(
 # Classes the synthetic archive's tiny model tells apart well, in reading order.
 DEMO_CLASSES = (0, 2, 5, 8, 11, 13, 14, 16, 18, 9, 17, 3)
 SCENE_LAYOUTS = ("safe", "tif", "stack", *FORM_LAYOUTS)
+BLOCK_PX = 240
+MAX_BLOCKS = constants.S2_TILE_PX // BLOCK_PX  # 45: the scene is one product, one MGRS tile
+OWNER = Owner("bigearthnet-synth scene", ".bigearthnet-synth-scene")
+
+
+def _blocks(flag: str, value: int) -> int:
+    require_positive_int(flag, value)
+    if value > MAX_BLOCKS:
+        raise ConfigError(
+            f"{flag} {value}: at most {MAX_BLOCKS} (a Sentinel-2 product covers one MGRS tile "
+            f"of 109.8 km; a block is {BLOCK_PX * 10 / 1000} km)"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -170,8 +191,9 @@ class DemoScene:
         "stac, stac-pc: a STAC item (Earth Search's or Planetary Computer's style) in "
         "OUT/items/ with its COGs in OUT/assets/", choices=SCENE_LAYOUTS,
     )  # fmt: skip
-    blocks: int = option(3, "N x N land-cover squares of 240 px (3: a 7.2 km scene)",
-                         check=require_positive_int, metavar="N")  # fmt: skip
+    blocks: int = option(3, f"N x N land-cover squares of 240 px (3: a 7.2 km scene), at "
+                         f"most {MAX_BLOCKS}: one Sentinel-2 tile", check=_blocks,
+                         metavar="N")  # fmt: skip
     seed: int = option(0, "texture seed", check=require_non_negative_int, metavar="S")
     difficulty: str = option(
         "realistic", "realistic: the realistic archive's spectra (a model trained on "
@@ -186,7 +208,38 @@ class DemoScene:
         n = self.blocks
         cycle = [DEMO_CLASSES[i % len(DEMO_CLASSES)] for i in range(n * n)]
         classes = tuple(tuple(cycle[r * n : (r + 1) * n]) for r in range(n))
-        return SceneTruth(size=240 * n, block=240, border=0, classes=classes)
+        return SceneTruth(size=BLOCK_PX * n, block=BLOCK_PX, border=0, classes=classes)
+
+    def needs(self) -> Needs:
+        size = BLOCK_PX * self.blocks
+        return sizes.scene_needs(size, self.layout, f"--blocks {self.blocks}")
+
+
+def write_demo_scene(out: Path, spec: DemoScene) -> tuple[Path, SceneTruth]:
+    """``bigearthnet-synth scene``: the scene ``spec`` describes at ``out`` (a new path, or
+    an empty folder), built beside it and renamed into place; returns the scene's path (what
+    ``bigearthnet-map scene`` takes) and its truth. InputError, before anything is written,
+    for a path that exists or a scene too large for the disk or the memory."""
+    out, stack = Path(out), spec.layout == "stack"  # a stack is a file, the rest folders
+    if stack and out.exists():
+        raise InputError(f"{out}: exists; choose a new path")
+    if not stack:
+        check_output(out, OWNER)
+    check_room(out, spec.needs())
+    truth = spec.truth()
+
+    def write(path: Path) -> Path:
+        return write_scene(path, truth, seed=spec.seed, layout=spec.layout,
+                           difficulty=spec.difficulty)  # fmt: skip
+
+    if stack:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out) as tmp:
+            write(tmp)
+        return out, truth
+    with publishing(out, OWNER) as work:
+        scene = write(work)
+    return out / scene.relative_to(work), truth
 
 
 def write_scene(

@@ -3,13 +3,13 @@ folder (:mod:`bigearthnet.formats.weights_record`) the registry's models load.
 
 Reading, layout, channels, normalisation, head: each step refuses what does not fit in one
 line naming the file, and every adaptation is kept in the record and printed. The folder is
-written beside ``out`` and renamed into place when complete.
+written beside ``out`` and renamed into place when complete
+(:func:`bigearthnet.core.folders.publishing`); ``--force`` replaces only a folder this
+command made.
 """
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,13 @@ import numpy as np
 from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import InputError
+from bigearthnet.core.folders import (
+    Owner,
+    check_output,
+    folder_path,
+    publishing,
+    require_outside_cwd,
+)
 from bigearthnet.core.util import first_line, overlapping, sha256_file
 from bigearthnet.formats import weights_record
 from bigearthnet.formats.weights_record import WeightsRecord
@@ -43,7 +50,8 @@ class WeightsOptions:
         positional=True,
         metavar="SRC",
     )
-    out: Path = option(help="the folder to write", metavar="DIR")
+    out: Path = option(help="the folder to write", metavar="DIR", parse=folder_path,
+                       check=require_outside_cwd)  # fmt: skip
     source: str = option(
         "timm", "who published it: sets the channels, normalisation and head order", choices=SOURCES
     )
@@ -58,7 +66,8 @@ class WeightsOptions:
         "keep a classifier head; --no-head imports the backbone alone (needed for a head of "
         "another class count than 19 or 43, e.g. ImageNet's 1000)",
     )
-    force: bool = option(False, "replace an existing, non-empty --out")
+    force: bool = option(False, "replace --out if this command made it (never a folder of "
+                         "anything else)")  # fmt: skip
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -117,42 +126,30 @@ def convert_file(opts: WeightsOptions) -> Converted:
     return Converted(record, layout, layers)
 
 
+# An imported weights folder: its mark, or (made before marks) weights.json and weights.h5.
+OWNER = Owner(
+    "bigearthnet-weights import", ".bigearthnet-weights", option="--out", replace_flag="--force",
+    signature=weights_record.RECORD_FILE, names=frozenset({weights_record.WEIGHTS_FILE}),
+)  # fmt: skip
+
+
 def import_weights(opts: WeightsOptions) -> WeightsRecord:
     """Convert ``opts.src`` and write the weights folder ``opts.out``; returns its record."""
-    check_out(opts.src, opts.out, opts.force)
+    check_out(opts.src, opts.out, opts.force, OWNER)
     converted = convert_file(opts)
-
-    def write(folder: Path) -> None:
+    with publishing(Path(opts.out), OWNER, replace=opts.force) as folder:
         keras_model(converted).save_weights(str(folder / weights_record.WEIGHTS_FILE))
         weights_record.write(folder, converted.record)
-
-    write_beside(Path(opts.out), write)
     return converted.record
 
 
-def check_out(src: str | Path, out: str | Path, force: bool) -> None:
-    """InputError when writing ``out`` could overwrite ``src`` or a folder not asked for."""
+def check_out(src: str | Path, out: str | Path, force: bool, owner: Owner) -> None:
+    """InputError when writing ``out`` could overwrite ``src`` or a folder ``owner`` did not
+    make, or replace one of its own without ``force``."""
     clash = overlapping(out, {"SRC": src}, replaces=force)
     if clash:
         raise InputError(f"--out {out} would overwrite {clash}")
-    if Path(out).exists() and any(Path(out).iterdir()) and not force:
-        raise InputError(f"{out}: exists and is not empty (--force replaces it)")
-
-
-def write_beside(out: Path, write: Callable[[Path], None]) -> None:
-    """``write`` a folder beside ``out`` and rename it into place when complete: an
-    interrupted import leaves no folder that looks whole."""
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        write(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    check_output(Path(out), owner, replace=force)
 
 
 def keras_model(converted: Converted):  # -> tf.keras.Model (TensorFlow imported here only)

@@ -5,7 +5,8 @@ The folder holds what a training run leaves for them: ``config.yaml`` (model, la
 source file as ``init_weights``), one checkpoint whose pointer (``best.json``, epoch 0)
 records the model's inputs - channels, the source's normalisation in the shards' codes,
 resampling, classes - and ``weights.json``, the import's record (source, file digest,
-adaptations). It is written beside ``out`` and renamed into place when complete.
+adaptations). It is written beside ``out`` and renamed into place when complete;
+``--force`` replaces only a run folder this command made.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from bigearthnet.core.config import RUN_CONFIG, TrainConfig, save_yaml
 from bigearthnet.core.errors import InputError
-from bigearthnet.formats import checkpoints, weights_record
+from bigearthnet.core.folders import Owner, publishing
+from bigearthnet.formats import checkpoints, run_folder, weights_record
 from bigearthnet.formats.checkpoints import CheckpointRecord
 from bigearthnet.formats.shards import image_shape
 from bigearthnet.formats.weights_record import WeightsRecord
@@ -24,15 +26,21 @@ from bigearthnet.weights.importer import (
     check_registry_fit,
     convert_file,
     keras_model,
-    write_beside,
 )
+
+# A run folder of this command: its mark, or (made before marks) weights.json beside the
+# config and the checkpoint; --force never replaces a run train.py made.
+OWNER = Owner(
+    "bigearthnet-weights run", ".bigearthnet-weights-run", option="--out", replace_flag="--force",
+    signature=weights_record.RECORD_FILE, names=frozenset({RUN_CONFIG, run_folder.CHECKPOINTS}),
+)  # fmt: skip
 
 
 def make_run(opts: WeightsOptions) -> WeightsRecord:
     """Write the run folder ``opts.out`` for the classifier in ``opts.src``; returns the
     import record."""
     src = opts.src
-    check_out(src, opts.out, opts.force)
+    check_out(src, opts.out, opts.force, OWNER)
     converted = convert_file(opts)
     record = converted.record
     if not record.has_head:
@@ -44,7 +52,8 @@ def make_run(opts: WeightsOptions) -> WeightsRecord:
         )
     check_registry_fit(record, src)
     final = Path(opts.out)
-    write_beside(final, lambda folder: _write_run(folder, final, keras_model(converted), record))
+    with publishing(final, OWNER, replace=opts.force) as folder:
+        _write_run(folder, final, keras_model(converted), record)
     return record
 
 

@@ -24,6 +24,7 @@ import evaluate
 import train
 from bigearthnet.cli.export import main as export_main
 from bigearthnet.cli.map import main as map_main
+from bigearthnet.export import bundle
 from bigearthnet.export.onnx_model import run_onnx
 from bigearthnet.formats import exported
 from bigearthnet.formats.exported import read_export_info
@@ -171,7 +172,11 @@ def test_scene_map_from_export_equals_scene_map_from_run(export_dir, evaluated_r
     [
         ("no checkpoint", "no 'best' checkpoint"),
         ("unknown format", "--format: unknown format tflite"),
-        ("out not empty", "exists and is not empty (--force replaces it)"),
+        (
+            "out not empty",
+            "--out holds other files (notes.txt) and is no folder of "
+            "bigearthnet-export (--force replaces only a folder it made)",
+        ),
         ("eval of another checkpoint", "not the exported"),
     ],
 )
@@ -227,10 +232,9 @@ def test_export_of_another_band_configuration_is_refused(
     assert not (tmp_path / "m.tif").exists()
 
 
-def test_killed_export_leaves_nothing_that_looks_complete(evaluated_run, shards_v1, tmp_path):
-    """SIGKILL at the worst moment, just before export.json is written: OUT does not exist,
-    the partial folder is hidden and is not an export, and --model refuses it."""
-    out = tmp_path / "export"
+def _killed_export(run: Path, out: Path) -> Path:
+    """Export ``run`` to ``out`` in a process SIGKILLed at the worst moment, just before
+    export.json is written; returns the partial folder it left."""
     script = textwrap.dedent(f"""
         import os, signal, sys
         from bigearthnet.export import bundle
@@ -238,16 +242,69 @@ def test_killed_export_leaves_nothing_that_looks_complete(evaluated_run, shards_
             os.kill(os.getpid(), signal.SIGKILL)
         bundle.write_export_info = die
         from bigearthnet.cli.export import main
-        sys.exit(main([{str(evaluated_run)!r}, "--out", {str(out)!r}]))
+        sys.exit(main([{str(run)!r}, "--out", {str(out)!r}, "--format", "savedmodel"]))
     """)
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True)
     assert done.returncode == -signal.SIGKILL
     assert not out.exists()
-    (partial,) = [p for p in tmp_path.iterdir() if p.name.startswith(".export.partial-")]
+    (partial,) = [p for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.partial-")]
+    return partial
+
+
+def test_killed_export_leaves_nothing_that_looks_complete(evaluated_run, shards_v1, tmp_path):
+    """SIGKILL at the worst moment, just before export.json is written: OUT does not exist,
+    the partial folder is hidden and is not an export, and --model refuses it."""
+    partial = _killed_export(evaluated_run, tmp_path / "export")
     assert (partial / "savedmodel" / "saved_model.pb").is_file()  # it got that far
     assert not (partial / exported.INFO_FILE).exists()
     argv = ["--model", str(partial), "--shards", str(shards_v1), "--out", str(tmp_path / "m")]
     assert map_main(argv) == 2
+
+
+@pytest.mark.fault
+def test_the_next_export_removes_a_killed_export_s_partial_folder(
+    evaluated_run, tmp_path, caplog, fault_row
+):
+    """D23's root for the export: the partial folder of a killed export stayed for good;
+    the next export into the same --out removes it and says so in one line."""
+    out = tmp_path / "export"
+    partial = _killed_export(evaluated_run, out)
+    export_of(evaluated_run, out, "--format", "savedmodel")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["export"]
+    (line,) = [r.getMessage() for r in caplog.records if "killed runs" in r.getMessage()]
+    assert f"removed what killed runs of bigearthnet-export left beside it: {partial.name}" in line
+    lost = "none: the rerun removed the partial folder, saying so"
+    fault_row("bigearthnet-export SIGKILLed before export.json, then rerun", runs=2,
+              detect_s=None, data_lost=lost)  # fmt: skip
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("out", ["", ".", "user files", "a shards folder"])
+def test_an_out_the_export_did_not_make_is_refused_even_with_force(
+    evaluated_run, shards_v1, tmp_path, monkeypatch, reported_errors, bad_input_row, out
+):
+    """D20: --out "" from outside the run was a ValueError traceback; --force replaced any
+    non-empty folder (issue #46: it may replace only an export folder)."""
+    folder = tmp_path / "mine"
+    if out == "a shards folder":
+        shutil.copytree(shards_v1, folder)
+    else:
+        folder.mkdir()
+        (folder / "notes.txt").write_text("mine\n")
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    monkeypatch.chdir(folder if out in ("", ".") else tmp_path)  # D20: outside the run
+    target = out if out in ("", ".") else str(folder)
+    code = export_main([str(evaluated_run), "--out", target, "--force"])
+    assert code == 2 and {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    line = reported_errors()[-1]
+    needle = {"": "argument --out: an empty path names the working directory",
+              ".": "argument --out: '.' is the working directory"}.get(
+        out, "--out holds other files (")  # fmt: skip
+    assert needle in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    given = f"--out {out!r}" if out in ("", ".") else f"--out holding {out}"
+    bad_input_row(f"{given}, --force", "bigearthnet-export RUN --out DIR --force", code,
+                  "refused before the model is loaded; nothing touched")  # fmt: skip
 
 
 def test_force_replaces_an_export_and_savedmodel_only(evaluated_run, export_dir, tmp_path):
@@ -299,6 +356,7 @@ def test_a_stack_that_cannot_convert_still_gets_the_rest(
     info = read_export_info(out)
     assert info.formats == ("savedmodel",) and info.onnx_opset is None
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [exported.SAVEDMODEL_DIR, exported.CARD_FILE, exported.STAC_FILE, exported.INFO_FILE]
-    )
+        [exported.SAVEDMODEL_DIR, exported.CARD_FILE, exported.STAC_FILE, exported.INFO_FILE,
+         bundle.OWNER.mark]
+    )  # fmt: skip
     assert "onnx" not in json.loads((out / exported.STAC_FILE).read_text())["assets"]

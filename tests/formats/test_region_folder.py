@@ -4,6 +4,9 @@ in one place; the grid's bounds and cell centres from the record alone."""
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -63,3 +66,22 @@ def test_a_missing_or_damaged_record_is_one_line_naming_it(tmp_path: Path, damag
     with pytest.raises(InputError, match=str(path)) as err:
         read_consistency(tmp_path)
     assert "\n" not in str(err.value)
+
+
+def test_staging_removes_only_the_products_of_a_builder_that_is_gone(tmp_path: Path) -> None:
+    """A killed build's staging folder is removed by the next build (its builder gone, or
+    this very process after a failure); one a live process may be building stays."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    host = socket.gethostname()
+    builders = {"dead": child.pid, "this": os.getpid(), "elsewhere": child.pid}
+    left = {}
+    for who, pid in builders.items():
+        where = host if who != "elsewhere" else "node-elsewhere"
+        left[who] = tmp_path / f"{region_folder.STAGING_PREFIX}{pid}@{where}-0123abcd"
+        (left[who] / region_folder.PERIODS).mkdir(parents=True)
+    staged = region_folder.staging(tmp_path)
+    assert staged.name.startswith(f"{region_folder.STAGING_PREFIX}{os.getpid()}@")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [staged.name, left["elsewhere"].name]
+    )

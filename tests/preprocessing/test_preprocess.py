@@ -501,3 +501,43 @@ def test_kill_during_join_or_shard_write_then_rerun_gives_same_shards(
         + ", identical shards)",
         detect_s=None,
     )
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("out", ["user files", "", "shards made before marks"])
+def test_shards_go_only_into_a_folder_of_this_command(
+    real_v1, tmp_path, monkeypatch, reported_errors, bad_input_row, out
+) -> None:
+    """Issue #46: with OUT "" (the working directory) or a folder of the user's files, the
+    shards were written beside those files; a shards folder of an earlier version (no mark)
+    is still resumed."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    if out == "shards made before marks":
+        assert preprocess(real_v1, folder / "shards") == 0
+        (folder / "shards" / ".bigearthnet-preprocess").unlink()
+        manifest = manifest_json(folder / "shards")
+        code = preprocess(real_v1, folder / "shards")
+        assert code == 0 and manifest_json(folder / "shards")["shards"] == manifest["shards"]
+        bad_input_row("OUT a shards folder without the mark (an earlier version's)",
+                      "bigearthnet-preprocess ARCHIVE OUT", code, "resumed, as before")  # fmt: skip
+        return
+    (folder / "notes.txt").write_text("mine\n")
+    code = _preprocess_text(real_v1, str(folder) if out else "")
+    assert code == 2 and sorted(p.name for p in folder.iterdir()) == ["notes.txt"]
+    needle = (
+        "holds other files (notes.txt) and is no folder of bigearthnet-preprocess"
+        if out
+        else "argument OUT: an empty path names the working directory"
+    )
+    assert needle in reported_errors()[-1]
+    bad_input_row(f"OUT {'a folder of user files' if out else repr(out)}",
+                  "bigearthnet-preprocess ARCHIVE OUT", code,
+                  "refused; no shard beside the user's files")  # fmt: skip
+
+
+def _preprocess_text(archive: Path, out: str) -> int:
+    from bigearthnet.cli.preprocess import main
+
+    return main([str(archive), out, "--no-progress"])

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,7 @@ from bigearthnet.core.constants import (
 from bigearthnet.preprocessing import archive
 from bigearthnet.synthetic import archive as synthetic
 from bigearthnet.synthetic import render as synthetic_render
+from bigearthnet.synthetic import sizes
 from bigearthnet.synthetic import tiff as synthetic_tiff
 from bigearthnet.synthetic.archive import (
     ArchiveSpec,
@@ -81,7 +84,10 @@ def v2_archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Syn
 
 def test_v1_files_sizes_dtypes_and_georeferencing(v1_archive):
     root, patches = v1_archive
-    assert sorted(p.name for p in root.iterdir()) == sorted(p.name for p in patches)
+    names = sorted(p.name for p in root.iterdir())
+    assert names == sorted([synthetic.OWNER.mark, *(p.name for p in patches)])  # + its mark
+    needs = ArchiveSpec(len(patches), layout="v1").needs().disk  # what --patches is checked by
+    assert _taken(root) <= needs <= 1.05 * _taken(root) + sizes.ARCHIVE_EXTRA
     for patch in patches:
         folder = root / patch.name
         expected = {f"{patch.name}_{b}.tif" for b in BANDS} | {f"{patch.name}_labels_metadata.json"}
@@ -377,16 +383,15 @@ def test_cli_bad_arguments_return_2(tmp_path, reported_errors, argv):
     assert not out.exists()
 
 
-def test_cli_refuses_non_empty_out_unless_overwrite(tmp_path, reported_errors):
+def test_cli_replaces_only_its_own_archive_and_only_with_overwrite(tmp_path, reported_errors):
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "keep.txt").write_text("precious")
-    assert main([str(out), "--patches", "2"]) == 2
-    assert any("not empty" in line for line in reported_errors())
-    assert (out / "keep.txt").read_text() == "precious"
-    assert main([str(out), "--patches", "2", "--overwrite"]) == 0
-    assert not (out / "keep.txt").exists() and len(list(out.iterdir())) == 3  # + truth.parquet
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert main([str(out), "--patches", "2", "--difficulty", "simple"]) == 0
+    first = _all_files(out)
+    assert main([str(out), "--patches", "2", "--difficulty", "simple"]) == 2
+    assert "exists and is not empty (--overwrite replaces it)" in reported_errors()[-1]
+    assert main([str(out), "--patches", "3", "--difficulty", "simple", "--overwrite"]) == 0
+    assert _all_files(out) != first and len(list(out.iterdir())) == 4  # + its mark
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing left beside it
 
 
 def test_empty_out_dir_is_fine_and_file_is_not(tmp_path):
@@ -439,3 +444,138 @@ def test_labels43_to_19_follows_the_map_for_matrices_and_vectors():
     np.testing.assert_array_equal(got, expected)
     np.testing.assert_array_equal(labels43_to_19(labels43[7]), expected[7])
     assert not labels43_to_19(np.eye(43, dtype=np.uint8)[list(DROPPED_IN_19)]).any()
+
+
+# --------------------------------------------------------------------------- OUT (issue #46)
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("holds", ["user files", "a shards folder"])
+def test_overwrite_never_replaces_a_folder_it_did_not_make(
+    shards_v1, tmp_path, reported_errors, bad_input_row, holds
+):
+    """D07: --overwrite emptied a folder of the user's files and replaced a copy of shards."""
+    out = tmp_path / "mydata"
+    if holds == "user files":
+        (out / "sub").mkdir(parents=True)
+        (out / "notes.txt").write_text("mine\n")
+        (out / "sub" / "results.csv").write_text("a,b\n")
+    else:
+        shutil.copytree(shards_v1, out)
+    before = _tree(out)
+    code = main([str(out), "--patches", "4", "--difficulty", "simple", "--overwrite"])
+    assert code == 2 and _tree(out) == before
+    (line,) = reported_errors()
+    assert line.startswith(f"bigearthnet-synth: error: {out}: OUT holds other files (")
+    assert "is no folder of bigearthnet-synth (--overwrite replaces only a folder it made)" in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mydata"]
+    bad_input_row(f"OUT holding {holds}, --overwrite", "bigearthnet-synth OUT --overwrite", code,
+                  "refused naming the folder and what it holds; nothing touched")  # fmt: skip
+
+
+@pytest.mark.bad_input
+def test_overwrite_replaces_a_realistic_v2_archive_made_before_marks(
+    tmp_path, reported_errors, bad_input_row
+):
+    """make demo's archive of an earlier version: truth.parquet (no real archive holds it)
+    beside the v2 layout; a real reBEN archive (no truth.parquet) is never replaced."""
+    out = tmp_path / "archive"
+    assert main([str(out), "--patches", "4", "--layout", "v2"]) == 0
+    (out / synthetic.OWNER.mark).unlink()
+    code = main([str(out), "--patches", "4", "--layout", "v2", "--seed", "1", "--overwrite"])
+    assert code == 0 and (out / synthetic.OWNER.mark).is_file()
+    (out / synthetic.OWNER.mark).unlink()
+    (out / "truth.parquet").unlink()  # now it looks like a real archive
+    assert main([str(out), "--patches", "4", "--layout", "v2", "--overwrite"]) == 2
+    assert "is no folder of bigearthnet-synth" in reported_errors()[-1]
+    verdict = "replaced (truth.parquet says it is synthetic); a real archive never"
+    bad_input_row("OUT a realistic v2 archive of an earlier version (no mark), --overwrite",
+                  "bigearthnet-synth OUT --overwrite", code, verdict)  # fmt: skip
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("out", ["", ".", ".."])
+def test_an_out_the_user_stands_in_is_refused_when_parsed(
+    tmp_path, monkeypatch, reported_errors, bad_input_row, out
+):
+    """D19: "" and "." generated the whole archive, then failed renaming the working
+    directory; ".." would have been the folder holding it."""
+    here = tmp_path / "work"
+    here.mkdir()
+    (here / "notes.txt").write_text("mine\n")
+    monkeypatch.chdir(here)
+    code = main([out, "--patches", "4", "--difficulty", "simple", "--overwrite"])
+    assert code == 2
+    (line,) = reported_errors()
+    assert "argument OUT: " in line and "working directory" in line, line
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["notes.txt", "work"]
+    bad_input_row(f"OUT {out!r} in a folder of user files, --overwrite",
+                  "bigearthnet-synth OUT --overwrite", code,
+                  "refused when parsed, naming the working directory")  # fmt: skip
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize(
+    "flags, needle",
+    [(["--patches", "99999999999999999999"], "--patches/-n: 99999999999999999999: at most 1,"),
+     (["--patches", str(synthetic.MAX_PATCHES), "--s1"], "--patches 1000000: needs ")],
+    ids=["1e20", "larger than the disk"],
+)  # fmt: skip
+def test_an_archive_too_large_is_refused_before_any_work(
+    tmp_path, reported_errors, bad_input_row, flags, needle
+):
+    """D15: --patches 1e20 ran for 10 minutes, 4.3 GB of memory and growing; an archive
+    larger than the disk is refused by its estimate (327 kB a patch with S1: 327 GB)."""
+    out = tmp_path / "archive"
+    spec_needs = synthetic.ArchiveSpec(synthetic.MAX_PATCHES, s1=True).needs()
+    if "needs" in needle and spec_needs.disk <= shutil.disk_usage(tmp_path).free:
+        pytest.skip("this disk holds a million patches")
+    code = main([str(out), *flags])
+    assert code == 2 and not out.exists() and list(tmp_path.iterdir()) == []
+    (line,) = reported_errors()
+    assert needle in line, line
+    bad_input_row(" ".join(flags), "bigearthnet-synth OUT", code,
+                  "refused at once: the option's range, or the disk it needs")  # fmt: skip
+
+
+def _taken(root: Path) -> int:
+    return sum(p.stat().st_blocks * 512 for p in root.rglob("*"))
+
+
+def test_the_disk_estimate_bounds_an_archive_with_s1(tmp_path):
+    """What --patches is checked against (the v1 case: test_v1_files_sizes_...): never
+    less than the archive takes, and not far above."""
+    spec = ArchiveSpec(2, layout="v2", s1=True, difficulty="simple")
+    generate_archive(tmp_path / "a", spec)
+    taken = _taken(tmp_path / "a")
+    assert taken <= spec.needs().disk <= 1.05 * taken + sizes.ARCHIVE_EXTRA
+
+
+@pytest.mark.fault
+def test_a_killed_run_s_partial_folder_is_removed_by_the_next(tmp_path, caplog, fault_row):
+    """D23: SIGKILLed mid-write, bigearthnet-synth left .NAME.partial-* (191 MB) for good;
+    the next run into the same OUT removes it and says so in one line."""
+    out = tmp_path / "kill"
+    argv = [sys.executable, "-m", "bigearthnet.cli.synth", str(out), "--patches", "3000",
+            "--layout", "v2", "--difficulty", "simple"]  # fmt: skip
+    writer = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    started = time.monotonic()
+    while not list(tmp_path.glob(".kill.partial-*/BigEarthNet-S2/*")):
+        assert writer.poll() is None and time.monotonic() - started < 120, writer.stderr
+        time.sleep(0.1)
+    writer.kill()
+    writer.wait()
+    (partial,) = tmp_path.iterdir()
+    assert partial.name.startswith(f".kill.partial-{writer.pid}@") and not out.exists()
+    assert main([str(out), "--patches", "2", "--difficulty", "simple"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kill"]
+    (line,) = [r.getMessage() for r in caplog.records if "killed runs" in r.getMessage()]
+    assert line.startswith(f"{out}: removed what killed runs of bigearthnet-synth left beside "
+                           f"it: {partial.name} (")  # fmt: skip
+    lost = "none: the rerun removed the killed run's partial folder, saying so"
+    fault_row("bigearthnet-synth SIGKILLed mid-write, then rerun", runs=2, detect_s=None,
+              data_lost=lost)  # fmt: skip

@@ -5,6 +5,7 @@ its logits recorded by timm: scripts/make_weights_fixture.py)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -352,3 +353,47 @@ def test_a_moco_checkpoint_gives_its_query_encoder(
     assert f"took the key prefix 'module.{query}.' off" in capsys.readouterr().err
     bad_input_row(f"a MoCo checkpoint ({query} beside {key})", "bigearthnet-weights import",
                   code, f"the {query} weights, the {key} copy dropped and named")  # fmt: skip
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+@pytest.mark.bad_input
+def test_force_replaces_only_a_folder_this_command_made(
+    tmp_path, trained_run, reported_errors, bad_input_row
+):
+    """--force replaced any non-empty --out (issue #46: every command that writes a folder
+    refuses foreign content); and the import removed the old folder before renaming the new
+    one in, so a crash between left none (issue #48: now the old one is renamed aside)."""
+    src = FIXTURE.with_suffix(".safetensors")
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    code = run_import(src, mine, "--force")
+    assert code == 2 and _tree(mine) == {"notes.txt": b"mine\n"}
+    assert "--out holds other files (notes.txt) and is no folder of bigearthnet-weights import" in (
+        reported_errors()[-1])  # fmt: skip
+    run = tmp_path / "run"  # a run train.py made: never a `weights run` folder to replace
+    shutil.copytree(trained_run, run)
+    before = _tree(run)
+    assert main(["run", str(src), "--out", str(run), "--force"]) == 2 and _tree(run) == before
+    assert "is no folder of bigearthnet-weights run" in reported_errors()[-1]
+    weights = tmp_path / "weights"
+    assert run_import(src, weights) == 0
+    assert run_import(src, weights, "--no-head") == 2
+    assert "exists and is not empty (--force replaces it)" in reported_errors()[-1]
+    assert run_import(src, weights, "--no-head", "--force") == 0
+    assert not weights_record.read(weights).has_head
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes", "run", "weights"]
+    bad_input_row("--out a folder of other files, or a train.py run; --force",
+                  "bigearthnet-weights import, run --force", code,
+                  "refused naming what it holds; --force replaces only its own folder")  # fmt: skip
+
+
+@pytest.mark.bad_input
+def test_an_empty_out_is_refused_when_parsed(tmp_path, reported_errors, bad_input_row):
+    code = main(["import", str(FIXTURE.with_suffix(".safetensors")), "--out", ""])
+    assert code == 2
+    assert "argument --out: an empty path names the working directory" in reported_errors()[-1]
+    bad_input_row('--out ""', "bigearthnet-weights import", code, "refused when parsed")
