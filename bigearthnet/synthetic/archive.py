@@ -59,6 +59,7 @@ from bigearthnet.core.constants import (
 )
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import UsageError, require_non_negative_int, require_positive_int
+from bigearthnet.formats.archive_origin import write_synthetic_mark
 from bigearthnet.preprocessing.archive import V2_METADATA, V2_S2_DIR, V2_SNOW_CLOUD
 from bigearthnet.preprocessing.sentinel1 import PAIR_KEY, V1_S1_ARCHIVE, V2_S1_DIR
 from bigearthnet.synthetic.landscape import plan_patch, v1_classes
@@ -397,6 +398,8 @@ def generate_archive(out_dir: os.PathLike | str, spec: ArchiveSpec) -> list[Synt
         _run_jobs(str(tmp), seed, jobs, spec.workers)
         if layout == "v2":
             _write_v2_metadata(tmp, rows)
+        write_synthetic_mark(tmp, layout=layout, difficulty=spec.difficulty, seed=seed,
+                             patches=spec.patches)  # fmt: skip
         if spec.difficulty == "realistic":
             write_truth(tmp, [p.name for p in patches], [job.truth or () for job in jobs])
         _publish(tmp, out, spec.overwrite)

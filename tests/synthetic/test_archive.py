@@ -25,6 +25,7 @@ from bigearthnet.core.constants import (
     PATCH_METRES,
     labels43_to_19,
 )
+from bigearthnet.formats.archive_origin import MARK
 from bigearthnet.preprocessing import archive
 from bigearthnet.synthetic import archive as synthetic
 from bigearthnet.synthetic import render as synthetic_render
@@ -81,7 +82,7 @@ def v2_archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Syn
 
 def test_v1_files_sizes_dtypes_and_georeferencing(v1_archive):
     root, patches = v1_archive
-    assert sorted(p.name for p in root.iterdir()) == sorted(p.name for p in patches)
+    assert sorted(p.name for p in root.iterdir()) == sorted([*(p.name for p in patches), MARK])
     for patch in patches:
         folder = root / patch.name
         expected = {f"{patch.name}_{b}.tif" for b in BANDS} | {f"{patch.name}_labels_metadata.json"}
@@ -385,7 +386,7 @@ def test_cli_refuses_non_empty_out_unless_overwrite(tmp_path, reported_errors):
     assert any("not empty" in line for line in reported_errors())
     assert (out / "keep.txt").read_text() == "precious"
     assert main([str(out), "--patches", "2", "--overwrite"]) == 0
-    assert not (out / "keep.txt").exists() and len(list(out.iterdir())) == 3  # + truth.parquet
+    assert not (out / "keep.txt").exists() and len(list(out.iterdir())) == 4  # + truth, mark
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
