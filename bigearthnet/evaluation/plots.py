@@ -29,7 +29,12 @@ NAME_WIDTH = 48  # characters per line of a class name beside its F1 bar
 
 
 def write_plots(out_dir: Path, plots: dict[str, bytes]) -> None:
-    """Rank 0: the rendered PNGs, each written atomically."""
+    """Rank 0: the rendered PNGs, each written atomically; a plot not drawn this time is
+    removed, so every plot in an evaluation folder is of its evaluation (the run page
+    shows them as they are)."""
+    for name in PLOTS:
+        if name not in plots:
+            (out_dir / name).unlink(missing_ok=True)
     for name, png in plots.items():
         with atomic_path(out_dir / name) as tmp:
             tmp.write_bytes(png)
@@ -51,7 +56,10 @@ def png_bytes(fig) -> bytes:
     return buf.getvalue()
 
 
-PLOTS = ("pr_curves.png", "training_curves.png", "f1_per_class.png")  # in drawing order
+PR_CURVES_PLOT = "pr_curves.png"
+TRAINING_PLOT = "training_curves.png"
+F1_PLOT = "f1_per_class.png"
+PLOTS = (PR_CURVES_PLOT, TRAINING_PLOT, F1_PLOT)  # in drawing order
 
 
 def draw_plots(renderers: dict) -> dict[str, bytes]:

@@ -43,3 +43,12 @@ def test_f1_bars_carry_every_class_name_whole() -> None:
     (axis,) = plots.f1_per_class_figure(summary).axes
     labels = [tick.get_text().replace("\n", " ") for tick in axis.get_yticklabels()]
     assert labels == [f"{name} ({10 + i})" for i, name in enumerate(CLASSES_19)]
+
+
+def test_a_plot_not_drawn_again_leaves_no_older_one(tmp_path) -> None:
+    """The run page shows an evaluation folder's plots as they are: none may be stale."""
+    for name in plots.PLOTS:
+        (tmp_path / name).write_bytes(b"an earlier evaluation's")
+    plots.write_plots(tmp_path, {plots.F1_PLOT: b"this one"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [plots.F1_PLOT]
+    assert (tmp_path / plots.F1_PLOT).read_bytes() == b"this one"
