@@ -41,10 +41,12 @@ def rounded(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 100 else significant(value, 3)
 
 
-def count(number: int, noun: str, plural: str | None = None) -> str:
-    """``number`` and its noun in agreement: "1 warm-up epoch", "2 ranks", "0 scenes"."""
+def count(number: float, noun: str, plural: str | None = None) -> str:
+    """``number`` and its noun in agreement: "1 warm-up epoch", "2 ranks", "0 scenes",
+    "0.5 warm-up epochs" (a whole float shows as a whole number)."""
     word = noun if number == 1 else (plural or f"{noun}s")
-    return f"{number:,} {word}"
+    shown = f"{number:,.0f}" if float(number).is_integer() else f"{number:,g}"
+    return f"{shown} {word}"
 
 
 def duration(seconds: float) -> str:

@@ -61,7 +61,6 @@ def write_region_page(folder: Path) -> Path:
             for s in record.skipped
         ],
         run_page=run_page_of(folder),
-        show=display,
         written=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
     )
 

@@ -38,6 +38,7 @@ def training_figure(history: Sequence[HistoryRow]):
     lr.set(xlabel="epoch", title="Learning rate (end of epoch)")
     for ax in (loss, f1):
         ax.legend(fontsize=8)
+    _whole_epochs(loss, f1, lr)
     fig.tight_layout()
     return fig
 
@@ -73,8 +74,17 @@ def scaling_figure(
         noise.legend(fontsize=8)
     if elastic:
         _world_panel(axes[2], noise, history, events, decisions)
+    _whole_epochs(*axes)
     fig.tight_layout()
     return fig
+
+
+def _whole_epochs(*axes) -> None:
+    """Epoch axes tick at whole epochs (not 2.5, 7.5)."""
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _world_panel(world, noise, history, events, decisions) -> None:

@@ -65,7 +65,6 @@ def write_run_page(run_dir: Path, out: Path | None = None) -> Path:
         noise=noise,
         noise_notes={cell: NOISE_NOTES[cell] for cell in noise if cell in NOISE_NOTES},
         number=format_score,
-        show=display,
         written=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
     )
 

@@ -33,6 +33,9 @@ def test_counts_agree_with_their_nouns() -> None:
     assert display.count(15, "epoch") == "15 epochs"
     assert display.count(0, "scene") == "0 scenes"
     assert display.count(2_000, "patch", "patches") == "2,000 patches"
+    assert display.count(2.0, "warm-up epoch") == "2 warm-up epochs"  # a float option
+    assert display.count(1.0, "warm-up epoch") == "1 warm-up epoch"
+    assert display.count(0.5, "warm-up epoch") == "0.5 warm-up epochs"
 
 
 @pytest.mark.parametrize(
