@@ -129,6 +129,7 @@ def _numbers_and_blanks_read_as_a_person_expects(visit, history: list[dict]) -> 
     # One rank: no second batch size, no noise scale; the blank says why.
     assert set(visit.texts("#history td:nth-child(13)")) == {"n/a"}  # B_simple
     assert visit.text("#history-notes").startswith("B_simple n/a: not measured:")
+    assert visit.text("#efficiency-notes").startswith("communication efficiency n/a: not measured")
     words = visit.driver.execute_script("return document.body.innerText").split()
     assert "inf" not in words and "nan" not in words
     # A fixed-size run: no elastic caption or panel.
