@@ -120,6 +120,9 @@ def read_run(run_dir: Path) -> RunFacts:
         raise ReportError(
             f"{run_dir}: no history.csv rows: no epoch has finished, nothing to report yet"
         )
+    # Absolute from here, so that the run's own files (evaluations, checkpoints) show
+    # relative to it however the folder was named on the command line.
+    run_dir = run_dir.absolute()
     missing: list[str] = []
     best, latest = _pointer(run_dir, "best", missing), _pointer(run_dir, "latest", missing)
     manifest = _manifest(config, missing)
