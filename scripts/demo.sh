@@ -49,7 +49,6 @@ rm -rf "$DEMO_DIR/scene.SAFE"
 "$bin/bigearthnet-synth" scene "$DEMO_DIR/scene.SAFE" --blocks 3
 "$bin/bigearthnet-map" scene "$DEMO_DIR/scene.SAFE" --model "$DEMO_DIR/export" \
   --out "$maps/scene.tif" --stride 60 --no-progress
-"$bin/bigearthnet-report" "$DEMO_DIR/run" >/dev/null  # the page again, now with the maps
 
 step "8/8 a region over time: 4 tiles in UTM 32/33 x 6 dates -> its series $DEMO_DIR/region"
 # --layout mixed: the scenes come as SAFE products, EOPF Zarr products, STAC items with COGs
@@ -60,6 +59,8 @@ rm -rf "$DEMO_DIR/region-scenes" "$DEMO_DIR/region"  # a fresh region, mapped af
 "$bin/bigearthnet-map" region "$DEMO_DIR"/region-scenes/scenes/* --model "$DEMO_DIR/export" \
   --out "$DEMO_DIR/region" --period scene-date --no-progress
 "$bin/bigearthnet-synth" score "$DEMO_DIR/region-scenes" "$DEMO_DIR/region"
+# The run's page again, now with the maps and a link to the region's page (which links back).
+"$bin/bigearthnet-report" "$DEMO_DIR/run" >/dev/null
 
 step "report"
 cat <<MSG

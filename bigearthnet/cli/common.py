@@ -109,6 +109,8 @@ _UNRECOGNIZED = "unrecognized arguments: "
 def did_you_mean(given: str, known: Sequence[str]) -> str:
     """``; did you mean 'x'?`` naming the known words ``given`` abbreviates or nearly
     spells (at most three), or "" when none is near."""
+    if not given.strip():  # "" abbreviates every word and nearly spells none
+        return ""
     near = [word for word in known if word.startswith(given) and word != given]
     near = near or difflib.get_close_matches(given, known, n=3, cutoff=0.75)
     if not near:

@@ -43,6 +43,9 @@ from bigearthnet.data.rank_data import RankData
 from bigearthnet.evaluation import metrics
 from bigearthnet.evaluation.options import EvalOptions, evaluation_data
 from bigearthnet.evaluation.plots import (
+    F1_PLOT,
+    PR_CURVES_PLOT,
+    TRAINING_PLOT,
     draw_plots,
     plot_f1_per_class,
     plot_pr_curves,
@@ -249,9 +252,9 @@ def _renderers(
     """The report's plots, by file name (drawn on rank 0: a few seconds, once per run)."""
     names = setup.loaded.class_names
     return {
-        "pr_curves.png": lambda: plot_pr_curves(predictions.labels, predictions.scores, names),
-        "training_curves.png": lambda: plot_training_curves(history) if history else None,
-        "f1_per_class.png": lambda: plot_f1_per_class(summary),
+        PR_CURVES_PLOT: lambda: plot_pr_curves(predictions.labels, predictions.scores, names),
+        TRAINING_PLOT: lambda: plot_training_curves(history) if history else None,
+        F1_PLOT: lambda: plot_f1_per_class(summary),
     }
 
 

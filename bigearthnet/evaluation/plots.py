@@ -1,10 +1,15 @@
 """The evaluation report's figures, drawn on rank 0 with matplotlib's Agg canvas (no
-pyplot, no GUI): per-class F1, precision-recall curves and the training curves."""
+pyplot, no GUI): per-class F1, precision-recall curves and the training curves. The run
+page shows the same figures. Class names are never cut: F1 bars wrap them, and the PR
+curves are small multiples (a panel per class, titled with its name and AP) rather than
+19 or 43 curves told apart by colour in one legend."""
 
 from __future__ import annotations
 
 import io
 import logging
+import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +22,19 @@ from bigearthnet.formats.history import HistoryRow
 log = logging.getLogger("bigearthnet")
 # PR curves are step functions (as sklearn draws them)
 STEPS: dict[str, Any] = {"drawstyle": "steps-post"}
+MAX_CURVE_POINTS = 400  # per PR curve: the shape intact, a page and a PNG small
+PR_COLUMNS = 5  # panels per row of the PR figure
+PR_TITLE_WIDTH = 30  # characters per line of a panel's class name
+NAME_WIDTH = 48  # characters per line of a class name beside its F1 bar
 
 
 def write_plots(out_dir: Path, plots: dict[str, bytes]) -> None:
-    """Rank 0: the rendered PNGs, each written atomically."""
+    """Rank 0: the rendered PNGs, each written atomically; a plot not drawn this time is
+    removed, so every plot in an evaluation folder is of its evaluation (the run page
+    shows them as they are)."""
+    for name in PLOTS:
+        if name not in plots:
+            (out_dir / name).unlink(missing_ok=True)
     for name, png in plots.items():
         with atomic_path(out_dir / name) as tmp:
             tmp.write_bytes(png)
@@ -42,7 +56,10 @@ def png_bytes(fig) -> bytes:
     return buf.getvalue()
 
 
-PLOTS = ("pr_curves.png", "training_curves.png", "f1_per_class.png")  # in drawing order
+PR_CURVES_PLOT = "pr_curves.png"
+TRAINING_PLOT = "training_curves.png"
+F1_PLOT = "f1_per_class.png"
+PLOTS = (PR_CURVES_PLOT, TRAINING_PLOT, F1_PLOT)  # in drawing order
 
 
 def draw_plots(renderers: dict) -> dict[str, bytes]:
@@ -60,51 +77,96 @@ def draw_plots(renderers: dict) -> dict[str, bytes]:
     return drawn
 
 
-def _short(name: str, width: int = 40) -> str:
-    return name if len(name) <= width else name[: width - 3] + "..."
+def _wrapped(name: str, width: int) -> str:
+    """A class name in full, on as many lines of ``width`` characters as it needs."""
+    return "\n".join(textwrap.wrap(name, width, break_on_hyphens=False)) or name
 
 
-def plot_f1_per_class(summary: EvalSummary) -> bytes:
+def f1_per_class_figure(summary: EvalSummary):
+    """Per-class F1 as bars, classes in index order with their support, full names."""
     from matplotlib.figure import Figure
 
     rows = summary.per_class
-    fig = Figure(figsize=(8, 1.5 + 0.28 * len(rows)))
+    labels = [_wrapped(f"{r.name} ({r.support})", NAME_WIDTH) for r in rows]
+    lines = sum(label.count("\n") + 1 for label in labels)
+    fig = Figure(figsize=(9, 1.2 + 0.2 * lines + 0.08 * len(rows)), layout="constrained")
     ax = fig.add_subplot()
     positions = np.arange(len(rows))
-    ax.barh(positions, [r.f1 for r in rows], color="tab:blue")
-    ax.set_yticks(positions, [f"{_short(r.name)} ({r.support})" for r in rows])
+    bars = ax.barh(positions, [r.f1 for r in rows], color="tab:blue")
+    ax.bar_label(bars, fmt="%.2f", padding=2, fontsize=7)  # a zero F1 shows as 0.00, not nothing
+    ax.set_yticks(positions, labels, fontsize=8)
     ax.invert_yaxis()  # class 0 at the top, as in the tables
     ax.axvline(summary.micro_f1, color="tab:red", ls="--", label="micro F1")
     ax.axvline(summary.macro_f1, color="tab:green", ls=":", label="macro F1")
     ax.set_xlim(0, 1)
     ax.set_xlabel("F1 (class support in brackets)")
     ax.set_title(f"per-class F1 on {summary.split} ({summary.count} patches)")
-    ax.legend(loc="lower right")
-    return png_bytes(fig)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.06 * 9 / fig.get_figheight()), ncol=2)
+    return fig
+
+
+def plot_f1_per_class(summary: EvalSummary) -> bytes:
+    return png_bytes(f1_per_class_figure(summary))
+
+
+def pr_curves_figure(labels: np.ndarray, scores: np.ndarray, classes: list[str]):
+    """Small multiples: the pooled (micro) curve first, then one panel per class titled
+    with its full name, AP and positives, the micro curve in grey behind it for reference.
+    One curve per panel needs no palette and no legend, so 19 or 43 classes stay readable."""
+    from matplotlib.figure import Figure
+    from sklearn.metrics import average_precision_score
+
+    truth = labels > 0
+    panels = len(classes) + 1
+    rows = math.ceil(panels / PR_COLUMNS)
+    fig = Figure(figsize=(2.6 * PR_COLUMNS, 2.35 * rows))
+    axes = fig.subplots(rows, PR_COLUMNS, squeeze=False).ravel()
+    pooled = _pr_curve(truth.ravel(), scores.ravel()) if truth.any() else None
+    if pooled is not None:
+        ap = average_precision_score(truth.ravel(), scores.ravel())
+        axes[0].plot(*pooled, color="black", lw=1.6, **STEPS)
+        axes[0].set_title(f"all classes pooled (micro)\nAP {ap:.2f}", fontsize=8)
+    for c, name in enumerate(classes):
+        ax, positives = axes[c + 1], int(truth[:, c].sum())
+        if pooled is not None:
+            ax.plot(*pooled, color="0.75", lw=1, **STEPS)
+        if positives:
+            ap = average_precision_score(truth[:, c], scores[:, c])
+            ax.plot(*_pr_curve(truth[:, c], scores[:, c]), color="tab:blue", lw=1.3, **STEPS)
+            note = f"AP {ap:.2f}, {positives:,} positives"
+        else:
+            note = "no positives in this split"
+        ax.set_title(f"{c}. {_wrapped(name, PR_TITLE_WIDTH)}\n{note}", fontsize=8)
+    for ax in axes[panels:]:
+        ax.set_axis_off()
+    for index, ax in enumerate(axes[:panels]):
+        # three ticks: enough to read a panel, and ticks are most of the drawing time
+        ax.set(xlim=(0, 1), ylim=(0, 1.02), xticks=(0, 0.5, 1), yticks=(0, 0.5, 1))
+        ax.tick_params(labelsize=7, labelleft=index % PR_COLUMNS == 0,
+                       labelbottom=index >= panels - PR_COLUMNS)  # fmt: skip
+    # Fixed spacing: constrained layout would triple the drawing time of 20-44 panels.
+    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.5 / fig.get_figheight(),
+                        top=1 - 1.0 / fig.get_figheight(), hspace=0.7, wspace=0.12)  # fmt: skip
+    fig.supxlabel("recall", fontsize=9)
+    fig.supylabel("precision", fontsize=9)
+    fig.suptitle("Precision-recall per class (blue) over the pooled micro curve (grey)")
+    return fig
 
 
 def plot_pr_curves(labels: np.ndarray, scores: np.ndarray, classes: list[str]) -> bytes:
-    from matplotlib.figure import Figure
-    from sklearn.metrics import average_precision_score, precision_recall_curve
+    return png_bytes(pr_curves_figure(labels, scores, classes))
 
-    truth = labels > 0
-    fig = Figure(figsize=(11, 7))
-    ax = fig.add_subplot()
-    colours = [f"C{i % 10}" for i in range(len(classes))]
-    for c in np.flatnonzero(truth.any(axis=0)):
-        precision, recall, _ = precision_recall_curve(truth[:, c], scores[:, c])
-        ap = average_precision_score(truth[:, c], scores[:, c])
-        style = "-" if c < 10 else "--" if c < 20 else ":"  # 10 colours, 19 or 43 classes
-        label = f"{_short(classes[c], 32)} (AP {ap:.2f})"
-        ax.plot(recall, precision, color=colours[c], ls=style, lw=1, label=label, **STEPS)
-    if truth.any():
-        precision, recall, _ = precision_recall_curve(truth.ravel(), scores.ravel())
-        ap = average_precision_score(truth.ravel(), scores.ravel())
-        ax.plot(recall, precision, color="black", lw=2.5, label=f"micro (AP {ap:.2f})", **STEPS)
-    ax.set(xlim=(0, 1), ylim=(0, 1.02), xlabel="recall", ylabel="precision")
-    ax.set_title("precision-recall curves (classes with positives)")
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=7)
-    return png_bytes(fig)
+
+def _pr_curve(truth: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(recall, precision) of one curve, thinned to at most MAX_CURVE_POINTS points: a
+    split of 120,000 patches gives as many thresholds, far more than a panel can show."""
+    from sklearn.metrics import precision_recall_curve
+
+    precision, recall, _ = precision_recall_curve(truth, scores)
+    if len(recall) > MAX_CURVE_POINTS:
+        keep = np.unique(np.linspace(0, len(recall) - 1, MAX_CURVE_POINTS).round().astype(int))
+        precision, recall = precision[keep], recall[keep]
+    return recall, precision
 
 
 def plot_training_curves(history: list[HistoryRow]) -> bytes:

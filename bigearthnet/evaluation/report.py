@@ -17,6 +17,7 @@ from bigearthnet.evaluation import metrics
 from bigearthnet.evaluation.summary import THRESHOLDS_FILE, EvalSummary, write_metrics
 from bigearthnet.formats import run_folder
 
+PREDICTIONS_FILE = "predictions.h5"
 PER_CLASS_FIELDS = ("class", "index", "support", "precision", "recall", "f1", "ap")
 
 
@@ -40,7 +41,7 @@ def write_outputs(
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_metrics(out_dir)
     write_csv(out_dir / "per_class.csv", PER_CLASS_FIELDS, per_class_rows(summary))
-    write_predictions(out_dir / "predictions.h5", predictions, summary)
+    write_predictions(out_dir / PREDICTIONS_FILE, predictions, summary)
     if thresholds is not None:
         atomic_write_json(
             out_dir / THRESHOLDS_FILE,

@@ -36,6 +36,7 @@ from bigearthnet.export.stac import (
     validate_item,
 )
 from bigearthnet.formats import checkpoints, exported, run_folder
+from bigearthnet.formats.archive_origin import ArchiveOrigin
 from bigearthnet.formats.exported import ExportInfo, ExportSource, write_export_info
 from bigearthnet.formats.history import read_history
 from bigearthnet.formats.shards import Manifest
@@ -70,7 +71,7 @@ def export_run(opts: ExportOptions) -> ExportSummary:
         info = _export_info(loaded, trained_on, evaluation, opts.name, onnx, sizes)
         facts = _run_facts(run_dir, loaded, trained_on, evaluation)
         atomic_write_text(work / exported.CARD_FILE, render_card(info, facts))
-        _write_item(work, info, loaded, trained_on)
+        _write_item(work, info, loaded, trained_on, facts.origin)
         write_export_info(work, info)  # last: its presence marks a complete export
     return ExportSummary(out, info, sizes, time.perf_counter() - started, notes)
 
@@ -210,9 +211,11 @@ def _write_item(
     info: ExportInfo,
     loaded: LoadedModel,
     trained_on: Manifest | None,
+    origin: ArchiveOrigin,
 ) -> None:
     footprint = training_footprint(Path(loaded.config.data), trained_on)
-    item = build_item(info, footprint, total_parameters=int(loaded.model.count_params()))
+    parameters = int(loaded.model.count_params())
+    item = build_item(info, footprint, total_parameters=parameters, origin=origin)
     body = item.to_dict(include_self_link=False)
     validate_item(body)
     atomic_write_text(folder / exported.STAC_FILE, json.dumps(body, indent=2) + "\n")

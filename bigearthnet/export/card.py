@@ -1,17 +1,22 @@
 """``model_card.md``: what the exported model is, how it was trained and how well it does,
 rendered from the export record, the run's configuration and its evaluation (Jinja2
-template ``templates/model_card.md.j2``)."""
+template ``templates/model_card.md.j2``). A card travels without its machine: paths show
+as :func:`bigearthnet.core.display.shown_path` shows them (the run by its name, its files
+relative to it), numbers as the pages show them; and its intended use follows where the
+training data came from (a model of synthetic data is not offered for imagery)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import jinja2
 
-from bigearthnet.core import constants
+from bigearthnet.core import constants, display
 from bigearthnet.core.config import TrainConfig
 from bigearthnet.evaluation.report import format_score
 from bigearthnet.evaluation.summary import EvalSummary
+from bigearthnet.formats.archive_origin import UNKNOWN, ArchiveOrigin
 from bigearthnet.formats.exported import MLM_VERSION, ExportInfo
 from bigearthnet.formats.shards import Manifest, describe_encoding
 
@@ -46,6 +51,11 @@ class RunFacts:
     epochs_trained: int | None
     data: Manifest | None  # the training data's manifest, when still there
     evaluation: EvalSummary | None  # of the exported checkpoint, when evaluated
+
+    @property
+    def origin(self) -> ArchiveOrigin:
+        """Where the training data came from; unknown when its manifest is gone."""
+        return self.data.archive_origin if self.data is not None else ArchiveOrigin(UNKNOWN)
 
 
 def class_rows(info: ExportInfo, evaluation: EvalSummary | None) -> list[ClassRow]:
@@ -82,8 +92,15 @@ def render_card(info: ExportInfo, facts: RunFacts) -> str:
         autoescape=False,  # Markdown, not HTML
     )
     template = environment.get_template("model_card.md.j2")
+    # Rendered at export: a relative path of the record is relative to this command's folder.
+    run_dir = Path(info.source.run_dir).absolute()
     return template.render(
         info=info,
+        origin=facts.origin,
+        run=display.shown_path(run_dir, run_dir),  # its name
+        in_run=lambda path: display.shown_path(Path(path).absolute(), run_dir),
+        in_text=lambda text: display.shown_text(text, run_dir),
+        show=display,
         bands=band_rows(info),
         band_config=constants.band_config_name(tuple(info.bands)) or ",".join(info.bands),
         classes=class_rows(info, facts.evaluation),

@@ -23,6 +23,7 @@ from stac_model.schema import MLModelExtension, MLModelProperties
 
 from bigearthnet.core import constants
 from bigearthnet.formats import exported
+from bigearthnet.formats.archive_origin import ArchiveOrigin
 from bigearthnet.formats.exported import ExportError, ExportInfo
 from bigearthnet.formats.shards import Manifest, describe_encoding, read_locations
 from bigearthnet.formats.stac_validation import MLM_SCHEMA, validate_stac
@@ -162,8 +163,9 @@ def build_item(
     footprint: Footprint,
     *,
     total_parameters: int,
+    origin: ArchiveOrigin | None = None,
 ) -> pystac.Item:
-    """The STAC item of an export."""
+    """The STAC item of an export (``origin``: of its training data, None: not known)."""
     west, south, east, north = footprint.bbox
     geometry = {
         "type": "Polygon",
@@ -184,7 +186,7 @@ def build_item(
         properties={
             "description": f"{ARCHITECTURES.get(info.model, info.model)} multi-label land-cover "
             f"classifier of BigEarthNet Sentinel-2 patches, {info.num_classes} CORINE classes; "
-            f"footprint and period of its {extent}.",
+            f"footprint and period of its {extent}." + _synthetic_note(origin),
             "bands": bands,
         },
     )
@@ -193,6 +195,15 @@ def build_item(
     extension.apply(model_properties(info, total_parameters))
     _add_unmodelled_fields(item.properties, info)
     return item
+
+
+def _synthetic_note(origin: ArchiveOrigin | None) -> str:
+    if origin is None or not origin.synthetic:
+        return ""
+    return (
+        f" Trained on synthetic data ({origin.detail}), not on Sentinel-2 imagery: a "
+        "demonstration of the pipeline, not for use on real imagery."
+    )
 
 
 def _add_unmodelled_fields(properties: dict[str, Any], info: ExportInfo) -> None:

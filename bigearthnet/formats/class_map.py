@@ -1,4 +1,5 @@
-"""A class map's file conventions, in one place: patch, scene, period and consistent maps.
+"""A class map's file conventions, in one place: patch, scene, period and consistent maps,
+and the companions a page recognises scene and change maps by (areas, transitions).
 
 ``MAP.tif`` holds the top class per cell (uint8, :data:`NODATA` where nothing was seen) and
 the class list as its ``classes`` tag (JSON); ``MAP.tif.probabilities.tif`` holds one band
@@ -23,12 +24,26 @@ CLASSES_TAG = "classes"
 # The provenance tag holding a digest of the model's weight files: what says two maps were
 # made by one model whatever the paths (a run retrained in its folder keeps them).
 WEIGHTS_DIGEST = "weights_sha256"
+# The provenance tag naming the run whose weights made a map (from the run or its export).
+RUN_DIR_TAG = "run_dir"
 PROBABILITIES_SUFFIX = ".probabilities.tif"
+AREAS_SUFFIX = ".areas.csv"  # a scene map's km² per class
+TRANSITIONS_SUFFIX = ".transitions.csv"  # a change map's km² per transition
 
 
 def probabilities_path(map_path: Path | str) -> Path:
     """The probabilities companion of ``map_path``."""
     return Path(f"{map_path}{PROBABILITIES_SUFFIX}")
+
+
+def areas_path(map_path: Path | str) -> Path:
+    """The areas table of the scene map ``map_path`` (what marks a map as a scene's)."""
+    return Path(f"{map_path}{AREAS_SUFFIX}")
+
+
+def transitions_path(map_path: Path | str) -> Path:
+    """The transitions table of the change map ``map_path`` (what marks a change map)."""
+    return Path(f"{map_path}{TRANSITIONS_SUFFIX}")
 
 
 def classes_tags(classes: Sequence[str]) -> dict[str, str]:

@@ -52,6 +52,7 @@ import numpy as np
 from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import atomic_write_json, first_line, sha256_file
+from bigearthnet.formats.archive_origin import ORIGINS, UNKNOWN, ArchiveOrigin
 
 FORMAT_VERSION = 1
 CHUNK_ROWS = 16  # 16 patches = 5.5 MB: big sequential reads, still fine-grained for shuffling
@@ -188,7 +189,15 @@ class Manifest:
     bands: tuple[str, ...] = constants.BANDS  # a configuration of constants.BAND_CONFIGS
     channel_scale: tuple[float, ...] | None = None  # per channel: value = code*scale+offset
     channel_offset: tuple[float, ...] | None = None  # (None: S2 only, written before S1)
+    # where the archive came from (formats.archive_origin): synthetic, real, or unknown in
+    # manifests written before it was recorded; origin_detail: how a synthetic one was made
+    origin: str = UNKNOWN
+    origin_detail: str = ""
     format_version: int = FORMAT_VERSION
+
+    @property
+    def archive_origin(self) -> ArchiveOrigin:
+        return ArchiveOrigin(self.origin, self.origin_detail)
 
     @property
     def band_config(self) -> str:
@@ -264,6 +273,8 @@ def read_manifest(data_dir: str | Path) -> Manifest:
             f"{path}: bands {raw['bands']} are none of the configurations "
             f"{', '.join(constants.BAND_CONFIGS)}"
         )
+    if raw.get("origin", UNKNOWN) not in ORIGINS:
+        raise ShardError(f"{path}: origin {raw['origin']!r} is none of {', '.join(ORIGINS)}")
     try:
         return _manifest_from_json(raw, path)
     except (KeyError, TypeError, ValueError) as err:

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from bigearthnet.core.util import files_digest
-from bigearthnet.formats.class_map import WEIGHTS_DIGEST
+from bigearthnet.formats.class_map import RUN_DIR_TAG, WEIGHTS_DIGEST
 from bigearthnet.formats.exported import (
     INFO_FILE,
     INPUT_NAME,
@@ -66,7 +66,7 @@ class ExportedModel:
         return {
             "model": self.info.model,
             "export": str(self.folder),
-            "run_dir": source.run_dir,
+            RUN_DIR_TAG: source.run_dir,
             "checkpoint": source.checkpoint,
             "epoch": str(source.epoch),
             WEIGHTS_DIGEST: files_digest(files),

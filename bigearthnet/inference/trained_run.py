@@ -31,7 +31,7 @@ from bigearthnet.core.util import files_digest
 from bigearthnet.data.normalization import model_inputs, normalize
 from bigearthnet.formats import checkpoints, weights_record
 from bigearthnet.formats.checkpoints import CheckpointError, CheckpointRecord
-from bigearthnet.formats.class_map import WEIGHTS_DIGEST
+from bigearthnet.formats.class_map import RUN_DIR_TAG, WEIGHTS_DIGEST
 from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import Manifest, ShardError, read_manifest
 from bigearthnet.inference.run_checkpoint import run_checkpoint
@@ -95,7 +95,7 @@ class LoadedModel:
         ]
         return {
             "model": self.record.model,
-            "run_dir": str(self.run_dir or self.config.run_dir),
+            RUN_DIR_TAG: str(self.run_dir or self.config.run_dir),
             "checkpoint": str(self.prefix),
             "epoch": str(self.epoch),
             WEIGHTS_DIGEST: files_digest(files),

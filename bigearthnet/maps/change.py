@@ -35,6 +35,7 @@ from bigearthnet.formats.class_map import (
     classes_tags,
     probabilities_path,
     read_classes,
+    transitions_path,
 )
 from bigearthnet.maps.patches import MapError
 from bigearthnet.maps.preview import LegendEntry, write_preview
@@ -200,7 +201,7 @@ def map_change(opts: ChangeOptions) -> ChangeSummary:
     out.parent.mkdir(parents=True, exist_ok=True)
     grid = {"crs": a.crs, "transform": a.transform}
     write_cog(out, codes[None], grid, tags, describe, nodata=CHANGE_NODATA)
-    write_csv(Path(f"{out}.transitions.csv"), TRANSITION_FIELDS, rows)
+    write_csv(transitions_path(out), TRANSITION_FIELDS, rows)
     _preview(out.with_suffix(".png"), codes, rows, transform=a.transform)
     changed = sum(int(r[5]) for r in rows if r[4] == "yes")
     stable = sum(int(r[5]) for r in rows if r[4] == "no")

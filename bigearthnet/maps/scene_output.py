@@ -24,6 +24,7 @@ from bigearthnet.core.util import atomic_path, temp_sibling, write_csv
 from bigearthnet.formats.class_map import (
     NODATA,
     PROB_SCALE,
+    areas_path,
     classes_tags,
     probabilities_path,
     scaled,
@@ -62,7 +63,7 @@ def write_scene_map(
         write_cog(probabilities_path(path), bands[1:], grid, all_tags, probabilities)
         cell_km2 = abs(transform.a * transform.e) / 1e6
         areas = area_rows(bands[0], classes, cell_km2)
-        write_csv(Path(f"{path}.areas.csv"), ("class", "cells", "km2"), areas)
+        write_csv(areas_path(path), ("class", "cells", "km2"), areas)
         preview(path.with_suffix(".png"), bands[0], transform=transform, classes=classes, tags=tags)
     except Exception:
         path.unlink(missing_ok=True)

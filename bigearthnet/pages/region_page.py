@@ -2,7 +2,9 @@
 region``), from the folder's files alone: the periods one after the other (a selector of
 periods, raw and consistent maps side by side, no script), class areas over time, the
 transitions from the first to the last period, the consistency figures and the scenes used
-and skipped. Maps are inlined as PNG, the chart as SVG: it opens offline after ``scp``."""
+and skipped, and a link to the page of the run whose model made it. Maps are inlined as PNG,
+the chart as SVG: it opens offline after ``scp``. Areas are shown to the decimals of one
+cell (:func:`bigearthnet.core.display.area_decimals`)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bigearthnet.core import constants
+from bigearthnet.core import constants, display
 from bigearthnet.formats import region_folder
 from bigearthnet.formats.class_map import read_classes
 from bigearthnet.pages import run_figures
+from bigearthnet.pages.region_link import run_page_of
 from bigearthnet.pages.render import svg, write_page
 
 NODATA = 255
@@ -40,6 +43,7 @@ def write_region_page(folder: Path) -> Path:
         for label in periods_of
     ]
     areas = _areas(folder / "areas.csv", periods_of)
+    decimals = display.area_decimals((record.grid.cell_m / 1000) ** 2)  # equal-area cells
     plt = run_figures.pyplot()
     figure = _areas_figure(plt, areas, periods_of, classes)
     chart = svg(figure, title="class areas per period, consistent series")
@@ -51,7 +55,12 @@ def write_region_page(folder: Path) -> Path:
         periods=periods,
         chart=chart,
         legend=_legend(classes, areas),
-        transitions=_first_to_last(folder / "transitions.csv", periods_of),
+        transitions=_first_to_last(folder / "transitions.csv", periods_of, decimals),
+        skipped=[
+            (display.shown_path(s.path, folder), display.shown_text(s.reason, folder))
+            for s in record.skipped
+        ],
+        run_page=run_page_of(folder),
         written=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
     )
 
@@ -115,11 +124,13 @@ def _legend(classes: list[str], areas: dict[str, list[float]]) -> list[dict]:
     ]
 
 
-def _first_to_last(path: Path, periods: list[str]) -> list[dict]:
-    """The first -> last rows of transitions.csv, largest first."""
-    rows = []
+def _first_to_last(path: Path, periods: list[str], decimals: int) -> list[dict]:
+    """The first -> last rows of transitions.csv, largest first, km² shown to ``decimals``."""
     with open(path, newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            if row["from_period"] == periods[0] and row["to_period"] == periods[-1]:
-                rows.append(row)
-    return sorted(rows, key=lambda r: -float(r["km2"]))
+        rows = [
+            row
+            for row in csv.DictReader(f)
+            if row["from_period"] == periods[0] and row["to_period"] == periods[-1]
+        ]
+    rows.sort(key=lambda r: -float(r["km2"]))
+    return [{**row, "km2": display.km2(float(row["km2"]), decimals)} for row in rows]

@@ -13,18 +13,21 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from bigearthnet.core import display
 from bigearthnet.core.util import atomic_write_text
 
 
 @cache
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    environment = jinja2.Environment(
         loader=jinja2.PackageLoader("bigearthnet.pages", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,  # a misspelt field fails the writer, not the reader
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    environment.globals["show"] = display  # every page shows numbers and paths alike
+    return environment
 
 
 def render(template: str, **context: Any) -> str:

@@ -10,11 +10,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bigearthnet.core import display
 from bigearthnet.core.config import TrainConfig, load_run_config
 from bigearthnet.core.errors import InputError
 from bigearthnet.evaluation.summary import EvalSummary, read_metrics
 from bigearthnet.formats import checkpoints, run_folder
 from bigearthnet.formats.checkpoints import CheckpointError, CheckpointRecord
+from bigearthnet.formats.class_map import areas_path, transitions_path
 from bigearthnet.formats.efficiency import EfficiencyReport, read_efficiency
 from bigearthnet.formats.elastic_log import (
     DecisionRecord,
@@ -26,8 +28,10 @@ from bigearthnet.formats.history import HistoryRow, read_history
 from bigearthnet.formats.run_command import RunCommand, read_commands
 from bigearthnet.formats.run_status import RunStatus, read_status
 from bigearthnet.formats.shards import Manifest, ShardError, read_manifest
+from bigearthnet.pages.region_link import region_folders, region_pages
 
 MAX_PREVIEWS = 12
+KINDS = ("scene", "change", "other")  # the order maps are shown in
 
 
 class ReportError(InputError):
@@ -37,7 +41,18 @@ class ReportError(InputError):
 @dataclass(frozen=True)
 class MapPreview:
     name: str  # path relative to the run folder
+    kind: str  # one of KINDS
     data_uri: str  # the PNG inline
+
+
+@dataclass(frozen=True)
+class MapPreviews:
+    """The previews the page shows (scene maps first, then change maps, then the rest) of
+    ``total`` under ``folder`` (relative to the run folder)."""
+
+    shown: list[MapPreview]
+    total: int
+    folder: str
 
 
 @dataclass
@@ -53,26 +68,42 @@ class RunFacts:
     evaluations: list[EvalSummary]
     events: list[ElasticEvent]
     decisions: list[DecisionRecord]
-    previews: list[MapPreview]
+    previews: MapPreviews
     commands: list[RunCommand] = field(default_factory=list)  # every (re)start, oldest first
     missing: list[str] = field(default_factory=list)  # what the page cannot show, and why
+    regions: list[str] = field(default_factory=list)  # region pages of this model, relative
 
     @property
     def wall_seconds(self) -> float:
         return sum(row.seconds for row in self.history)
 
     @property
-    def accelerator_hours(self) -> float:
+    def accelerator_seconds(self) -> float:
         """Sum over epochs of seconds x ranks: what the run cost, resizes included."""
-        return sum(row.seconds * row.world_size for row in self.history) / 3600.0
+        return sum(row.seconds * row.world_size for row in self.history)
 
     @property
     def world_sizes(self) -> list[int]:
         return sorted({row.world_size for row in self.history})
 
     @property
+    def elastic(self) -> bool:
+        """Whether the world could change: an elastic run, or one that did change."""
+        return (
+            bool(self.config.elastic or self.events or self.decisions) or len(self.world_sizes) > 1
+        )
+
+    @property
     def config_items(self) -> list[tuple[str, object]]:
-        return list(dataclasses.asdict(self.config).items())
+        """The resolved configuration, paths as a shared page shows them."""
+        return [
+            (key, display.shown_value(value, self.run_dir))
+            for key, value in dataclasses.asdict(self.config).items()
+        ]
+
+    def shown(self, path: str | Path) -> str:
+        """A path of the run as the page shows it (relative to the run, or its base name)."""
+        return display.shown_path(path, self.run_dir)
 
 
 def read_run(run_dir: Path) -> RunFacts:
@@ -89,6 +120,9 @@ def read_run(run_dir: Path) -> RunFacts:
         raise ReportError(
             f"{run_dir}: no history.csv rows: no epoch has finished, nothing to report yet"
         )
+    # Absolute from here, so that the run's own files (evaluations, checkpoints) show
+    # relative to it however the folder was named on the command line.
+    run_dir = run_dir.absolute()
     missing: list[str] = []
     best, latest = _pointer(run_dir, "best", missing), _pointer(run_dir, "latest", missing)
     manifest = _manifest(config, missing)
@@ -110,7 +144,8 @@ def read_run(run_dir: Path) -> RunFacts:
         decisions=read_decisions(run_dir),
         previews=_previews(run_dir),
         commands=read_commands(run_dir),
-        missing=missing,
+        missing=[display.shown_text(item, run_dir) for item in missing],
+        regions=region_pages(run_dir),
     )
 
 
@@ -139,7 +174,8 @@ def _evaluations(run_dir: Path, missing: list[str]) -> list[EvalSummary]:
         found.append(read_metrics(folder))
     if not found:
         missing.append(
-            f"an evaluation: run evaluate.py --run-dir {run_dir} (test metrics, PR curves)"
+            "an evaluation: run evaluate.py --run-dir RUN (this folder) for test metrics, "
+            "per-class F1 and PR curves"
         )
     return found
 
@@ -155,12 +191,32 @@ def _efficiency(run_dir: Path, missing: list[str]) -> EfficiencyReport | None:
     return report
 
 
-def _previews(run_dir: Path) -> list[MapPreview]:
-    """PNG previews of maps written under RUN/maps/ (bigearthnet-map --out RUN/maps/...)."""
-    previews = []
-    for path in sorted((run_dir / run_folder.MAPS).rglob("*.png"))[:MAX_PREVIEWS]:
+def _previews(run_dir: Path) -> MapPreviews:
+    """PNG previews of maps written under RUN/maps/ (bigearthnet-map --out RUN/maps/...):
+    scene maps first, then change maps, then the rest (patch maps), each kind by name; the
+    first MAX_PREVIEWS are inlined. A region series' folder is left out: its own page
+    shows it, and the run page links to it."""
+    maps = run_dir / run_folder.MAPS
+    regions = region_folders(maps)
+    found = [
+        path
+        for path in maps.rglob("*.png")
+        if not any(path.is_relative_to(region) for region in regions)
+    ]
+    ranked = sorted(found, key=lambda path: (KINDS.index(_kind(path)), str(path)))
+    shown = []
+    for path in ranked[:MAX_PREVIEWS]:
         encoded = base64.b64encode(path.read_bytes()).decode("ascii")
-        previews.append(
-            MapPreview(str(path.relative_to(run_dir)), f"data:image/png;base64,{encoded}")
-        )
-    return previews
+        name = path.relative_to(run_dir).as_posix()
+        shown.append(MapPreview(name, _kind(path), f"data:image/png;base64,{encoded}"))
+    return MapPreviews(shown, len(found), f"{run_folder.MAPS}/")
+
+
+def _kind(preview: Path) -> str:
+    """What the map behind a preview is, by the companions its writer puts beside it."""
+    map_path = preview.with_suffix(".tif")
+    if areas_path(map_path).is_file():
+        return "scene"
+    if transitions_path(map_path).is_file():
+        return "change"
+    return "other"

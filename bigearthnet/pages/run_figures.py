@@ -1,19 +1,14 @@
 """The run page's figures, drawn with matplotlib (inlined as SVG by :mod:`render`): training
-curves, scaling over time (throughput, data wait, the noise scale beside the global batch,
-the world size, resizes and the controller's decisions on the same epoch axis) and the
-precision-recall curves of an evaluation."""
+curves and scaling over time (throughput, data wait, the noise scale beside the global batch;
+for elastic runs the world size, resizes and the controller's decisions on the same epoch
+axis). An evaluation's figures are :mod:`bigearthnet.evaluation.plots`'."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-
-from bigearthnet.evaluation.report import Predictions
 from bigearthnet.formats.elastic_log import DecisionRecord, ElasticEvent
 from bigearthnet.formats.history import HistoryRow
-
-MAX_CURVE_POINTS = 200  # per PR curve: keeps the page small, the shape intact
 
 
 def pyplot():
@@ -43,6 +38,7 @@ def training_figure(history: Sequence[HistoryRow]):
     lr.set(xlabel="epoch", title="Learning rate (end of epoch)")
     for ax in (loss, f1):
         ax.legend(fontsize=8)
+    _whole_epochs(loss, f1, lr)
     fig.tight_layout()
     return fig
 
@@ -51,10 +47,15 @@ def scaling_figure(
     history: Sequence[HistoryRow],
     events: Sequence[ElasticEvent],
     decisions: Sequence[DecisionRecord],
+    *,
+    elastic: bool,
 ):
+    """Throughput and data wait, the noise scale beside the global batch, and for an
+    elastic run the world size with its resizes and the controller's decisions."""
     plt = pyplot()
     epochs = [row.epoch for row in history]
-    fig, (speed, noise, world) = plt.subplots(1, 3, figsize=(12, 3.4))
+    fig, axes = plt.subplots(1, 3 if elastic else 2, figsize=(12 if elastic else 9, 3.4))
+    speed, noise = axes[0], axes[1]
     speed.plot(epochs, [r.samples_per_s for r in history], "o-", ms=3, label="samples/s")
     speed.set(xlabel="epoch", ylabel="samples/s (all ranks)", title="Throughput and data wait")
     wait = speed.twinx()
@@ -71,6 +72,25 @@ def scaling_figure(
     if noisy or batches:
         noise.set_yscale("log")
         noise.legend(fontsize=8)
+    if elastic:
+        _world_panel(axes[2], noise, history, events, decisions)
+    _whole_epochs(*axes)
+    fig.tight_layout()
+    return fig
+
+
+def _whole_epochs(*axes) -> None:
+    """Epoch axes tick at whole epochs (not 2.5, 7.5)."""
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _world_panel(world, noise, history, events, decisions) -> None:
+    """The world size over the epochs, each resize a dotted line (on the noise panel too),
+    each grow or shrink decision a triangle."""
+    epochs = [row.epoch for row in history]
     world.step(epochs, [r.world_size for r in history], where="post", color="tab:green")
     world.set(xlabel="epoch", ylabel="ranks", title="World size, resizes and decisions")
     for event in events:
@@ -82,35 +102,3 @@ def scaling_figure(
         if decision.verb in ("grow", "shrink"):
             marker = "^" if decision.verb == "grow" else "v"
             world.plot(decision.epoch, decision.workers_after, marker, color="black", ms=6)
-    fig.tight_layout()
-    return fig
-
-
-def pr_figure(predictions: Predictions, class_names: Sequence[str]):
-    """One precision-recall curve per class with positives, and the pooled (micro) curve."""
-    from sklearn.metrics import precision_recall_curve
-
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 5))
-    labels, scores = predictions.labels, predictions.scores
-    for index, name in enumerate(class_names):
-        if labels[:, index].sum() == 0:
-            continue
-        precision, recall, _ = precision_recall_curve(labels[:, index], scores[:, index])
-        keep = _thin(len(recall))
-        ax.plot(recall[keep], precision[keep], linewidth=0.8, alpha=0.6, label=name[:28])
-    precision, recall, _ = precision_recall_curve(labels.ravel(), scores.ravel())
-    keep = _thin(len(recall))
-    ax.plot(recall[keep], precision[keep], color="black", linewidth=2.2, label="micro (pooled)")
-    ax.set(xlabel="recall", ylabel="precision", xlim=(0, 1), ylim=(0, 1.02),
-           title="Precision-recall per class")  # fmt: skip
-    ax.legend(fontsize=6, ncol=2, loc="lower left")
-    fig.tight_layout()
-    return fig
-
-
-def _thin(count: int) -> np.ndarray:
-    """Indices of at most MAX_CURVE_POINTS points spread along a curve, the ends kept."""
-    if count <= MAX_CURVE_POINTS:
-        return np.arange(count)
-    return np.unique(np.linspace(0, count - 1, MAX_CURVE_POINTS).round().astype(int))

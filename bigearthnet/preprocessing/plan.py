@@ -22,6 +22,7 @@ from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import ConfigError, require_non_negative_int, require_positive_int
 from bigearthnet.core.folders import folder_path
+from bigearthnet.formats.archive_origin import UNKNOWN, ArchiveOrigin, read_origin
 from bigearthnet.formats.shards import (
     FORMAT_VERSION,
     shard_name,
@@ -158,12 +159,14 @@ class Plan:
     found: int
     split_source: str
     plan_id: str
+    origin: ArchiveOrigin = ArchiveOrigin(UNKNOWN)  # read with the listing, before any work
 
 
 def make_plan(opts: Options) -> Plan:
     """The deterministic assignment of patches to shards (see the module docstring)."""
     version = detect_version(opts.archive) if opts.version == "auto" else opts.version
     listing = list_patches(opts.archive, version, opts.bands, opts.s1_archive)
+    origin = read_origin(opts.archive)
     refs = list(listing.patches)
     not_written = [(name, reason) for name, reason in listing.missing]
     excluded_reasons: list[tuple[str, str]] = []
@@ -201,6 +204,7 @@ def make_plan(opts: Options) -> Plan:
         found,
         source,
         plan_id,
+        origin,
     )
 
 

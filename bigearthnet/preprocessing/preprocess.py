@@ -259,6 +259,8 @@ def join(opts: Options, plan: Plan, argv: list[str] | None = None) -> Manifest:
         bands=opts.bands,
         channel_scale=tuple(scale for scale, _ in encodings),
         channel_offset=tuple(offset for _, offset in encodings),
+        origin=plan.origin.kind,
+        origin_detail=plan.origin.detail,
     )
     return manifest
 

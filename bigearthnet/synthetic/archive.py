@@ -60,6 +60,8 @@ from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import ConfigError, require_non_negative_int, require_positive_int
 from bigearthnet.core.folders import Owner, check_output, publishing
 from bigearthnet.core.room import Needs, check_room
+from bigearthnet.formats.archive_origin import MARK as SYNTHETIC_MARK
+from bigearthnet.formats.archive_origin import write_synthetic_mark
 from bigearthnet.preprocessing.archive import V2_METADATA, V2_S2_DIR, V2_SNOW_CLOUD
 from bigearthnet.preprocessing.sentinel1 import PAIR_KEY, V1_S1_ARCHIVE, V2_S1_DIR
 from bigearthnet.synthetic import sizes
@@ -322,7 +324,7 @@ def _run_jobs(root: str, seed: int, jobs: list[PatchJob], workers: int) -> None:
 # before marks: a realistic v2 archive (truth.parquet, which no real archive holds).
 OWNER = Owner(
     "bigearthnet-synth", ".bigearthnet-synth", replace_flag="--overwrite", signature=TRUTH_FILE,
-    names=frozenset({V2_S2_DIR, V2_S1_DIR, V2_METADATA, V2_SNOW_CLOUD}),
+    names=frozenset({V2_S2_DIR, V2_S1_DIR, V2_METADATA, V2_SNOW_CLOUD, SYNTHETIC_MARK}),
 )  # fmt: skip
 MAX_PATCHES = 1_000_000  # more than the real archive holds (590,326 v1 patches)
 
@@ -395,6 +397,8 @@ def generate_archive(out_dir: os.PathLike | str, spec: ArchiveSpec) -> list[Synt
         _run_jobs(str(work), seed, jobs, spec.workers)
         if layout == "v2":
             _write_v2_metadata(work, rows)
+        write_synthetic_mark(work, layout=layout, difficulty=spec.difficulty, seed=seed,
+                             patches=spec.patches)  # fmt: skip
         if spec.difficulty == "realistic":
             write_truth(work, [p.name for p in patches], [job.truth or () for job in jobs])
     return patches

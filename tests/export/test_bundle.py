@@ -133,6 +133,47 @@ def test_card_numbers_are_the_runs_metrics(export_dir, evaluated_run):
     assert re.search(r"\| 0 \| B01 \| 60 \|", card) and "## Intended use and known limits" in card
 
 
+def test_a_card_of_synthetic_data_offers_no_use_on_imagery(export_dir, evaluated_run, shards_v1):
+    """The tiny run trained on the project's synthetic archive: the card says so where a
+    reader decides on use, and carries no path of this machine (it travels with the model)."""
+    card = (export_dir / exported.CARD_FILE).read_text()
+    intended = card[card.index("## Intended use") :]
+    assert "**Not for real imagery.**" in intended and "research and operational" not in card
+    assert "bigearthnet-synth: 240 simple v1 patches, seed 7" in intended
+    assert "trained on **synthetic data**" in card[: card.index("## Files")]
+    for folder in (evaluated_run.parent, shards_v1.parent):
+        assert str(folder) not in card
+    assert f"Source run: `{evaluated_run.name}`, checkpoint `checkpoints/best-e" in card
+    assert f"Training data: `{shards_v1.name}`" in card
+    assert "`eval-test/metrics.json` in the run" in card
+    assert "0 warm-up epochs" in card and "x 1 rank =" in card and "rank(s)" not in card
+    item = json.loads((export_dir / exported.STAC_FILE).read_text())
+    assert "Trained on synthetic data" in item["properties"]["description"]
+
+
+def test_the_card_follows_the_origin_of_the_data(export_dir, evaluated_run, shards_v1):
+    """Real data: offered for imagery; origin not known (an old manifest, or none): the
+    reader is asked to check before any use."""
+    import dataclasses
+
+    from bigearthnet.core.config import load_run_config
+    from bigearthnet.export.card import RunFacts, render_card
+
+    info = read_export_info(export_dir)
+    manifest = read_manifest(shards_v1)
+
+    def card(data) -> str:
+        facts = RunFacts(load_run_config(evaluated_run), 1, 8, 6, data, None)
+        text = render_card(info, facts)
+        return text[text.index("## Intended use") :]
+
+    real = card(dataclasses.replace(manifest, origin="real", origin_detail=""))
+    assert "- Intended: land-cover maps and patch labels of Sentinel-2 L2A imagery" in real
+    old = card(dataclasses.replace(manifest, origin="unknown", origin_detail=""))
+    assert "not recorded (its manifest was written\n  before origins were recorded)" in old
+    assert "its manifest is no longer there" in card(None)
+
+
 def test_map_from_export_equals_map_from_run(export_dir, evaluated_run, shards_v1, tmp_path):
     common = ["--shards", str(shards_v1), "--split", "test", "--no-progress"]
     assert map_main(["--run-dir", str(evaluated_run), "--out", str(tmp_path / "a"), *common]) == 0

@@ -1,10 +1,12 @@
 """region.html and the STAC collection of a region series, as a person and a STAC client
 meet them: self-contained, no script, the period selector showing each period's maps, the
-figures of consistency.json, every STAC document valid offline and every asset present."""
+figures of consistency.json, areas to the decimals of one cell, the run page and the region
+page linking each other, every STAC document valid offline and every asset present."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pystac
@@ -12,6 +14,8 @@ import pytest
 from browser import assert_self_contained, open_page
 
 from bigearthnet.cli.map import main as map_main
+from bigearthnet.cli.report import main as report_main
+from bigearthnet.core import display
 from bigearthnet.formats.stac_validation import validate_stac
 from bigearthnet.synthetic.region import RegionSpec, generate_region
 
@@ -20,14 +24,18 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def series(trained_run, tmp_path_factory) -> Path:
+    """A region series mapped with a run that sits beside it, as ``make demo`` lays them out
+    (the run's page written by train.py, then again once the series is there)."""
     root = tmp_path_factory.mktemp("region-page")
     generate_region(
         root / "synth", RegionSpec(tiles=2, dates=5, size=360, seed=2, difficulty="simple")
     )
     scenes = [str(p) for p in sorted((root / "synth" / "scenes").iterdir())]
-    out = root / "out"
-    argv = ["region", *scenes, "--run-dir", str(trained_run), "--out", str(out), "--no-progress"]
+    run, out = root / "run", root / "out"
+    shutil.copytree(trained_run, run)
+    argv = ["region", *scenes, "--run-dir", str(run), "--out", str(out), "--no-progress"]
     assert map_main(argv) == 0
+    assert report_main([str(run)]) == 0
     return out
 
 
@@ -52,7 +60,28 @@ def test_the_page_shows_each_period(series, tmp_path):
             "return [...document.images].map(i => i.naturalWidth > 0)"
         )
         assert images and all(images)
+        # Areas to the decimals one cell needs (600 m cells: 0.36 km², 2 decimals).
+        cell_km2 = (record["grid"]["cell_m"] / 1000) ** 2
+        decimals = display.area_decimals(cell_km2)
+        for cell in visit.texts("#transitions td.num"):
+            assert len(cell.rpartition(".")[2]) == decimals, cell
         visit.screenshot(tmp_path / "region.png")
+        # The run whose model made it, linked relatively (the page is shared as a folder).
+        link = visit.driver.find_element(By.CSS_SELECTOR, "#links a")
+        assert link.text == "../run/report.html"
+        link.click()
+        assert visit.driver.current_url == (series.parent / "run" / "report.html").as_uri()
+    assert str(series.parent) not in page.read_text()
+
+
+def test_the_run_page_links_to_the_series(series):
+    from selenium.webdriver.common.by import By
+
+    page = series.parent / "run" / "report.html"
+    with open_page(page) as visit:
+        assert visit.text("#links a") == "../out/region.html"
+        visit.driver.find_element(By.CSS_SELECTOR, "#links a").click()
+        assert visit.driver.current_url == (series / "region.html").as_uri()
 
 
 def test_the_stac_collection_is_valid_and_complete(series):

@@ -120,6 +120,7 @@ def test_real_manifest_contract(real_out: Path) -> None:
     m = json.loads((real_out / "manifest.json").read_text())  # the on-disk contract
     assert m["bands"] == list(constants.BANDS) and m["classes43"] == list(constants.CLASSES_43)
     assert m["classes19"] == list(constants.CLASSES_19) and m["archive_version"] == "v1"
+    assert (m["origin"], m["origin_detail"]) == ("real", "")  # no synthetic mark
     assert sum(m["counts"].values()) == 11 == m["summary"]["written"]
     assert len(m["band_mean"]) == len(m["band_std"]) == 12
     for entry in m["shards"]:
@@ -170,6 +171,9 @@ def test_synthetic_v1_end_to_end(synth_v1: Path, tmp_path: Path) -> None:
     assert preprocess(synth_v1, out, "--shard-size", "50", "--split-ratios", "0.5,0.25,0.25") == 0
     m = manifest_json(out)
     assert m["counts"] == {"train": 120, "val": 60, "test": 60}
+    # the generator's mark, carried into the manifest (how a run page and a card know)
+    assert m["origin"] == "synthetic"
+    assert m["origin_detail"] == "bigearthnet-synth: 240 simple v1 patches, seed 7"
     train_files = [s["file"] for s in m["shards"] if s["split"] == "train"]
     assert train_files == [f"train-{i:05d}-of-00003.h5" for i in range(3)]
     rows = load_all(out)

@@ -27,6 +27,7 @@ from bigearthnet.core.constants import (
     PATCH_METRES,
     labels43_to_19,
 )
+from bigearthnet.formats.archive_origin import MARK
 from bigearthnet.preprocessing import archive
 from bigearthnet.synthetic import archive as synthetic
 from bigearthnet.synthetic import render as synthetic_render
@@ -85,7 +86,7 @@ def v2_archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Syn
 def test_v1_files_sizes_dtypes_and_georeferencing(v1_archive):
     root, patches = v1_archive
     names = sorted(p.name for p in root.iterdir())
-    assert names == sorted([synthetic.OWNER.mark, *(p.name for p in patches)])  # + its mark
+    assert names == sorted([synthetic.OWNER.mark, MARK, *(p.name for p in patches)])  # + marks
     needs = ArchiveSpec(len(patches), layout="v1").needs().disk  # what --patches is checked by
     assert _taken(root) <= needs <= 1.05 * _taken(root) + sizes.ARCHIVE_EXTRA
     for patch in patches:
@@ -390,7 +391,7 @@ def test_cli_replaces_only_its_own_archive_and_only_with_overwrite(tmp_path, rep
     assert main([str(out), "--patches", "2", "--difficulty", "simple"]) == 2
     assert "exists and is not empty (--overwrite replaces it)" in reported_errors()[-1]
     assert main([str(out), "--patches", "3", "--difficulty", "simple", "--overwrite"]) == 0
-    assert _all_files(out) != first and len(list(out.iterdir())) == 4  # + its mark
+    assert _all_files(out) != first and len(list(out.iterdir())) == 5  # + its marks
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing left beside it
 
 
