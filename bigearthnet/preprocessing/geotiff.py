@@ -83,6 +83,18 @@ def read_band(path: str | Path) -> Raster:
         raise GeoTiffError(f"{path.name} is not a valid TIFF ({err})") from None
 
 
+def read_part(path: str | Path, what: str, error: type[InputError]) -> Raster:
+    """:func:`read_band` for one file of a patch (``what``: "band B02", "reference map"), a
+    failure raised as ``error`` with the reason rejects.csv records: "missing band B02
+    (NAME_B02.tif)" or "band B02: NAME_B02.tif is truncated (...)"."""
+    try:
+        return read_band(path)
+    except GeoTiffError as err:
+        if str(err).startswith("missing file"):
+            raise error(f"missing {what} ({Path(path).name})") from None
+        raise error(f"{what}: {err}") from None
+
+
 def read_tags(blob: bytes, name: str = "TIFF") -> dict[int, tuple]:
     """The tags of a TIFF's first image directory (tag number -> values), from its bytes;
     GeoTiffError when it is not a (classic) TIFF. The project's one TIFF tag reader."""
