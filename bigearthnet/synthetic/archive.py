@@ -34,9 +34,7 @@ the end, so an interrupted run never leaves a complete-looking OUT.
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import functools
-import json
 import math
 import multiprocessing
 import os
@@ -46,7 +44,6 @@ import uuid
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -59,10 +56,11 @@ from bigearthnet.core.constants import (
 )
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import UsageError, require_non_negative_int, require_positive_int
-from bigearthnet.preprocessing.archive import V2_METADATA, V2_S2_DIR, V2_SNOW_CLOUD
-from bigearthnet.preprocessing.sentinel1 import PAIR_KEY, V1_S1_ARCHIVE, V2_S1_DIR
+from bigearthnet.preprocessing.archive import V2_S2_DIR
+from bigearthnet.preprocessing.sentinel1 import V1_S1_ARCHIVE, V2_S1_DIR
 from bigearthnet.synthetic.landscape import plan_patch, v1_classes
-from bigearthnet.synthetic.places import Tile, plan_tiles, region_of, stamp, utm_wkt
+from bigearthnet.synthetic.metadata import v1_labels_json, v1_s1_json, write_v2_tables
+from bigearthnet.synthetic.places import plan_tiles, region_of, stamp
 from bigearthnet.synthetic.reben_stats import CLOUD_SHARE, SNOW_SHARE, SPLIT_SHARE
 from bigearthnet.synthetic.render import (
     PatchJob,
@@ -148,26 +146,6 @@ def _v2_splits(rng: np.random.Generator, num_patches: int, train: float = 0.6) -
     return [ordered[i] for i in rng.permutation(num_patches)]
 
 
-def _v1_metadata(tile: Tile, labels: Sequence[str], ulx: int, uly: int) -> str:
-    baseline = "N0205" if tile.when < dt.datetime(2017, 11, 1) else "N0206"
-    meta = {
-        "labels": list(labels),
-        "coordinates": {
-            "ulx": ulx,
-            "uly": uly,
-            "lrx": ulx + PATCH_METRES,
-            "lry": uly - PATCH_METRES,
-        },
-        "projection": utm_wkt(tile.zone),
-        "tile_source": (
-            f"{tile.mission}_MSIL1C_{stamp(tile.when, tile.strip_hour)}_{baseline}"
-            f"_R{tile.orbit:03d}_T{tile.mgrs}_{stamp(tile.processed)}.SAFE"
-        ),
-        "acquisition_date": tile.when.strftime("%Y-%m-%d %H:%M:%S"),
-    }
-    return json.dumps(meta) + "\n"
-
-
 def _overlays(rng: np.random.Generator, num_patches: int, realistic: bool) -> list[str | None]:
     """Which v2 patches are snowy or cloudy: reBEN's shares (11.1 %, 1.6 %) realistic, else
     ~7 % half and half."""
@@ -218,9 +196,9 @@ def plan_archive(
             classes = v1_classes(rng, truth.labels) if truth else _draw_classes_v1(rng)
             labels = tuple(CLASSES_43[c] for c in sorted(set(classes)))
             name, rel_dir, rows_sig = v1_name, v1_name, classes
-            metadata, nodata = _v1_metadata(tile, labels, ulx, uly), None
+            metadata, nodata = v1_labels_json(tile, labels, ulx, uly), None
             s1_dir = f"{V1_S1_ARCHIVE}/{s1_name}"
-            s1_json = json.dumps({"labels": list(labels), PAIR_KEY: v1_name}) + "\n"
+            s1_json = v1_s1_json(labels, v1_name)
         else:
             classes = truth.labels if truth else _draw_classes_v2(rng)
             labels = tuple(CLASSES_19[c] for c in sorted(classes))
@@ -271,29 +249,6 @@ def plan_archive(
 
 
 # --------------------------------------------------------------------------- archive
-
-
-def _write_v2_metadata(root: Path, rows: list[dict]) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    schema = pa.schema(
-        [
-            ("patch_id", pa.string()),
-            ("labels", pa.list_(pa.string())),
-            ("split", pa.string()),
-            ("country", pa.string()),
-            ("s1_name", pa.string()),
-            ("s2v1_name", pa.string()),
-            ("contains_seasonal_snow", pa.bool_()),
-            ("contains_cloud_or_shadow", pa.bool_()),
-        ]
-    )
-    rows = sorted(rows, key=lambda r: r["patch_id"])
-    flagged = [r for r in rows if r["contains_seasonal_snow"] or r["contains_cloud_or_shadow"]]
-    clean = [r for r in rows if r not in flagged]
-    for file_name, subset in ((V2_METADATA, clean), (V2_SNOW_CLOUD, flagged)):
-        pq.write_table(pa.Table.from_pylist(subset, schema=schema), root / file_name)
 
 
 def _mp_context() -> multiprocessing.context.BaseContext:
@@ -396,7 +351,7 @@ def generate_archive(out_dir: os.PathLike | str, spec: ArchiveSpec) -> list[Synt
     try:
         _run_jobs(str(tmp), seed, jobs, spec.workers)
         if layout == "v2":
-            _write_v2_metadata(tmp, rows)
+            write_v2_tables(tmp, rows)
         if spec.difficulty == "realistic":
             write_truth(tmp, [p.name for p in patches], [job.truth or () for job in jobs])
         _publish(tmp, out, spec.overwrite)
