@@ -12,7 +12,9 @@ writing: :mod:`bigearthnet.synthetic.tiff`):
 * ``v2`` (reBEN): ``OUT/BigEarthNet-S2/<tile>/<patch_id>/<patch_id>_<BAND>.tif`` (nodata=0),
   ``OUT/metadata.parquet`` (19-class labels, 60/20/20 train/validation/test split, country,
   S1 and v1 names, snow/cloud flags) and ``OUT/metadata_for_patches_with_snow_cloud_or_shadow
-  .parquet`` for the ~7 % of patches that are snowy or cloudy (on disk, not in the first file).
+  .parquet`` for the ~7 % of patches that are snowy or cloudy (on disk, not in the first file);
+  ``OUT/Reference_Maps/<tile>/<patch_id>/<patch_id>_reference_map.tif`` (CORINE codes, as
+  reBEN's) and, outside the layout, ``OUT/truth_maps.h5`` (:mod:`.reference_maps`).
 * with ``s1`` (``--s1``), each patch's Sentinel-1 VV/VH as float32 dB GeoTIFFs: v2 in
   ``OUT/BigEarthNet-S1/<product>/<s1_name>/`` (named by ``s1_name``), v1 as the separate S1
   v1.0 archive ``OUT/BigEarthNet-S1-v1.0/<s1_name>/`` with labels JSONs naming the S2 patch.
@@ -56,12 +58,13 @@ from bigearthnet.core.constants import (
 )
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import UsageError, require_non_negative_int, require_positive_int
-from bigearthnet.preprocessing.archive import V2_S2_DIR
+from bigearthnet.preprocessing.archive import V2_MAPS_DIR, V2_S2_DIR
 from bigearthnet.preprocessing.sentinel1 import V1_S1_ARCHIVE, V2_S1_DIR
 from bigearthnet.synthetic.landscape import plan_patch, v1_classes
 from bigearthnet.synthetic.metadata import v1_labels_json, v1_s1_json, write_v2_tables
 from bigearthnet.synthetic.places import plan_tiles, region_of, stamp
 from bigearthnet.synthetic.reben_stats import CLOUD_SHARE, SNOW_SHARE, SPLIT_SHARE
+from bigearthnet.synthetic.reference_maps import write_truths
 from bigearthnet.synthetic.render import (
     PatchJob,
     class_signatures,
@@ -196,7 +199,7 @@ def plan_archive(
             classes = v1_classes(rng, truth.labels) if truth else _draw_classes_v1(rng)
             labels = tuple(CLASSES_43[c] for c in sorted(set(classes)))
             name, rel_dir, rows_sig = v1_name, v1_name, classes
-            metadata, nodata = v1_labels_json(tile, labels, ulx, uly), None
+            metadata, nodata, map_dir = v1_labels_json(tile, labels, ulx, uly), None, None
             s1_dir = f"{V1_S1_ARCHIVE}/{s1_name}"
             s1_json = v1_s1_json(labels, v1_name)
         else:
@@ -209,7 +212,7 @@ def plan_archive(
             rel_dir = f"{V2_S2_DIR}/{name.rsplit('_', 2)[0]}/{name}"
             s1_dir = f"{V2_S1_DIR}/{s1_product}/{s1_name}"
             rows_sig = tuple(representative[c] for c in classes)
-            metadata, nodata = None, 0
+            metadata, nodata, map_dir = None, 0, rel_dir.replace(V2_S2_DIR, V2_MAPS_DIR, 1)
             rows.append(
                 {
                     "patch_id": name,
@@ -233,13 +236,13 @@ def plan_archive(
                 snow_or_cloud=overlays[i] is not None,
             )
         )
-        job = PatchJob(
-            i, rel_dir, name, epsg, ulx, uly, tuple(rows_sig), overlays[i], nodata, metadata
-        )
+        job = PatchJob(i, rel_dir, name, epsg, ulx, uly, tuple(rows_sig), overlays[i], nodata,
+                       metadata, map_dir=map_dir)  # fmt: skip
         if truth is not None:
             month, region = tile.when.month, region_of(tile.country)
             job = dataclasses.replace(job, signature_rows=(), truth=truth.fractions,
-                                      month=month, region=region)  # fmt: skip
+                                      parcels=truth.parcels, month=month,
+                                      region=region)  # fmt: skip
         if s1:
             job = dataclasses.replace(
                 job, s1_dir=s1_dir, s1_prefix=s1_name, s1_metadata_json=s1_json
@@ -258,16 +261,16 @@ def _mp_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("fork")
 
 
-def _run_jobs(root: str, seed: int, jobs: list[PatchJob], workers: int) -> None:
+def _run_jobs(root: str, seed: int, jobs: list[PatchJob], workers: int) -> dict[int, np.ndarray]:
+    """Write every job; returns the truth (job index -> cells) of those with maps."""
     if workers <= 1 or len(jobs) < 2:
-        write_jobs(root, seed, jobs)
-        return
+        return dict(write_jobs(root, seed, jobs))
     n_chunks = min(len(jobs), workers * 4)  # a few chunks per worker balances the load
     bounds = np.linspace(0, len(jobs), n_chunks + 1).astype(int)
     chunks = [jobs[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
     with ProcessPoolExecutor(min(workers, n_chunks), mp_context=_mp_context()) as pool:
-        for _ in pool.map(write_jobs, [root] * n_chunks, [seed] * n_chunks, chunks):
-            pass
+        done = pool.map(write_jobs, [root] * n_chunks, [seed] * n_chunks, chunks)
+        return {index: truth for chunk in done for index, truth in chunk}
 
 
 def _is_nonempty_dir(path: Path) -> bool:
@@ -305,7 +308,8 @@ class ArchiveSpec:
     layout: str = option(
         "v1", "v1: one folder per patch with a labels JSON (43 classes); v2: reBEN "
         "BigEarthNet-S2/<tile>/<patch>/ folders plus metadata parquet files (19 classes, "
-        "train/validation/test splits, snow/cloud list)", choices=LAYOUTS,
+        "train/validation/test splits, snow/cloud list), Reference_Maps/ (CORINE codes per "
+        "10 m pixel) and OUT/truth_maps.h5 (the true class per pixel)", choices=LAYOUTS,
     )  # fmt: skip
     seed: int = option(0, "archive seed: the same seed gives byte-identical files",
                        check=require_non_negative_int, metavar="S")  # fmt: skip
@@ -349,9 +353,10 @@ def generate_archive(out_dir: os.PathLike | str, spec: ArchiveSpec) -> list[Synt
     tmp = out.parent / f".{out.name}.partial-{uuid.uuid4().hex[:12]}"
     tmp.mkdir()
     try:
-        _run_jobs(str(tmp), seed, jobs, spec.workers)
+        truths = _run_jobs(str(tmp), seed, jobs, spec.workers)
         if layout == "v2":
             write_v2_tables(tmp, rows)
+            write_truths(tmp, [p.name for p in patches], truths)
         if spec.difficulty == "realistic":
             write_truth(tmp, [p.name for p in patches], [job.truth or () for job in jobs])
         _publish(tmp, out, spec.overwrite)
