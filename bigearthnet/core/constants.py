@@ -249,18 +249,32 @@ def _clc_lookup() -> np.ndarray:
     return table
 
 
+@functools.cache
+def _clc_known() -> np.ndarray:
+    table = np.zeros(2**16, dtype=bool)
+    table[[*CLC_CODES_43, 335]] = True
+    table.setflags(write=False)
+    return table
+
+
+def _through(table: np.ndarray, codes: np.ndarray, outside) -> np.ndarray:
+    """``table[codes]`` for any integer array; ``outside`` where a code is beyond it."""
+    codes = np.asarray(codes)
+    if codes.dtype in (np.uint8, np.uint16):  # every value indexes the table
+        return table[codes]
+    inside = (codes >= 0) & (codes < len(table))
+    return np.where(inside, table[np.where(inside, codes, 0).astype(np.intp)], outside)
+
+
 def corine_to_19(codes: np.ndarray) -> np.ndarray:
     """CORINE level-3 codes (any integer array) -> uint8 19-class indices, :data:`NO_LABEL`
     for 0, for codes without a 19-class meaning and for anything unknown (negative, > 65535)."""
-    codes = np.asarray(codes)
-    inside = (codes >= 0) & (codes < 2**16)
-    indices = _clc_lookup()[np.where(inside, codes, 0).astype(np.intp)]
-    return np.where(inside, indices, NO_LABEL).astype(np.uint8)
+    return _through(_clc_lookup(), codes, NO_LABEL).astype(np.uint8, copy=False)
 
 
 def is_corine_code(codes: np.ndarray) -> np.ndarray:
     """Boolean array: which values are CORINE level-3 codes (the 43 and 335, glaciers)."""
-    return np.isin(np.asarray(codes), (*CLC_CODES_43, 335))
+    return _through(_clc_known(), codes, False).astype(bool, copy=False)
 
 
 def multi_hot(names: list[str] | tuple[str, ...], classes: tuple[str, ...]) -> np.ndarray:

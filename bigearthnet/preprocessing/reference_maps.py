@@ -76,8 +76,9 @@ def read_map(path: str, grid: PatchGrid) -> PlacedMap:
     return PlacedMap(map19, unknown)
 
 
-def _window(raster: Raster, grid: PatchGrid, name: str) -> tuple[np.ndarray, ...]:
-    """Index arrays (rows, columns) of the map's pixels under the patch's 10 m pixels."""
+def _window(raster: Raster, grid: PatchGrid, name: str) -> tuple:
+    """The index (slices, or row and column arrays) of the map's pixels under the patch's
+    10 m pixels."""
     if raster.crs != grid.crs:
         raise MapError(f"reference map {name} is on {raster.crs}, its patch on {grid.crs}")
     a, b, c, d, e, f = raster.transform
@@ -106,9 +107,9 @@ def _window(raster: Raster, grid: PatchGrid, name: str) -> tuple[np.ndarray, ...
             f"{a:g} m, its corner {c - grid.ulx:+g} m east, {grid.uly - f:+g} m south of the "
             "patch's)"
         )
-    rows = (row0 + np.arange(size)) // k
-    cols = (col0 + np.arange(size)) // k
-    return np.ix_(rows, cols)
+    if k == 1:  # the usual case: a window of the map itself (reBEN: the whole map)
+        return np.s_[row0 : row0 + size, col0 : col0 + size]
+    return np.ix_((row0 + np.arange(size)) // k, (col0 + np.arange(size)) // k)
 
 
 def _whole(value: float) -> bool:
@@ -127,6 +128,7 @@ class Decision:
 
     map19: np.ndarray | None
     note: str = ""
+    pixels: np.ndarray | None = None  # the stored map's class counts (shard_maps.class_pixels)
     drop_patch: bool = False
     refused: bool = False  # the map could not be placed (note says why)
     map_only: bool = False  # it holds a class the labels lack
@@ -141,11 +143,12 @@ def decide(path: str, grid: PatchGrid, labels19: np.ndarray, policy: str) -> Dec
         placed = read_map(path, grid)
     except MapError as err:
         return Decision(None, f"reference map refused, patch kept without it: {err}", refused=True)
-    in_map = shard_maps.map_classes(placed.map19)
-    labelled = frozenset(int(k) for k in np.flatnonzero(labels19))
+    pixels = shard_maps.class_pixels(placed.map19)
+    in_map = frozenset(np.flatnonzero(pixels[: shard_maps.NO_LABEL_INDEX]).tolist())
+    labelled = frozenset(np.flatnonzero(labels19).tolist())
     extra, lacking = sorted(in_map - labelled), sorted(labelled - in_map)
-    outcome = Decision(placed.map19, map_only=bool(extra), labels_only=bool(lacking),
-                       unknown_pixels=placed.unknown_pixels)  # fmt: skip
+    outcome = Decision(placed.map19, pixels=pixels, map_only=bool(extra),
+                       labels_only=bool(lacking), unknown_pixels=placed.unknown_pixels)  # fmt: skip
     if not (extra or lacking) or policy == "keep":
         return outcome
     why = _disagreement(extra, lacking)
@@ -189,10 +192,9 @@ class MapTally:
         self.labels_only += decision.labels_only
         self.mismatched += decision.map_only or decision.labels_only
         self.unknown_code_pixels += decision.unknown_pixels
-        if decision.map19 is not None:
+        if decision.pixels is not None:
             self.patches += 1
-            counts = shard_maps.class_pixels(decision.map19)
-            self.class_pixels = [int(a + b) for a, b in zip(self.class_pixels, counts)]
+            self.class_pixels = [int(a + b) for a, b in zip(self.class_pixels, decision.pixels)]
 
 
 def merge(records: list[dict], policy: str) -> shard_maps.MapStats:
