@@ -290,6 +290,7 @@ def _print_summary(opts: Options, manifest: Manifest, seconds: float) -> None:
         f"found {s['found']} = written {s['written']} + rejected {s['rejected']} "
         f"+ excluded {s['excluded']}; manifest {opts.out / MANIFEST}",
     )
+    maps_noted = False  # maps refused or dropped for patches that were written
     if manifest.reference_maps is not None:
         maps = manifest.reference_maps
         _log(
@@ -299,7 +300,8 @@ def _print_summary(opts: Options, manifest: Manifest, seconds: float) -> None:
             f"(--map-label-mismatch {maps.mismatch_policy}); {maps.unknown_code_pixels} "
             "pixels with codes outside CORINE (stored as no label)",
         )
-    if s["rejected"] or (manifest.reference_maps and manifest.reference_maps.refused):
+        maps_noted = bool(maps.refused or (maps.mismatched and maps.mismatch_policy == "drop-map"))
+    if s["rejected"] or maps_noted:
         _log(opts, f"rejected patches, refused maps and reasons: {opts.out / REJECTS}")
 
 
