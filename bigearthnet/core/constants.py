@@ -185,6 +185,24 @@ MAP_43_TO_19: dict[int, int] = {
 
 DROPPED_IN_19: tuple[int, ...] = tuple(i for i in range(43) if i not in MAP_43_TO_19)
 
+CLC_CODES_43: tuple[int, ...] = (
+    111, 112, 121, 122, 123, 124, 131, 132, 133, 141, 142,
+    211, 212, 213, 221, 222, 223, 231, 241, 242, 243, 244,
+    311, 312, 313, 321, 322, 323, 324, 331, 332, 333, 334,
+    411, 412, 421, 422, 423,
+    511, 512, 521, 522, 523,
+)  # fmt: skip
+"""CORINE Land Cover level-3 code of each 43-class index (reBEN's reference maps hold these
+codes; 335, glaciers, is none of the 43)."""
+
+NO_LABEL = 255
+"""A per-pixel 19-class map's value for "no label": nodata (CORINE code 0), a code whose
+class the 19-class nomenclature drops (roads, mines, bare rock ...) and any unknown code.
+The value is stored in the shards and ignored by anything scoring pixels."""
+
+CLC_TO_19: dict[int, int] = {CLC_CODES_43[idx43]: idx19 for idx43, idx19 in MAP_43_TO_19.items()}
+"""CORINE level-3 code -> 19-class index, through the 43 classes; codes absent have none."""
+
 CLASS_SETS: dict[int, tuple[str, ...]] = {19: CLASSES_19, 43: CLASSES_43}
 
 # v1 statistics at native resolution (RSiM); only a fallback, the project computes its own
@@ -223,6 +241,43 @@ def labels43_to_19(labels43: np.ndarray) -> np.ndarray:
     # One integer product (counts of active sources) instead of a loop over the 19 classes.
     counts = (np.asarray(labels43) != 0).astype(np.int32) @ _MAP_43_TO_19
     return (counts > 0).astype(np.uint8)
+
+
+@functools.cache
+def _clc_lookup() -> np.ndarray:
+    table = np.full(2**16, NO_LABEL, dtype=np.uint8)
+    for code, idx19 in CLC_TO_19.items():
+        table[code] = idx19
+    table.setflags(write=False)
+    return table
+
+
+@functools.cache
+def _clc_known() -> np.ndarray:
+    table = np.zeros(2**16, dtype=bool)
+    table[[*CLC_CODES_43, 335]] = True
+    table.setflags(write=False)
+    return table
+
+
+def _through(table: np.ndarray, codes: np.ndarray, outside) -> np.ndarray:
+    """``table[codes]`` for any integer array; ``outside`` where a code is beyond it."""
+    codes = np.asarray(codes)
+    if codes.dtype in (np.uint8, np.uint16):  # every value indexes the table
+        return table[codes]
+    inside = (codes >= 0) & (codes < len(table))
+    return np.where(inside, table[np.where(inside, codes, 0).astype(np.intp)], outside)
+
+
+def corine_to_19(codes: np.ndarray) -> np.ndarray:
+    """CORINE level-3 codes (any integer array) -> uint8 19-class indices, :data:`NO_LABEL`
+    for 0, for codes without a 19-class meaning and for anything unknown (negative, > 65535)."""
+    return _through(_clc_lookup(), codes, NO_LABEL).astype(np.uint8, copy=False)
+
+
+def is_corine_code(codes: np.ndarray) -> np.ndarray:
+    """Boolean array: which values are CORINE level-3 codes (the 43 and 335, glaciers)."""
+    return _through(_clc_known(), codes, False).astype(bool, copy=False)
 
 
 def multi_hot(names: list[str] | tuple[str, ...], classes: tuple[str, ...]) -> np.ndarray:

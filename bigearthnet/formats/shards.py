@@ -21,6 +21,10 @@ labels43    (N,43) u1          multi-hot, ``constants.CLASSES_43`` order (v1 sou
 names       (N,) UTF-8         patch names
 crs         (N,) UTF-8         the patch's CRS ("EPSG:32633"), for maps
 ulxy        (N,2) f8           upper-left corner of the patch in its CRS (metres)
+map19       (N,120,120) u1     the patch's reference map, 19-class indices,
+                               ``constants.NO_LABEL`` for no label (only from archives
+                               with reference maps: :mod:`bigearthnet.formats.shard_maps`)
+has_map     (N,) u1            1 where the row's map is stored (with ``map19``)
 =========== ================== ===========================================================
 
 File attributes name the bands, the class lists, the resampling, the source version and
@@ -52,7 +56,9 @@ import numpy as np
 from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import atomic_write_json, first_line, sha256_file
+from bigearthnet.formats import shard_maps
 from bigearthnet.formats.archive_origin import ORIGINS, UNKNOWN, ArchiveOrigin
+from bigearthnet.formats.shard_maps import MapStats
 
 FORMAT_VERSION = 1
 CHUNK_ROWS = 16  # 16 patches = 5.5 MB: big sequential reads, still fine-grained for shuffling
@@ -97,16 +103,26 @@ class ShardWriter:
     """Writes one shard under a temporary name and renames it on :meth:`commit`.
 
     Rows are appended in blocks, so memory stays bounded by one block whatever the
-    shard size.
+    shard size. ``with_maps``: the shard holds reference maps (``map19``, ``has_map``).
     """
 
-    def __init__(self, path: Path, split: str, expected_rows: int, attrs: dict, with43: bool):
+    def __init__(
+        self,
+        path: Path,
+        split: str,
+        expected_rows: int,
+        attrs: dict,
+        with43: bool,
+        with_maps: bool = False,
+    ):
         self.path = Path(path)
         self.shape = image_shape(len(attrs["bands"]))
         self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         self._file = h5py.File(self._tmp, "w")
         self.rows = 0
         self._create(max(expected_rows, 1), with43)
+        if with_maps:
+            shard_maps.create_datasets(self._file, max(expected_rows, 1), CHUNK_ROWS)
         for key, value in {**attrs, "split": split, "format_version": FORMAT_VERSION}.items():
             self._file.attrs[key] = value
 
@@ -194,6 +210,7 @@ class Manifest:
     origin: str = UNKNOWN
     origin_detail: str = ""
     format_version: int = FORMAT_VERSION
+    reference_maps: MapStats | None = None  # None: no maps (formats/shard_maps.py)
 
     @property
     def archive_origin(self) -> ArchiveOrigin:
@@ -207,6 +224,11 @@ class Manifest:
     @property
     def image_shape(self) -> tuple[int, int, int]:
         return image_shape(len(self.bands))
+
+    @property
+    def has_maps(self) -> bool:
+        """Whether the shards hold reference maps (``map19``, ``has_map``)."""
+        return self.reference_maps is not None
 
     def split_shards(self, split: str) -> list[ShardEntry]:
         """The shards of one split, in index order."""
@@ -232,6 +254,7 @@ class Manifest:
             dtype="uint16",
             classes19=list(constants.CLASSES_19),
             classes43=list(constants.CLASSES_43) if 43 in self.label_sets else None,
+            reference_maps=None if self.reference_maps is None else self.reference_maps.to_json(),
         )
         return body
 
@@ -299,6 +322,9 @@ def _manifest_from_json(raw: dict, path: Path) -> Manifest:
         channel_offset=floats("channel_offset"),
         bands=tuple(raw["bands"]),
         summary=dict(raw.get("summary") or {}),
+        reference_maps=MapStats.from_json(raw["reference_maps"])
+        if raw.get("reference_maps") is not None
+        else None,
     )
     return Manifest(**values)
 
@@ -350,9 +376,10 @@ class ShardLocations:
 def read_rows(
     path: str | Path, key: str, start: int, stop: int, out: np.ndarray | None = None
 ) -> np.ndarray:
-    """Rows [start, stop) of one shard's dataset ``key`` (images, labels19, labels43), read
-    straight into ``out`` when given (a C-contiguous array of that many rows): the one
-    reader of shard contents (training, evaluation and patch maps read through it)."""
+    """Rows [start, stop) of one shard's dataset ``key`` (images, labels19, labels43, and
+    where the manifest has maps map19, has_map), read straight into ``out`` when given (a
+    C-contiguous array of that many rows): the one reader of shard contents (training,
+    evaluation and patch maps read through it)."""
     with open_shard(path) as f:
         if out is None:
             return f[key][start:stop]

@@ -10,11 +10,13 @@ v2.0 / reBEN (549,488 patches)::
     ROOT/BigEarthNet-S2/<tile>/<patch_id>/<patch_id>_B01.tif ...
     ROOT/metadata.parquet                         # patch_id, labels (19-class), split, ...
     ROOT/metadata_for_patches_with_snow_cloud_or_shadow.parquet
+    ROOT/Reference_Maps/<tile>/<patch_id>/<patch_id>_reference_map.tif   # where present
 
 With Sentinel-1 (the band configurations ``s1`` and ``all``), each S2 patch is paired with
-its S1 patch (:mod:`bigearthnet.preprocessing.sentinel1`). Listing only gathers names (cheap,
-in the main process); reading a patch - its bands' GeoTIFFs plus, for v1, its JSON -
-happens in the workers and raises :class:`PatchError` with a one-line reason for anything
+its S1 patch (:mod:`bigearthnet.preprocessing.sentinel1`); where a v2 archive has reference
+maps, each patch names its map file (read by :mod:`.reference_maps`). Listing only gathers
+names (cheap, in the main process); reading a patch - its bands' GeoTIFFs plus, for v1, its
+JSON - happens in the workers and raises :class:`PatchError` with a one-line reason for anything
 wrong with that patch, so preprocessing can record it in ``rejects.csv`` and carry on.
 """
 
@@ -32,12 +34,14 @@ from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import first_line
 from bigearthnet.preprocessing import sentinel1
-from bigearthnet.preprocessing.geotiff import GeoTiffError, Raster, read_band
+from bigearthnet.preprocessing.geotiff import Raster, read_part
 
 # The reBEN (v2) layout: the one home of its names (the reader here, the synthetic writer).
 V2_S2_DIR = "BigEarthNet-S2"
 V2_METADATA = "metadata.parquet"
 V2_SNOW_CLOUD = "metadata_for_patches_with_snow_cloud_or_shadow.parquet"
+V2_MAPS_DIR = "Reference_Maps"
+V2_MAP_SUFFIX = "_reference_map.tif"
 V2_SPLITS: tuple[str, ...] = ("train", "validation", "test")  # as metadata.parquet says
 V2_SPLIT_NAMES = {"train": "train", "validation": "val", "val": "val", "test": "test"}
 V2_COLUMNS: tuple[str, ...] = (
@@ -69,6 +73,7 @@ class PatchRef:
     labels19: tuple[str, ...] | None = None  # v2: from metadata.parquet
     split: str | None = None  # v2: train/val/test from metadata.parquet
     s1_folder: str | None = None  # the paired S1 patch (only when S1 is asked for)
+    map_file: str | None = None  # v2 with Reference_Maps/: where its map should be
 
 
 @dataclass
@@ -95,6 +100,7 @@ class Listing:
     # v2: the first metadata row whose split is none of V2_SPLITS ("file row N (patch):
     # split 'Test '"); the official split cannot be used then (plan refuses it)
     bad_split: str = ""
+    maps: bool = False  # v2 with Reference_Maps/: every patch names its map file
 
 
 def detect_version(root: Path) -> str:
@@ -174,17 +180,24 @@ def _list_v1(root: Path) -> Listing:
 
 def _list_v2(root: Path, s1_root: Path | None) -> Listing:
     s2_dir = _v2_image_dir(root)
+    maps_dir = root / V2_MAPS_DIR if (root / V2_MAPS_DIR).is_dir() else None
     table = _read_v2_table(root / V2_METADATA, with_s1=s1_root is not None)
-    patches, missing = _v2_refs(table, s2_dir, V2_METADATA, s1_root)
+    patches, missing = _v2_refs(table, s2_dir, V2_METADATA, s1_root, maps_dir)
     bad_split = _first_bad_split(table, root / V2_METADATA)
     snow_cloud: list[PatchRef] = []
     if (root / V2_SNOW_CLOUD).is_file():
         extra_table = _read_v2_table(root / V2_SNOW_CLOUD, with_s1=s1_root is not None)
-        extra, extra_missing = _v2_refs(extra_table, s2_dir, V2_SNOW_CLOUD, s1_root)
+        extra, extra_missing = _v2_refs(extra_table, s2_dir, V2_SNOW_CLOUD, s1_root, maps_dir)
         snow_cloud, missing = extra, missing + extra_missing
     if not patches:
         raise ArchiveError(f"{root / V2_METADATA}: no patches listed")
-    return Listing("v2", patches, missing, snow_cloud, bad_split)
+    return Listing("v2", patches, missing, snow_cloud, bad_split, maps_dir is not None)
+
+
+def v2_map_file(maps_dir: str | Path, patch_id: str) -> str:
+    """Where reBEN keeps a patch's reference map (its tile: the patch_id less two fields)."""
+    tile = patch_id.rsplit("_", 2)[0]
+    return os.path.join(maps_dir, tile, patch_id, f"{patch_id}{V2_MAP_SUFFIX}")
 
 
 def _first_bad_split(table, path: Path) -> str:
@@ -215,7 +228,7 @@ def _read_v2_table(path: Path, with_s1: bool):
 
 
 def _v2_refs(
-    table, s2_dir: Path, source: str, s1_root: Path | None
+    table, s2_dir: Path, source: str, s1_root: Path | None, maps_dir: Path | None
 ) -> tuple[list[PatchRef], list[tuple[str, str]]]:
     refs, missing = [], []
     s1_names = table["s1_name"] if s1_root is not None else [None] * len(table)
@@ -235,7 +248,8 @@ def _v2_refs(
         s1_folder = None
         if s1_root is not None and s1_name and _plain_name(str(s1_name)):
             s1_folder = sentinel1.v2_folder(s1_root, str(s1_name))
-        refs.append(PatchRef(patch_id, folder, tuple(labels), split_name, s1_folder))
+        map_file = None if maps_dir is None else v2_map_file(maps_dir, patch_id)
+        refs.append(PatchRef(patch_id, folder, tuple(labels), split_name, s1_folder, map_file))
     refs.sort(key=lambda r: r.name)
     return refs, missing
 
@@ -276,13 +290,9 @@ def _read_s1_band(ref: PatchRef, band: str) -> Raster:
 
 
 def _read_checked_band(ref: PatchRef, band: str) -> Raster:
-    path = os.path.join(ref.folder, f"{ref.name}_{band}.tif")
-    try:
-        raster = read_band(path)
-    except GeoTiffError as err:
-        if str(err).startswith("missing file"):
-            raise PatchError(f"missing band {band} ({ref.name}_{band}.tif)") from None
-        raise PatchError(f"band {band}: {err}") from None
+    raster = read_part(
+        os.path.join(ref.folder, f"{ref.name}_{band}.tif"), f"band {band}", PatchError
+    )
     size = constants.BAND_NATIVE_SIZE[band]
     if raster.data.shape != (size, size):
         h, w = raster.data.shape

@@ -4,12 +4,15 @@
 Each patch's 20 m and 60 m bands are upsampled to the 10 m grid and its Sentinel-1 dB values
 encoded (:func:`assemble`, also what ``bigearthnet-map`` uses, so a map window equals a shard
 image), blocks of patches are written to the shard under a temporary name, and the band
-sums for the train statistics are accumulated in float64.
+sums for the train statistics are accumulated in float64. Where the archive has reference
+maps, each patch's map is placed on its grid (:mod:`.reference_maps`) and stored beside its
+image.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -17,12 +20,15 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.core.util import atomic_write_json, sha256_file
+from bigearthnet.formats.shard_maps import HAS_MAP_KEY, MAP_KEY, absent_map
 from bigearthnet.formats.shards import ShardWriter, encode_db, image_shape
+from bigearthnet.preprocessing import reference_maps
 from bigearthnet.preprocessing.archive import (
     PatchError,
     read_patch,
 )
 from bigearthnet.preprocessing.plan import PARTS, ShardPlan
+from bigearthnet.preprocessing.reference_maps import MapTally, PatchGrid
 from bigearthnet.preprocessing.resample import upsample
 
 BLOCK = 32  # patches assembled in memory before a write: ~11 MB, bounds RSS per worker
@@ -64,9 +70,11 @@ def write_shard(
     resampling: str,
     plan_id: str,
     bands: tuple[str, ...] = constants.BANDS,
+    maps: str | None = None,
     progress=None,
 ) -> dict:
-    """Read, upsample and write one shard; returns (and saves) its sidecar record."""
+    """Read, upsample and write one shard; returns (and saves) its sidecar record.
+    ``maps``: the archive has reference maps, and this is the --map-label-mismatch policy."""
     with43 = version == "v1"
     attrs = {
         "bands": list(bands),
@@ -75,14 +83,15 @@ def write_shard(
         "resampling": resampling,
         "source_version": version,
     }
-    writer = ShardWriter(out / shard.file, shard.split, len(shard.refs), attrs, with43)
+    writer = ShardWriter(out / shard.file, shard.split, len(shard.refs), attrs, with43, bool(maps))
     sums = np.zeros((2, len(bands)), dtype=np.float64)
     rejects: list[tuple[str, str]] = []
+    tally = _MapRows(maps) if maps else None
     try:
         with one_blas_thread():
             for start in range(0, len(shard.refs), BLOCK):
                 refs = shard.refs[start : start + BLOCK]
-                block = _read_block(refs, version, resampling, bands, rejects, sums)
+                block = _read_block(refs, version, resampling, bands, rejects, sums, tally)
                 if block is not None:
                     writer.append(block)
                 if progress is not None:
@@ -102,11 +111,13 @@ def write_shard(
         "rejects": rejects,
         "plan_id": plan_id,
     }
+    if tally is not None:  # kept patches whose map is absent, and the map figures
+        record.update(map_notes=tally.notes, maps=dataclasses.asdict(tally.tally))
     atomic_write_json(out / PARTS / f"{shard.file}.json", record)
     return record
 
 
-def _read_block(refs, version, resampling, bands, rejects, sums) -> dict | None:
+def _read_block(refs, version, resampling, bands, rejects, sums, maps) -> dict | None:
     # Patches are assembled straight into the block that is written (no per-patch copies).
     images = np.empty((len(refs), *image_shape(len(bands))), dtype=np.uint16)
     names: list[str] = []
@@ -117,6 +128,8 @@ def _read_block(refs, version, resampling, bands, rejects, sums) -> dict | None:
     for ref in refs:
         try:
             patch = read_patch(ref, version, bands)
+            if maps is not None:
+                maps.add(ref, patch)
         except PatchError as err:
             rejects.append((ref.name, str(err)))
             continue
@@ -140,7 +153,40 @@ def _read_block(refs, version, resampling, bands, rejects, sums) -> dict | None:
     }
     if labels43:
         block["labels43"] = np.stack(labels43)
+    if maps is not None:
+        block.update(maps.take())
     return block
+
+
+class _MapRows:
+    """The reference maps of a shard's rows, as its blocks are read: each patch's map
+    placed (or absent, with a note), the figures tallied."""
+
+    def __init__(self, policy: str):
+        self.policy = policy
+        self.tally = MapTally()
+        self.notes: list[tuple[str, str]] = []  # kept patches without their map, and why
+        self._maps: list[np.ndarray] = []
+        self._has: list[int] = []
+
+    def add(self, ref, patch) -> None:
+        """Decide the patch's map; PatchError when the policy drops the patch."""
+        assert ref.map_file is not None  # the listing names every patch's map file
+        grid = PatchGrid(patch.crs, patch.ulx, patch.uly)
+        decision = reference_maps.decide(ref.map_file, grid, patch.labels19, self.policy)
+        self.tally.add(decision)
+        if decision.drop_patch:
+            raise PatchError(decision.note)
+        if decision.note:
+            self.notes.append((ref.name, decision.note))
+        self._maps.append(absent_map() if decision.map19 is None else decision.map19)
+        self._has.append(int(decision.map19 is not None))
+
+    def take(self) -> dict[str, np.ndarray]:
+        """The block's map rows, in the order of :meth:`add`."""
+        rows = {MAP_KEY: np.stack(self._maps), HAS_MAP_KEY: np.asarray(self._has, np.uint8)}
+        self._maps, self._has = [], []
+        return rows
 
 
 def band_sums(images: np.ndarray) -> np.ndarray:

@@ -23,12 +23,14 @@ from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import ConfigError, require_non_negative_int, require_positive_int
 from bigearthnet.core.folders import folder_path
 from bigearthnet.formats.archive_origin import UNKNOWN, ArchiveOrigin, read_origin
+from bigearthnet.formats.shard_maps import MISMATCH_POLICIES
 from bigearthnet.formats.shards import (
     FORMAT_VERSION,
     shard_name,
 )
 from bigearthnet.preprocessing import splits
 from bigearthnet.preprocessing.archive import (
+    V2_MAPS_DIR,
     V2_SPLITS,
     PatchRef,
     detect_version,
@@ -91,6 +93,12 @@ class Options:
         None, "Sentinel-1 for --bands s1|all: v1 needs the BigEarthNet-S1-v1.0 folder; v2 "
         "defaults to ARCHIVE/BigEarthNet-S1", metavar="DIR",
     )  # fmt: skip
+    map_label_mismatch: str = option(
+        "keep", f"v2 with {V2_MAPS_DIR}/: a patch whose reference map holds a class its labels "
+        "lack, or lacks one they name (counted in the manifest either way): keep = store both; "
+        "drop-map = store the patch without its map; drop-patch = leave the patch out",
+        choices=MISMATCH_POLICIES,
+    )  # fmt: skip
     shard_size: int = option(1000, "patches per shard (~345 KB each)",
                              check=require_positive_int)  # fmt: skip
     workers: int = option(1, "processes on this node", check=require_positive_int)
@@ -105,7 +113,7 @@ class Options:
     join: bool = option(
         False, "only merge finished shards into manifest.json (after a multi-task run)"
     )
-    strict: bool = option(False, "exit 1 when any patch is rejected")
+    strict: bool = option(False, "exit 1 when any patch is rejected or reference map refused")
     overwrite: bool = option(False, "delete earlier outputs in OUT first")
     progress: bool = option(True, "a progress bar (logs stay)")
 
@@ -160,6 +168,7 @@ class Plan:
     split_source: str
     plan_id: str
     origin: ArchiveOrigin = ArchiveOrigin(UNKNOWN)  # read with the listing, before any work
+    maps: bool = False  # v2 with Reference_Maps/: shards hold each patch's reference map
 
 
 def make_plan(opts: Options) -> Plan:
@@ -167,6 +176,11 @@ def make_plan(opts: Options) -> Plan:
     version = detect_version(opts.archive) if opts.version == "auto" else opts.version
     listing = list_patches(opts.archive, version, opts.bands, opts.s1_archive)
     origin = read_origin(opts.archive)
+    if not listing.maps and opts.map_label_mismatch != "keep":
+        raise ConfigError(
+            f"--map-label-mismatch {opts.map_label_mismatch}: {opts.archive} has no "
+            f"{V2_MAPS_DIR}/ folder, so no map to compare with the labels; leave the option out"
+        )
     refs = list(listing.patches)
     not_written = [(name, reason) for name, reason in listing.missing]
     excluded_reasons: list[tuple[str, str]] = []
@@ -195,7 +209,7 @@ def make_plan(opts: Options) -> Plan:
     ]
     shards = _cut_shards(kept, assignment, opts.shard_size, opts.seed)
     found = len(kept) + len(not_written) + len(excluded_reasons)
-    plan_id = _plan_id(shards, opts, version)
+    plan_id = _plan_id(shards, opts, version, listing.maps)
     return Plan(
         version,
         shards,
@@ -205,6 +219,7 @@ def make_plan(opts: Options) -> Plan:
         source,
         plan_id,
         origin,
+        listing.maps,
     )
 
 
@@ -252,11 +267,13 @@ def _cut_shards(refs, assignment, shard_size: int, seed: int) -> list[ShardPlan]
     return shards
 
 
-def _plan_id(shards: list[ShardPlan], opts: Options, version: str) -> str:
+def _plan_id(shards: list[ShardPlan], opts: Options, version: str, maps: bool) -> str:
     digest = hashlib.sha256()
     digest.update(f"{version}|{opts.resampling}|{FORMAT_VERSION}".encode())
     if opts.band_config != constants.DEFAULT_BAND_CONFIG:  # s2 plans keep their old ids
         digest.update(f"|{opts.band_config}".encode())
+    if maps:  # shards with maps are other shards (plans without keep their old ids)
+        digest.update(f"|maps|{opts.map_label_mismatch}".encode())
     for shard in shards:
         digest.update(shard.file.encode())
         for ref in shard.refs:

@@ -15,9 +15,10 @@ How the work is cut, so that it is deterministic, parallel and resumable:
    is written under a temporary name and renamed when complete, then a small sidecar
    ``OUT/.parts/<shard>.json`` records its count, checksum, band sums and rejects.
 3. *Join*: once every shard has its sidecar, the manifest (with train-split band
-   statistics from the summed float64 sums) and ``rejects.csv`` are written, the manifest
-   last. With one task this happens at the end of the run; with several, run the command
-   again with ``--join`` (or let the last task to finish do it).
+   statistics from the summed float64 sums and, with reference maps, their figures) and
+   ``rejects.csv`` are written, the manifest last. With one task this happens at the end
+   of the run; with several, run the command again with ``--join`` (or let the last task
+   to finish do it).
 
 A rerun after a crash or ``kill -9`` skips shards that have a sidecar and redoes the rest;
 ``--overwrite`` starts over.
@@ -49,6 +50,7 @@ from bigearthnet.formats.shards import (
     channel_encoding,
     write_manifest,
 )
+from bigearthnet.preprocessing import reference_maps
 from bigearthnet.preprocessing.assembly import write_shard
 from bigearthnet.preprocessing.plan import PARTS, Options, Plan, ShardPlan, make_plan
 
@@ -100,11 +102,12 @@ def run(opts: Options, argv: list[str] | None = None) -> int:
     manifest = join(opts, plan, argv)
     _print_summary(opts, manifest, time.time() - started)
     rejected = manifest.summary["rejected"]
-    if opts.strict and rejected:
+    refused = manifest.reference_maps.refused if manifest.reference_maps else 0
+    if opts.strict and (rejected or refused):
         # No manifest: its presence says "complete, train on me", and --strict said no.
         raise RunFailed(
-            f"{rejected} patches rejected (--strict): no manifest written, see "
-            f"{opts.out / REJECTS}; without --strict the rest is kept"
+            f"{rejected} patches rejected, {refused} reference maps refused (--strict): no "
+            f"manifest written, see {opts.out / REJECTS}; without --strict the rest is kept"
         )
     write_manifest(opts.out, manifest)  # last: its presence marks a finished folder
     return 0
@@ -161,7 +164,8 @@ def _part_path(out: Path, shard: ShardPlan) -> Path:
 def _process(todo: list[ShardPlan], opts: Options, plan: Plan) -> None:
     total = sum(len(s.refs) for s in todo)
     bar = _progress_bar(opts, total)
-    args = (opts.out, plan.version, opts.resampling, plan.plan_id, opts.bands)
+    maps = opts.map_label_mismatch if plan.maps else None
+    args = (opts.out, plan.version, opts.resampling, plan.plan_id, opts.bands, maps)
     try:
         if opts.workers <= 1 or len(todo) <= 1:
             for shard in todo:
@@ -197,9 +201,9 @@ def _init_worker(queue) -> None:
     _QUEUE = queue
 
 
-def _pool_task(shard, out, version, resampling, plan_id, bands) -> dict:
+def _pool_task(shard, out, version, resampling, plan_id, bands, maps) -> dict:
     assert _QUEUE is not None  # set by _init_worker in every pool process
-    return write_shard(shard, out, version, resampling, plan_id, bands, progress=_QUEUE.put)
+    return write_shard(shard, out, version, resampling, plan_id, bands, maps, progress=_QUEUE.put)
 
 
 def _drain(queue, bar) -> None:
@@ -228,7 +232,8 @@ def join(opts: Options, plan: Plan, argv: list[str] | None = None) -> Manifest:
     if stale:
         raise UsageError(f"{opts.out}: {stale[0]} belongs to another plan; rerun with --overwrite")
     rejects = plan.not_written + [tuple(x) for r in records for x in r["rejects"]]
-    _write_rejects(opts.out / REJECTS, rejects)
+    map_notes = [tuple(x) for r in records for x in r.get("map_notes", ())]
+    _write_rejects(opts.out / REJECTS, rejects + map_notes)
     counts = {
         split: sum(r["count"] for r in records if r["split"] == split) for split in constants.SPLITS
     }
@@ -261,6 +266,9 @@ def join(opts: Options, plan: Plan, argv: list[str] | None = None) -> Manifest:
         channel_offset=tuple(offset for _, offset in encodings),
         origin=plan.origin.kind,
         origin_detail=plan.origin.detail,
+        reference_maps=reference_maps.merge(records, opts.map_label_mismatch)
+        if plan.maps
+        else None,
     )
     return manifest
 
@@ -293,8 +301,19 @@ def _print_summary(opts: Options, manifest: Manifest, seconds: float) -> None:
         f"found {s['found']} = written {s['written']} + rejected {s['rejected']} "
         f"+ excluded {s['excluded']}; manifest {opts.out / MANIFEST}",
     )
-    if s["rejected"]:
-        _log(opts, f"rejected patches and reasons: {opts.out / REJECTS}")
+    maps_noted = False  # maps refused or dropped for patches that were written
+    if manifest.reference_maps is not None:
+        maps = manifest.reference_maps
+        _log(
+            opts,
+            f"reference maps: {sum(maps.patches.values())} stored, {maps.refused} refused; "
+            f"{maps.mismatched} patches whose map and labels disagree "
+            f"(--map-label-mismatch {maps.mismatch_policy}); {maps.unknown_code_pixels} "
+            "pixels with codes outside CORINE (stored as no label)",
+        )
+        maps_noted = bool(maps.refused or (maps.mismatched and maps.mismatch_policy == "drop-map"))
+    if s["rejected"] or maps_noted:
+        _log(opts, f"rejected patches, refused maps and reasons: {opts.out / REJECTS}")
 
 
 def _log(opts: Options, message: str) -> None:

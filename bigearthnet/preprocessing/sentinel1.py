@@ -28,7 +28,7 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
-from bigearthnet.preprocessing.geotiff import GeoTiffError, Raster, read_band
+from bigearthnet.preprocessing.geotiff import Raster, read_part
 
 V2_S1_DIR = "BigEarthNet-S1"
 V1_S1_ARCHIVE = "BigEarthNet-S1-v1.0"  # the folder the S1 v1.0 tarball unpacks to
@@ -80,12 +80,8 @@ def read_s1_band(folder: str | None, band: str) -> Raster:
     if folder is None:
         raise S1Error("no Sentinel-1 patch pairs with it")
     name = os.path.basename(folder)
-    try:
-        raster = read_band(os.path.join(folder, f"{name}_{band}.tif"))
-    except GeoTiffError as err:
-        if str(err).startswith("missing file"):
-            raise S1Error(f"missing Sentinel-1 band {band} ({name}_{band}.tif)") from None
-        raise S1Error(f"Sentinel-1 band {band}: {err}") from None
+    path = os.path.join(folder, f"{name}_{band}.tif")
+    raster = read_part(path, f"Sentinel-1 band {band}", S1Error)
     size = constants.PATCH_SIZE
     if raster.data.shape != (size, size):
         h, w = raster.data.shape

@@ -12,7 +12,9 @@ writing: :mod:`bigearthnet.synthetic.tiff`):
 * ``v2`` (reBEN): ``OUT/BigEarthNet-S2/<tile>/<patch_id>/<patch_id>_<BAND>.tif`` (nodata=0),
   ``OUT/metadata.parquet`` (19-class labels, 60/20/20 train/validation/test split, country,
   S1 and v1 names, snow/cloud flags) and ``OUT/metadata_for_patches_with_snow_cloud_or_shadow
-  .parquet`` for the ~7 % of patches that are snowy or cloudy (on disk, not in the first file).
+  .parquet`` for the ~7 % of patches that are snowy or cloudy (on disk, not in the first file);
+  ``OUT/Reference_Maps/<tile>/<patch_id>/<patch_id>_reference_map.tif`` (CORINE codes, as
+  reBEN's) and, outside the layout, ``OUT/truth_maps.h5`` (:mod:`.reference_maps`).
 * with ``s1`` (``--s1``), each patch's Sentinel-1 VV/VH as float32 dB GeoTIFFs: v2 in
   ``OUT/BigEarthNet-S1/<product>/<s1_name>/`` (named by ``s1_name``), v1 as the separate S1
   v1.0 archive ``OUT/BigEarthNet-S1-v1.0/<s1_name>/`` with labels JSONs naming the S2 patch.
@@ -35,9 +37,7 @@ complete-looking OUT, and ``--overwrite`` replaces only an archive this command 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import functools
-import json
 import math
 import multiprocessing
 import os
@@ -45,7 +45,6 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -62,12 +61,15 @@ from bigearthnet.core.folders import Owner, check_output, publishing
 from bigearthnet.core.room import Needs, check_room
 from bigearthnet.formats.archive_origin import MARK as SYNTHETIC_MARK
 from bigearthnet.formats.archive_origin import write_synthetic_mark
-from bigearthnet.preprocessing.archive import V2_METADATA, V2_S2_DIR, V2_SNOW_CLOUD
-from bigearthnet.preprocessing.sentinel1 import PAIR_KEY, V1_S1_ARCHIVE, V2_S1_DIR
+from bigearthnet.formats.truth_maps import TRUTH_MAPS
+from bigearthnet.preprocessing.archive import V2_MAPS_DIR, V2_METADATA, V2_S2_DIR, V2_SNOW_CLOUD
+from bigearthnet.preprocessing.sentinel1 import V1_S1_ARCHIVE, V2_S1_DIR
 from bigearthnet.synthetic import sizes
 from bigearthnet.synthetic.landscape import plan_patch, v1_classes
-from bigearthnet.synthetic.places import Tile, plan_tiles, region_of, stamp, utm_wkt
+from bigearthnet.synthetic.metadata import v1_labels_json, v1_s1_json, write_v2_tables
+from bigearthnet.synthetic.places import plan_tiles, region_of, stamp
 from bigearthnet.synthetic.reben_stats import CLOUD_SHARE, SNOW_SHARE, SPLIT_SHARE
+from bigearthnet.synthetic.reference_maps import write_truths
 from bigearthnet.synthetic.render import (
     PatchJob,
     class_signatures,
@@ -152,26 +154,6 @@ def _v2_splits(rng: np.random.Generator, num_patches: int, train: float = 0.6) -
     return [ordered[i] for i in rng.permutation(num_patches)]
 
 
-def _v1_metadata(tile: Tile, labels: Sequence[str], ulx: int, uly: int) -> str:
-    baseline = "N0205" if tile.when < dt.datetime(2017, 11, 1) else "N0206"
-    meta = {
-        "labels": list(labels),
-        "coordinates": {
-            "ulx": ulx,
-            "uly": uly,
-            "lrx": ulx + PATCH_METRES,
-            "lry": uly - PATCH_METRES,
-        },
-        "projection": utm_wkt(tile.zone),
-        "tile_source": (
-            f"{tile.mission}_MSIL1C_{stamp(tile.when, tile.strip_hour)}_{baseline}"
-            f"_R{tile.orbit:03d}_T{tile.mgrs}_{stamp(tile.processed)}.SAFE"
-        ),
-        "acquisition_date": tile.when.strftime("%Y-%m-%d %H:%M:%S"),
-    }
-    return json.dumps(meta) + "\n"
-
-
 def _overlays(rng: np.random.Generator, num_patches: int, realistic: bool) -> list[str | None]:
     """Which v2 patches are snowy or cloudy: reBEN's shares (11.1 %, 1.6 %) realistic, else
     ~7 % half and half."""
@@ -222,9 +204,9 @@ def plan_archive(
             classes = v1_classes(rng, truth.labels) if truth else _draw_classes_v1(rng)
             labels = tuple(CLASSES_43[c] for c in sorted(set(classes)))
             name, rel_dir, rows_sig = v1_name, v1_name, classes
-            metadata, nodata = _v1_metadata(tile, labels, ulx, uly), None
+            metadata, nodata, map_dir = v1_labels_json(tile, labels, ulx, uly), None, None
             s1_dir = f"{V1_S1_ARCHIVE}/{s1_name}"
-            s1_json = json.dumps({"labels": list(labels), PAIR_KEY: v1_name}) + "\n"
+            s1_json = v1_s1_json(labels, v1_name)
         else:
             classes = truth.labels if truth else _draw_classes_v2(rng)
             labels = tuple(CLASSES_19[c] for c in sorted(classes))
@@ -235,7 +217,7 @@ def plan_archive(
             rel_dir = f"{V2_S2_DIR}/{name.rsplit('_', 2)[0]}/{name}"
             s1_dir = f"{V2_S1_DIR}/{s1_product}/{s1_name}"
             rows_sig = tuple(representative[c] for c in classes)
-            metadata, nodata = None, 0
+            metadata, nodata, map_dir = None, 0, rel_dir.replace(V2_S2_DIR, V2_MAPS_DIR, 1)
             rows.append(
                 {
                     "patch_id": name,
@@ -259,13 +241,13 @@ def plan_archive(
                 snow_or_cloud=overlays[i] is not None,
             )
         )
-        job = PatchJob(
-            i, rel_dir, name, epsg, ulx, uly, tuple(rows_sig), overlays[i], nodata, metadata
-        )
+        job = PatchJob(i, rel_dir, name, epsg, ulx, uly, tuple(rows_sig), overlays[i], nodata,
+                       metadata, map_dir=map_dir)  # fmt: skip
         if truth is not None:
             month, region = tile.when.month, region_of(tile.country)
             job = dataclasses.replace(job, signature_rows=(), truth=truth.fractions,
-                                      month=month, region=region)  # fmt: skip
+                                      parcels=truth.parcels, month=month,
+                                      region=region)  # fmt: skip
         if s1:
             job = dataclasses.replace(
                 job, s1_dir=s1_dir, s1_prefix=s1_name, s1_metadata_json=s1_json
@@ -277,29 +259,6 @@ def plan_archive(
 # --------------------------------------------------------------------------- archive
 
 
-def _write_v2_metadata(root: Path, rows: list[dict]) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    schema = pa.schema(
-        [
-            ("patch_id", pa.string()),
-            ("labels", pa.list_(pa.string())),
-            ("split", pa.string()),
-            ("country", pa.string()),
-            ("s1_name", pa.string()),
-            ("s2v1_name", pa.string()),
-            ("contains_seasonal_snow", pa.bool_()),
-            ("contains_cloud_or_shadow", pa.bool_()),
-        ]
-    )
-    rows = sorted(rows, key=lambda r: r["patch_id"])
-    flagged = [r for r in rows if r["contains_seasonal_snow"] or r["contains_cloud_or_shadow"]]
-    clean = [r for r in rows if r not in flagged]
-    for file_name, subset in ((V2_METADATA, clean), (V2_SNOW_CLOUD, flagged)):
-        pq.write_table(pa.Table.from_pylist(subset, schema=schema), root / file_name)
-
-
 def _mp_context() -> multiprocessing.context.BaseContext:
     # fork is cheapest, but forking a process whose TensorFlow threads are running can deadlock.
     if "tensorflow" in sys.modules or "fork" not in multiprocessing.get_all_start_methods():
@@ -307,16 +266,16 @@ def _mp_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("fork")
 
 
-def _run_jobs(root: str, seed: int, jobs: list[PatchJob], workers: int) -> None:
+def _run_jobs(root: str, seed: int, jobs: list[PatchJob], workers: int) -> dict[int, np.ndarray]:
+    """Write every job; returns the truth (job index -> cells) of those with maps."""
     if workers <= 1 or len(jobs) < 2:
-        write_jobs(root, seed, jobs)
-        return
+        return dict(write_jobs(root, seed, jobs))
     n_chunks = min(len(jobs), workers * 4)  # a few chunks per worker balances the load
     bounds = np.linspace(0, len(jobs), n_chunks + 1).astype(int)
     chunks = [jobs[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
     with ProcessPoolExecutor(min(workers, n_chunks), mp_context=_mp_context()) as pool:
-        for _ in pool.map(write_jobs, [root] * n_chunks, [seed] * n_chunks, chunks):
-            pass
+        done = pool.map(write_jobs, [root] * n_chunks, [seed] * n_chunks, chunks)
+        return {index: truth for chunk in done for index, truth in chunk}
 
 
 # What a folder of this command is; --overwrite replaces only such a folder (issue #46 D07:
@@ -324,7 +283,8 @@ def _run_jobs(root: str, seed: int, jobs: list[PatchJob], workers: int) -> None:
 # before marks: a realistic v2 archive (truth.parquet, which no real archive holds).
 OWNER = Owner(
     "bigearthnet-synth", ".bigearthnet-synth", replace_flag="--overwrite", signature=TRUTH_FILE,
-    names=frozenset({V2_S2_DIR, V2_S1_DIR, V2_METADATA, V2_SNOW_CLOUD, SYNTHETIC_MARK}),
+    names=frozenset({V2_S2_DIR, V2_S1_DIR, V2_METADATA, V2_SNOW_CLOUD, V2_MAPS_DIR,
+                     TRUTH_MAPS, SYNTHETIC_MARK}),
 )  # fmt: skip
 MAX_PATCHES = 1_000_000  # more than the real archive holds (590,326 v1 patches)
 
@@ -347,7 +307,8 @@ class ArchiveSpec:
     layout: str = option(
         "v1", "v1: one folder per patch with a labels JSON (43 classes); v2: reBEN "
         "BigEarthNet-S2/<tile>/<patch>/ folders plus metadata parquet files (19 classes, "
-        "train/validation/test splits, snow/cloud list)", choices=LAYOUTS,
+        "train/validation/test splits, snow/cloud list), Reference_Maps/ (CORINE codes per "
+        "10 m pixel) and OUT/truth_maps.h5 (the true class per pixel)", choices=LAYOUTS,
     )  # fmt: skip
     seed: int = option(0, "archive seed: the same seed gives byte-identical files",
                        check=require_non_negative_int, metavar="S")  # fmt: skip
@@ -394,9 +355,10 @@ def generate_archive(out_dir: os.PathLike | str, spec: ArchiveSpec) -> list[Synt
     patches, jobs, rows = plan_archive(spec.patches, layout, seed, spec.s1, spec.difficulty)
     # Built beside OUT (same file system, so the final rename is atomic).
     with publishing(out, OWNER, replace=spec.overwrite) as work:
-        _run_jobs(str(work), seed, jobs, spec.workers)
+        truths = _run_jobs(str(work), seed, jobs, spec.workers)
         if layout == "v2":
-            _write_v2_metadata(work, rows)
+            write_v2_tables(work, rows)
+            write_truths(work, [p.name for p in patches], truths)
         write_synthetic_mark(work, layout=layout, difficulty=spec.difficulty, seed=seed,
                              patches=spec.patches)  # fmt: skip
         if spec.difficulty == "realistic":

@@ -8,16 +8,20 @@ correlation (phi) of every class pair close to reBEN's. Each class's probabiliti
 scaled once (:func:`calibrated`) so that the shares of patches holding it match reBEN's
 (:mod:`.reben_stats`) given that a patch holds at least one class.
 
-**Truth** differs from the labels as CORINE's does from the ground (:func:`draw_truth`):
+**Truth** differs from the labels as CORINE's does from the ground (:func:`draw_parcels`):
 labels come from a coarse map with a minimum mapping unit of 25 ha (17 % of a patch), so
 * small features (under the unit) of other classes are present but unlabelled;
 * some polygons are wrong: a labelled class is truly a look-alike (Pastures for Arable
   land, another forest type), or covers only a sliver of the patch.
-The truth is each class's share of the patch's pixels (``OUT/truth.parquet``).
+The truth is each class's share of the patch's pixels (``OUT/truth.parquet``). Each piece of
+ground is a parcel: its true class, and the class the coarse map gives it (a labelled
+polygon's class, or none for a small feature), so the same draw also gives the map
+(:mod:`.reference_maps`).
 
 **Where**: the truth's shares are laid out on the 60 m grid (20 x 20 cells) as irregular
-parcels (:func:`lay_out`): a smooth random field, cut into quantile bands, gives every class
-contiguous ground in exactly its share of cells.
+parcels (:func:`lay_out_parcels`): a smooth random field, cut into quantile
+bands, gives every class contiguous ground in exactly its share of cells, and within a
+class's band each of its parcels a band of its own.
 """
 
 from __future__ import annotations
@@ -93,14 +97,28 @@ GRID = 20  # 60 m cells per side
 DROPPED_EXTRA = 0.12  # v1: patches also labelled with a class the 19-class map drops
 
 
+UNMAPPED = -1  # a parcel's map class when the coarse map leaves it out (a small feature)
+
+
+@dataclass(frozen=True)
+class Parcel:
+    """A piece of a patch's ground: what it truly is, what the coarse map says it is
+    (a labelled class, or :data:`UNMAPPED`), and its cells of the 400."""
+
+    true_class: int
+    map_class: int
+    cells: int
+
+
 @dataclass(frozen=True)
 class PatchTruth:
     """A patch's labels (19-class indices), its landscape and the truth: each class's share
-    of the cells (sums to 1)."""
+    of the cells (sums to 1), made of ``parcels`` (each class's cells split among them)."""
 
     labels: tuple[int, ...]
     landscape: int
     fractions: tuple[float, ...]
+    parcels: tuple[Parcel, ...] = ()
 
 
 def _inclusion() -> tuple[np.ndarray, np.ndarray]:
@@ -140,38 +158,72 @@ def draw_labels(rng: np.random.Generator) -> tuple[int, tuple[int, ...]]:
             return landscape, tuple(int(k) for k in held)
 
 
-def draw_truth(rng: np.random.Generator, landscape: int, labels: tuple[int, ...]) -> np.ndarray:
-    """Each class's true share of the patch (N,), from its CORINE-like ``labels``."""
-    truth = np.zeros(N)
+def draw_parcels(
+    rng: np.random.Generator, landscape: int, labels: tuple[int, ...]
+) -> list[tuple[int, int, float]]:
+    """(true class, map class, share) of each piece of ground, from the CORINE-like
+    ``labels``: a polygon per label, truly a look-alike when wrong, a sliver now and then;
+    and small features the map leaves out (:data:`UNMAPPED`). Shares are not normalised."""
+    parcels = []
     labelled = rng.dirichlet(np.full(len(labels), 1.6))
-    for k, share in zip(labels, labelled):
+    for label, share in zip(labels, labelled):
         if rng.random() < SLIVER and len(labels) > 1:
             share = rng.uniform(0.01, 0.04)  # the polygon barely reaches into the patch
+        k = label
         if rng.random() < WRONG_POLYGON:
-            k = int(rng.choice(LOOK_ALIKES[k]))
-        truth[k] += share
+            k = int(rng.choice(LOOK_ALIKES[label]))
+        parcels.append((k, label, float(share)))
     if rng.random() < SMALL_FEATURES:
         _, probs = calibrated()
         likely = probs[landscape] + 0.02
         for _ in range(int(rng.integers(1, 3))):
             k = int(rng.choice(N, p=likely / likely.sum()))
-            truth[k] += rng.uniform(0.02, MMU * 0.9)
+            parcels.append((k, UNMAPPED, float(rng.uniform(0.02, MMU * 0.9))))
+    return parcels
+
+
+def draw_truth(rng: np.random.Generator, landscape: int, labels: tuple[int, ...]) -> np.ndarray:
+    """Each class's true share of the patch (N,), from its CORINE-like ``labels``."""
+    return _class_shares(draw_parcels(rng, landscape, labels))
+
+
+def _class_shares(parcels: list[tuple[int, int, float]]) -> np.ndarray:
+    truth = np.zeros(N)
+    for k, _, share in parcels:
+        truth[k] += share
     return truth / truth.sum()
 
 
 def cell_counts(fractions: np.ndarray) -> np.ndarray:
     """Cells (of 400) per class, largest remainders: the truth the pixels hold exactly."""
-    raw = np.asarray(fractions) * GRID * GRID
-    counts = np.floor(raw).astype(int)
-    short = GRID * GRID - counts.sum()
-    counts[np.argsort(counts - raw)[:short]] += 1
-    return counts
+    return largest_remainders(np.asarray(fractions) * GRID * GRID)
 
 
 def plan_patch(rng: np.random.Generator) -> PatchTruth:
     landscape, labels = draw_labels(rng)
-    counts = cell_counts(draw_truth(rng, landscape, labels))
-    return PatchTruth(labels, landscape, tuple(counts / (GRID * GRID)))
+    drawn = draw_parcels(rng, landscape, labels)
+    counts = cell_counts(_class_shares(drawn))
+    return PatchTruth(labels, landscape, tuple(counts / (GRID * GRID)), _split(drawn, counts))
+
+
+def _split(drawn: list[tuple[int, int, float]], counts: np.ndarray) -> tuple[Parcel, ...]:
+    """Each class's cells shared among its parcels by their shares (largest remainders);
+    a parcel may get none (a sliver too thin for a 60 m cell)."""
+    cells = np.zeros(len(drawn), dtype=int)
+    for k in np.flatnonzero(counts):
+        members = [i for i, (true, _, _) in enumerate(drawn) if true == k]
+        shares = np.asarray([drawn[i][2] for i in members])
+        cells[members] = largest_remainders(shares / shares.sum() * counts[k])
+    return tuple(Parcel(t, m, int(c)) for (t, m, _), c in zip(drawn, cells))
+
+
+def largest_remainders(raw: np.ndarray) -> np.ndarray:
+    """Whole counts summing to the (whole) sum of ``raw``: floors, then one more for the
+    largest remainders."""
+    counts = np.floor(raw).astype(int)
+    short = round(float(np.sum(raw))) - counts.sum()
+    counts[np.argsort(counts - raw)[:short]] += 1
+    return counts
 
 
 def v1_classes(rng: np.random.Generator, labels19: tuple[int, ...]) -> tuple[int, ...]:
@@ -187,19 +239,28 @@ def sources_of(k: int) -> tuple[int, ...]:
     return tuple(sorted(i for i, j in MAP_43_TO_19.items() if j == k))
 
 
-def lay_out(rng: np.random.Generator, fractions: np.ndarray) -> np.ndarray:
-    """(20, 20) class indices: contiguous irregular parcels, each class in exactly its share
-    of cells (``fractions`` are multiples of 1/400)."""
-    counts = np.rint(np.asarray(fractions) * GRID * GRID).astype(int)
+def lay_out_parcels(
+    rng: np.random.Generator, parcels: list[Parcel] | tuple[Parcel, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """((20, 20) true class indices, (20, 20) parcel indices): contiguous irregular
+    parcels, each class in exactly its cells, as one band of a smooth field cut into
+    quantile bands; its parcels in sub-bands of it, in their order."""
+    counts = np.zeros(N, dtype=int)
+    for parcel in parcels:
+        counts[parcel.true_class] += parcel.cells
     field = _smooth_field(rng)
     order = np.argsort(field, axis=None, kind="stable")
     classes = rng.permutation(np.flatnonzero(counts))  # which class gets which band
     cells = np.empty(GRID * GRID, np.intp)
+    which = np.empty(GRID * GRID, np.intp)
     start = 0
     for k in classes:
-        cells[order[start : start + counts[k]]] = k
-        start += counts[k]
-    return cells.reshape(GRID, GRID)
+        for i, parcel in enumerate(parcels):
+            if parcel.true_class == k:
+                band = order[start : start + parcel.cells]
+                cells[band], which[band] = k, i
+                start += parcel.cells
+    return cells.reshape(GRID, GRID), which.reshape(GRID, GRID)
 
 
 def _smooth_field(rng: np.random.Generator) -> np.ndarray:

@@ -34,6 +34,7 @@ from bigearthnet.core.constants import (
     MAP_43_TO_19,
     PATCH_SIZE,
 )
+from bigearthnet.synthetic.landscape import Parcel
 
 # Changing any of these changes the labelling rule of every archive: don't.
 _SIGNATURE_SEED = 20_190_617
@@ -80,6 +81,8 @@ class PatchJob:
     truth: tuple[float, ...] | None = None
     month: int = 7
     region: int = 0
+    parcels: tuple[Parcel, ...] | None = None  # realistic: the truth's parcels
+    map_dir: str | None = None  # v2: the patch's Reference_Maps folder, relative to OUT
 
 
 # --------------------------------------------------------------------------- the rule

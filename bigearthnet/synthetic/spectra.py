@@ -1,5 +1,6 @@
-"""The realistic archive's pixels: a patch's class cells (:func:`.landscape.lay_out`) rendered
-in 12 bands, with spectra that overlap where real ones do.
+"""The realistic archive's pixels: a patch's class cells
+(:func:`.landscape.lay_out_parcels`) rendered in 12 bands, with spectra that overlap where
+real ones do.
 
 * **Class spectra** (:data:`SUMMER`, DN = 10,000 x reflectance, B01..B12) follow typical
   Sentinel-2 L2A surface reflectances: vegetation dark in red, bright in NIR; water dark

@@ -20,10 +20,13 @@ import rasterio
 from conftest import REPO, preprocess
 
 from bigearthnet.core import constants
-from bigearthnet.formats.shards import read_manifest
+from bigearthnet.formats.shards import read_locations, read_manifest, read_rows
+from bigearthnet.formats.truth_maps import read_truth_maps
+from bigearthnet.preprocessing.archive import V2_MAPS_DIR, v2_map_file
 from bigearthnet.preprocessing.geotiff import read_band
 from bigearthnet.preprocessing.plan import slurm_task_defaults
 from bigearthnet.preprocessing.resample import upsample
+from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 
 
 def load_all(out: Path) -> dict[str, dict[str, np.ndarray]]:
@@ -123,6 +126,12 @@ def test_real_manifest_contract(real_out: Path) -> None:
     assert (m["origin"], m["origin_detail"]) == ("real", "")  # no synthetic mark
     assert sum(m["counts"].values()) == 11 == m["summary"]["written"]
     assert len(m["band_mean"]) == len(m["band_std"]) == 12
+    # v1 has no reference maps: the shards are as before them (the same datasets, the same
+    # plan id as before maps existed, so a rerun continues earlier shards).
+    assert m["reference_maps"] is None
+    assert json.loads((real_out / ".parts" / "plan.json").read_text())["plan_id"] == (
+        "34ab671d17d8cc2f"
+    )
     for entry in m["shards"]:
         assert entry["file"].startswith(entry["split"] + "-")
         with h5py.File(real_out / entry["file"], "r") as f:
@@ -130,6 +139,7 @@ def test_real_manifest_contract(real_out: Path) -> None:
             assert f["images"].chunks is not None
             assert list(f.attrs["bands"]) == list(constants.BANDS)
             assert f.attrs["resampling"] == "bilinear"
+            assert set(f) == {"images", "labels19", "labels43", "names", "crs", "ulxy"}
 
 
 def test_manifest_band_stats_match_train_split(real_out: Path) -> None:
@@ -202,6 +212,50 @@ def test_synthetic_v2_end_to_end(synth_v2: Path, tmp_path: Path) -> None:
             labels
         )
         assert rows[patch_id]["labels43"] is None
+    _check_maps(synth_v2, out, read_manifest(out))
+
+
+@pytest.mark.slow
+def test_realistic_v2_maps_end_to_end(tmp_path: Path) -> None:
+    """A realistic archive's maps (several codes per class, CORINE-like) pass through
+    preprocessing as its files say; they agree with the ground as CORINE does."""
+    archive, out = tmp_path / "v2", tmp_path / "out"
+    generate_archive(archive, ArchiveSpec(40, layout="v2", seed=8))
+    assert preprocess(archive, out, "--include-snow-cloud") == 0
+    agreement = _check_maps(archive, out, read_manifest(out), exact=False)
+    assert 0.8 <= agreement <= 0.97
+
+
+def _check_maps(archive: Path, out: Path, manifest, exact: bool = True) -> float:
+    """Every row's map, read through the shards reader, is the archive's CORINE map in 19
+    classes and, ``exact`` (--difficulty simple), the generator's truth, pixel for pixel; the
+    manifest's class counts are the maps' counts, its shares their ratio. Returns the share
+    of pixels where map and truth agree."""
+    truth = read_truth_maps(archive)
+    agree = 0
+    maps = manifest.reference_maps
+    assert maps is not None and maps.refused == maps.mismatched == maps.unknown_code_pixels == 0
+    for split in constants.SPLITS:
+        counts = np.zeros(20, dtype=np.int64)
+        for entry in manifest.split_shards(split):
+            names = read_locations(out, entry).names
+            map19 = read_rows(entry.path(out), "map19", 0, entry.count)
+            assert read_rows(entry.path(out), "has_map", 0, entry.count).all()
+            for name, stored in zip(names, map19):
+                codes = read_band(v2_map_file(archive / V2_MAPS_DIR, name)).data
+                np.testing.assert_array_equal(stored, constants.corine_to_19(codes))
+                if exact:
+                    np.testing.assert_array_equal(stored, truth[name])
+                agree += np.count_nonzero(stored == truth[name])
+            values = np.bincount(map19.ravel(), minlength=256)
+            assert values[19:255].sum() == 0  # 19 classes and no label, nothing else
+            counts += np.r_[values[:19], values[constants.NO_LABEL]]
+        assert maps.patches[split] == manifest.count(split)
+        assert maps.class_pixels[split] == counts.tolist()
+        total = counts.sum()
+        shares = manifest_json(out)["reference_maps"]["class_share"][split]
+        np.testing.assert_allclose(shares, counts[:19] / total if total else 0.0, rtol=1e-12)
+    return agree / (sum(maps.patches.values()) * 14400)
 
 
 def test_v2_include_snow_cloud(synth_v2: Path, tmp_path: Path) -> None:
@@ -444,6 +498,7 @@ def test_cli_help_explains_every_flag() -> None:
         "--join",
         "--strict",
         "--overwrite",
+        "--map-label-mismatch",
     ):
         assert flag in result.stdout
 

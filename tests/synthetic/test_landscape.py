@@ -13,6 +13,7 @@ import pytest
 
 from bigearthnet.cli.synth import main as synth_main
 from bigearthnet.core.constants import CLASSES_19, CLASSES_43, MAP_43_TO_19
+from bigearthnet.formats.truth_maps import read_truth_maps
 from bigearthnet.synthetic import landscape, reben_stats
 from bigearthnet.synthetic.archive import ArchiveSpec, generate_archive
 from bigearthnet.synthetic.truth_table import read_truth
@@ -119,15 +120,21 @@ def test_a_realistic_archive_carries_its_truth(tmp_path: Path) -> None:
     patches = generate_archive(tmp_path / "a", ArchiveSpec(**spec))
     generate_archive(tmp_path / "b", ArchiveSpec(**spec, workers=2))
     files = sorted(p.relative_to(tmp_path / "a") for p in (tmp_path / "a").rglob("*.tif"))
-    assert len(files) == 300 * 12
+    assert len(files) == 300 * 13  # 12 bands and the reference map
     for name in files[::97]:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
     truth = read_truth(tmp_path / "a")
     assert set(truth) == {p.name for p in patches}
+    truth_maps = read_truth_maps(tmp_path / "a")  # the same truth, per 10 m pixel
+    assert truth_maps.keys() == truth.keys()
     for patch in patches:
         shares = truth[patch.name]
         assert shares.shape == (19,) and shares.sum() == pytest.approx(1.0)
         assert (shares * 400).round(6).tolist() == np.rint(shares * 400).tolist()  # whole cells
+        pixels = np.bincount(truth_maps[patch.name].ravel(), minlength=19) / 14400
+        np.testing.assert_allclose(pixels, shares, atol=1e-12)
+    for name, classes in read_truth_maps(tmp_path / "b").items():
+        np.testing.assert_array_equal(classes, truth_maps[name])
     table = pd.read_parquet(tmp_path / "a" / "metadata.parquet")
     side = pd.read_parquet(
         tmp_path / "a" / "metadata_for_patches_with_snow_cloud_or_shadow.parquet"
