@@ -378,3 +378,12 @@ def assert_scores_close(actual, expected, rtol: float = FLOAT32_RTOL) -> None:
         f"score {actual[worst]:.7g} vs {expected[worst]:.7g} at {worst}: beyond {rtol} of the "
         f"logit scale {logit_scale:.3g} through the sigmoid's slope"
     )
+
+
+def copy_scene(scene: Path, folder: Path) -> Path:
+    """``scene`` copied into ``folder`` (a STAC item with its assets beside it)."""
+    import shutil
+
+    source = scene.parent.parent if scene.suffix == ".json" else scene
+    shutil.copytree(source, folder / source.name)
+    return folder / scene.relative_to(source.parent)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bigearthnet.cli.common import Parser, declared_parser
+from bigearthnet.cli.map_out import check_out
 from bigearthnet.core.declare import from_args, nested, option
 from bigearthnet.core.errors import InputError
-from bigearthnet.core.util import overlapping
 from bigearthnet.maps.region.options import RegionOptions
 
 PROG = "bigearthnet-map region"
@@ -91,21 +91,6 @@ def _from_csv(path: Path, make) -> list:
     return rows
 
 
-def scene_inputs(scenes: list[str]) -> dict[str, str]:
-    """Every file the scenes are read from, by name, for the check that --out overlaps none:
-    a STAC item's collection file and its local assets too."""
-    from bigearthnet.maps.inputs import stac_item
-
-    inputs = {}
-    for scene in scenes:
-        inputs[f"SCENE {scene}"] = scene.partition(stac_item.REF)[0]
-        if stac_item.is_stac(scene):
-            for href in stac_item.asset_hrefs(scene):
-                if "://" not in href:
-                    inputs[f"the asset {href} of {scene}"] = href
-    return inputs
-
-
 def map_region_command(args: argparse.Namespace) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     from bigearthnet.core import distributed
@@ -115,11 +100,7 @@ def map_region_command(args: argparse.Namespace) -> None:
     command = from_args(RegionCommand, args)
     options, model = command.region, command.region.model
     acquisitions = acquisitions_of(command)
-    inputs: dict[str, str | Path | None] = dict(scene_inputs([a.path for a in acquisitions]))
-    inputs.update({"--run-dir": model.run_dir, "--model": model.model})
-    clash = overlapping(options.out, inputs)
-    if clash is not None:
-        raise InputError(f"{options.out}: --out overlaps {clash}; choose another output")
+    check_out(options.out, model, scenes=[a.path for a in acquisitions])
     distributed.init(threads=default_threads())
     record = map_region(acquisitions, options)
     if options.scenes_only and distributed.is_root():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import rasterio
 import zarr
 
 from bigearthnet.cli.map import main as map_main
@@ -112,17 +113,35 @@ def test_a_bad_stac_item(case, pristine, trained_run, tmp_path, reported_errors,
                   "one line naming the item or asset; no map")  # fmt: skip
 
 
-def test_a_map_over_an_asset_is_refused(pristine, trained_run, tmp_path, reported_errors,
-                                        bad_input_row) -> None:  # fmt: skip
-    """--out naming one of the item's COGs (an output folder holding something else)."""
-    shutil.copytree(pristine["stac"].parent.parent, tmp_path / "copy")
-    item_file = tmp_path / "copy" / "items" / pristine["stac"].name
+def _item_copy(pristine, folder: Path, hrefs: str = "relative paths") -> Path:
+    """The pristine item and its COGs copied into ``folder``; its asset hrefs relative
+    paths, as written, or ``file://`` URLs."""
+    shutil.copytree(pristine["stac"].parent.parent, folder)
+    item_file = folder / "items" / pristine["stac"].name
+    if hrefs == "file:// URLs":
+        item = json.loads(item_file.read_text())
+        for asset in item["assets"].values():
+            asset["href"] = (item_file.parent / asset["href"]).resolve().as_uri()
+        item_file.write_text(json.dumps(item))
+    return item_file
+
+
+HREFS = ["relative paths", "file:// URLs"]
+
+
+@pytest.mark.parametrize("hrefs", HREFS)
+def test_a_map_over_an_asset_is_refused(hrefs, pristine, trained_run, tmp_path,
+                                        reported_errors, bad_input_row) -> None:  # fmt: skip
+    """--out naming one of the item's COGs (an output folder holding something else); D04:
+    a file:// href is a local path too (its COG was overwritten by the map)."""
+    item_file = _item_copy(pristine, tmp_path / "copy", hrefs)
     asset = tmp_path / "copy" / "assets" / PRODUCT / "blue.tif"
     before = asset.read_bytes()
     code = _map(item_file, trained_run, asset)
     assert code == 2 and asset.read_bytes() == before
     _one_line(reported_errors(), "--out overlaps the asset", "blue.tif")
-    bad_input_row("`--out` = one of the STAC item's COGs", "bigearthnet-map scene", code,
+    bad_input_row(f"`--out` = one of the STAC item's COGs (hrefs: {hrefs})",
+                  "bigearthnet-map scene", code,
                   "refused before reading; the asset is intact")  # fmt: skip
 
 
@@ -144,12 +163,12 @@ def test_a_saved_search_with_an_id_twice_is_refused(
                   "refused before mapping, naming the id")  # fmt: skip
 
 
-def test_an_asset_replaced_remakes_the_scene_map(pristine, trained_run, tmp_path,
+@pytest.mark.parametrize("hrefs", HREFS)
+def test_an_asset_replaced_remakes_the_scene_map(hrefs, pristine, trained_run, tmp_path,
                                                  bad_input_row) -> None:  # fmt: skip
     """A rerun after an input changed: an item's COG replaced (same name) -> its map is
-    remade; untouched, it is reused."""
-    shutil.copytree(pristine["stac"].parent.parent, tmp_path / "copy")
-    item_file = tmp_path / "copy" / "items" / pristine["stac"].name
+    remade; untouched, it is reused. D05: also when the hrefs are file:// URLs."""
+    item_file = _item_copy(pristine, tmp_path / "copy", hrefs)
     other = tmp_path / "copy2"
     shutil.copytree(pristine["stac"].parent.parent, other)
     out = tmp_path / "region"
@@ -163,5 +182,46 @@ def test_an_asset_replaced_remakes_the_scene_map(pristine, trained_run, tmp_path
     blue.write_bytes((other / "assets" / PRODUCT / "blue.tif").read_bytes() + b"\0")
     code = map_main(argv)
     assert code == 0 and scene_map.stat().st_mtime_ns != stamp
-    bad_input_row("a STAC item's COG replaced, then a rerun", "bigearthnet-map region", code,
+    bad_input_row(f"a STAC item's COG replaced, then a rerun (hrefs: {hrefs})",
+                  "bigearthnet-map region", code,
                   "that scene's map is remade; an untouched one is reused")  # fmt: skip
+
+
+def _classes_and_areas(out: Path) -> tuple[np.ndarray, str]:
+    with rasterio.open(out) as src:
+        return src.read(1), Path(f"{out}.areas.csv").read_text()
+
+
+def test_items_with_links_to_their_api_map_offline(pristine, trained_run, tmp_path,
+                                                   bad_input_row) -> None:  # fmt: skip
+    """D10: items as Earth Search and Planetary Computer deliver them link to the API;
+    the identity digest resolved the root link (offline: a traceback after the scenes
+    before it were mapped). A region of a Zarr product and such an item: both mapped."""
+    item_file = _item_copy(pristine, tmp_path / "copy")
+    item = json.loads(item_file.read_text())
+    api = "https://stac.invalid/v1"  # .invalid never resolves (RFC 2606)
+    item["links"] = [{"rel": rel, "href": f"{api}/{rel}"} for rel in
+                     ("root", "self", "parent", "collection")]  # fmt: skip
+    item["properties"]["datetime"] = "2020-08-11T10:05:59Z"  # another date than the Zarr's
+    item_file.write_text(json.dumps(item))
+    out = tmp_path / "region"
+    argv = ["region", str(pristine["zarr"]), str(item_file), "--run-dir", str(trained_run),
+            "--out", str(out), "--no-progress"]  # fmt: skip
+    code = map_main(argv)
+    assert code == 0
+    assert len([p for p in (out / "scenes").glob("*.tif") if "probabilities" not in p.name]) == 2
+    bad_input_row("an item with links to its API (root, self, parent, collection), offline",
+                  "bigearthnet-map region", code, "mapped with the others")  # fmt: skip
+
+
+def test_a_hash_in_a_folder_name_is_part_of_the_path(pristine, trained_run, tmp_path,
+                                                     bad_input_row) -> None:  # fmt: skip
+    """D13: `H#2/.../ID.json` was taken as FILE#ID ("H: unreadable"), and its relative
+    hrefs were cut at the '#'. The item's map equals the pristine one's."""
+    item_file = _item_copy(pristine, tmp_path / "H#2" / "stac")
+    code = _map(item_file, trained_run, tmp_path / "H#2" / "map.tif")
+    assert code == 0 and _map(pristine["stac"], trained_run, tmp_path / "pristine.tif") == 0
+    top, areas = _classes_and_areas(tmp_path / "H#2" / "map.tif")
+    np.testing.assert_array_equal(top, _classes_and_areas(tmp_path / "pristine.tif")[0])
+    bad_input_row("a `#` in a folder name (`H#2/.../ID.json`)", "bigearthnet-map scene", code,
+                  "a path, not FILE#ID: the map of the item")  # fmt: skip

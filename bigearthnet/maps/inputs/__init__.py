@@ -16,6 +16,7 @@ from bigearthnet.core import constants
 from bigearthnet.core.util import stat_digest
 from bigearthnet.maps.inputs import files, stac_item, zarr_product
 from bigearthnet.maps.inputs.bands import SceneError, SceneSource
+from bigearthnet.maps.inputs.refs import split_ref
 
 FORMS = ("SAFE", "band GeoTIFFs", "band stack", "EOPF Zarr", "STAC item")
 
@@ -71,11 +72,26 @@ def require_l2a(scene: Path | str) -> None:
 
 def scene_digest(scene: Path | str) -> str:
     """What the scene's files are, without reading them (sizes, mtimes; a STAC item's
-    content and assets): a scene map made from other files is remade."""
+    document and local assets): a scene map made from other files is remade."""
     if stac_item.is_stac(scene):
         return stac_item.digest(str(scene))
-    return stat_digest(scene)
+    try:
+        return stat_digest(scene)
+    except OSError as err:
+        raise SceneError(f"{scene}: unreadable ({err.strerror})") from None
+
+
+def scene_files(scene: Path | str) -> dict[str, Path]:
+    """Every local file ``scene`` is read from, named for a message: the scene itself (a
+    product folder, a stack, an item's file or saved search) and a STAC item's local
+    assets (path or ``file://`` hrefs)."""
+    file, _ = split_ref(scene)
+    files = {f"SCENE {scene}": file}
+    if stac_item.is_stac(scene):
+        for path in stac_item.asset_files(str(scene)):
+            files[f"the asset {path} of {scene}"] = path
+    return files
 
 
 __all__ = ["FORMS", "SceneError", "SceneSource", "open_scene_source", "require_l2a",
-           "scene_digest"]  # fmt: skip
+           "scene_digest", "scene_files"]  # fmt: skip

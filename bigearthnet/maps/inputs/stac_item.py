@@ -1,8 +1,11 @@
 """Scenes as STAC items with one COG asset per band (read with pystac and rasterio).
 
 A scene is an item file, or ``FILE#ID``: the item ``ID`` of a FeatureCollection or
-ItemCollection saved in ``FILE`` (a search result). Asset hrefs are local paths, relative to
-the file, or URLs that GDAL reads when a network exists. Assets are found by Earth Search's
+ItemCollection saved in ``FILE`` (a search result; a ``#`` of a path that exists is part of
+its name: :mod:`.refs`). Asset hrefs are local paths, relative to the file, ``file://`` URLs
+(local paths too), or URLs that GDAL reads when a network exists. The item is read as the
+document it is: its ``links`` (a ``root`` or ``self`` on the catalogue's API) are never
+followed, so items as the APIs deliver them map offline. Assets are found by Earth Search's
 keys (``blue``, ``nir08``, ``scl``) or Planetary-Computer-style keys (``B02``, ``B8A``,
 ``SCL``) (:mod:`bigearthnet.formats.s2_layouts`); each band's scale/offset comes from
 ``raster:bands`` (STAC 1.0) or ``bands`` (1.1), else from the COG's own tags, else the
@@ -22,25 +25,24 @@ from bigearthnet.core import constants
 from bigearthnet.core.util import first_line
 from bigearthnet.formats import s2_layouts as layout
 from bigearthnet.maps.inputs.bands import Opened, RasterBand, SceneError, SceneSource
+from bigearthnet.maps.inputs.refs import REF, absolute_href, local_path, openable, split_ref
 from bigearthnet.maps.radiometry import ScaleOffset, SceneMetadata
 
-REF = "#"  # FILE#ID: an item of a collection file
 FACTORS = {10: 1, 20: 2, 60: 6}
 
 
 def is_stac(ref: str | Path) -> bool:
     """An item file (``*.json``) or an item of a collection file (``FILE#ID``)."""
-    text = str(ref)
-    return REF in text or (text.endswith(".json") and Path(text).is_file())
+    file, item_id = split_ref(ref)
+    return item_id is not None or (file.suffix.lower() == ".json" and file.is_file())
 
 
-def load_item(ref: str | Path):
-    """The pystac Item ``ref`` names; SceneError naming the file when it is no item."""
-    import pystac
-
-    file, _, item_id = str(ref).partition(REF)
-    document = _read_json(Path(file))
-    if item_id:
+def item_document(ref: str | Path) -> tuple[Path, dict]:
+    """(the file, the item's JSON object as read) of ``ref``; SceneError naming the file
+    when it is no item."""
+    file, item_id = split_ref(ref)
+    document = _read_json(file)
+    if item_id is not None:
         features = document.get("features") if isinstance(document, dict) else None
         matches = [f for f in features or [] if isinstance(f, dict) and f.get("id") == item_id]
         if len(matches) != 1:
@@ -48,8 +50,16 @@ def load_item(ref: str | Path):
         document = matches[0]
     if not isinstance(document, dict) or document.get("type") != "Feature":
         raise SceneError(f"{file}: not a STAC item (a GeoJSON Feature)")
+    return file, document
+
+
+def load_item(ref: str | Path):
+    """The pystac Item ``ref`` names; SceneError naming the file when it is no item."""
+    import pystac
+
+    file, document = item_document(ref)
     try:
-        return pystac.Item.from_dict(document, href=str(Path(file).resolve()), migrate=True)
+        return pystac.Item.from_dict(document, href=str(file.resolve()), migrate=True)
     except Exception as err:  # pystac raises several types on a malformed item
         raise SceneError(f"{ref}: not a readable STAC item ({first_line(err)})") from None
 
@@ -128,19 +138,33 @@ def asset_hrefs(ref: str, item=None) -> list[str]:
     """Every band asset's absolute href (for the scene's identity)."""
     item = item or load_item(ref)
     keys = [_asset_key(item, band) for band in (*constants.BANDS, layout.SCL)]
-    return [item.assets[key].get_absolute_href() or "" for key in keys if key is not None]
+    return [_asset_href(item, key) for key in keys if key is not None]
+
+
+def asset_files(ref: str) -> list[Path]:
+    """The local files of the band assets (path and ``file://`` hrefs; not remote URLs)."""
+    return [path for href in asset_hrefs(ref) if (path := local_path(href)) is not None]
 
 
 def digest(ref: str) -> str:
-    """A digest of what the scene is: the item as stored, and each local asset's size and
-    mtime (a URL asset by its href: the item's ``updated`` says when it changed)."""
-    item = load_item(ref)
-    hasher = hashlib.sha256(json.dumps(item.to_dict(), sort_keys=True).encode())
-    for href in asset_hrefs(ref, item):
-        path = Path(href)
-        stat = f"{path.stat().st_size}\0{path.stat().st_mtime_ns}" if path.is_file() else ""
-        hasher.update(f"{href}\0{stat}\n".encode())
+    """A digest of what the scene is: the item document as read (never as pystac would
+    rewrite it: ``Item.to_dict`` resolves the root link over the network), and each local
+    asset's size and mtime (a remote asset by its href: the item's ``updated`` says when
+    it changed)."""
+    _, document = item_document(ref)
+    hasher = hashlib.sha256(json.dumps(document, sort_keys=True).encode())
+    for href in asset_hrefs(ref):
+        path = local_path(href)
+        stat = path.stat() if path is not None and path.is_file() else None
+        stamp = f"{stat.st_size}\0{stat.st_mtime_ns}" if stat is not None else ""
+        hasher.update(f"{href}\0{stamp}\n".encode())
     return hasher.hexdigest()[:16]
+
+
+def _asset_href(item, key: str) -> str:
+    """The asset's href, a relative one joined to the item file's folder (by path: pystac's
+    own join reads a ``#`` in a folder's name as a URL fragment)."""
+    return absolute_href(item.assets[key].href, Path(item.get_self_href()))
 
 
 def _asset_key(item, band: str) -> str | None:
@@ -156,8 +180,8 @@ def _asset_band(ref: str, item, band: str, opened: Opened) -> RasterBand:
     if key is None:
         tried = ", ".join(layout.asset_key(band, style) for style in layout.STAC_STYLES)
         raise SceneError(f"{ref}: no asset of band {band} (keys {tried})")
-    href = item.assets[key].get_absolute_href()
-    reader = opened.band(href, 1, 1, name=f"{ref} asset {key} ({href})")
+    href = _asset_href(item, key)
+    reader = opened.band(openable(href), 1, 1, name=f"{ref} asset {key} ({href})")
     factor = FACTORS.get(round(abs(reader.transform.a)))
     if factor is None:
         opened.close()
