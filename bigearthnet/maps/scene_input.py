@@ -4,8 +4,11 @@ reflectance offset, the area of interest and the pixels without usable data.
 Inputs, in any form :mod:`bigearthnet.maps.inputs` opens: an L2A ``.SAFE`` product folder, an
 EOPF Zarr product, a STAC item with COG assets, a folder of band GeoTIFFs or one band stack.
 Each band's reflectance offset is decided from the scene's metadata by
-:mod:`bigearthnet.maps.radiometry` and applied, so values match the archive's. Pixels without
-data are 0 in B02 (L2A fills nodata with 0 in every band); with ``mask_clouds`` the scene
+:mod:`bigearthnet.maps.radiometry` and applied, so values match the archive's. A pixel has
+no data where any band the model reads holds the nodata its scene declares (a STAC asset's
+``raster:bands`` nodata, a band file's GDAL nodata, a Zarr array's ``_FillValue`` or
+``fill_value``; 0 where nothing is declared: L2A fills nodata with 0); it is told before the
+offset is applied, and is 0 in that band after. With ``mask_clouds`` the scene
 classification band (SCL, 20 m) also removes cloud shadows, clouds, cirrus and snow
 (:data:`SCL_MASKED`).
 
@@ -159,19 +162,29 @@ class Scene:
         """The window rows starting at 10 m row ``row`` of the area, all its columns; the
         bands in the model's order (``self.bands``)."""
         bands = {}
+        invalid = np.zeros((WINDOW, self.width), dtype=bool)
         for band in self.bands:
-            data = self._read(self.source.bands[band], row)
+            reader = self.source.bands[band]
+            stored = self._read(reader, row)
+            missing = self._nodata(band, stored)
+            invalid |= missing.repeat(reader.factor, axis=0).repeat(reader.factor, axis=1)
             offset = self.offsets.get(band, 0)
-            if offset:
-                shifted = data.astype(np.int32) + offset
-                data = np.where(data == 0, 0, np.clip(shifted, 1, 65535)).astype(np.uint16)
-            bands[band] = data
-        invalid = bands["B02"] == 0
+            if offset:  # never onto 0 either: 0 would read as nodata downstream
+                stored = np.clip(stored.astype(np.int32) + offset, 1, 65535).astype(np.uint16)
+            bands[band] = np.where(missing, 0, stored).astype(stored.dtype, copy=False)
         if self.scl is not None:
             scl = self._read(self.scl, row)
             masked = np.isin(scl, list(SCL_MASKED))
             invalid |= masked.repeat(SCL_FACTOR, axis=0).repeat(SCL_FACTOR, axis=1)
         return Strip(bands, invalid)
+
+    def _nodata(self, band: str, stored: np.ndarray) -> np.ndarray:
+        """Where ``band``'s stored values are a nodata value its scene declares (0 when it
+        declares none)."""
+        missing = np.zeros(stored.shape, dtype=bool)
+        for value in self.source.nodata.get(band) or (0,):
+            missing |= stored == value
+        return missing
 
     def _read(self, reader: BandReader, row: int) -> np.ndarray:
         f = reader.factor

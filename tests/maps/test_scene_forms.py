@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rasterio
-from helpers import copy_scene
+from helpers import copy_scene, declare_nodata
 
 from bigearthnet.cli.map import main as map_main
 from bigearthnet.maps.inputs import (
@@ -195,3 +195,15 @@ def test_an_item_is_read_as_stored_without_following_its_links(scenes, tmp_path)
     linked.write_text(json.dumps(item))
     assert scene_digest(linked) != first
     linked.unlink()
+
+
+@pytest.mark.parametrize("form", ["stac", "zarr", "tif"])
+def test_declared_nodata_is_nodata(form, scenes, tmp_path) -> None:
+    """D03: nodata 65535 (raster:bands, _FillValue, GDAL nodata) over the border was read
+    as data (and, less the offset, as 64535). Read as the scene declares it, the strips
+    equal those of the 0-filled scene: the same pixels without data, 0 in every band."""
+    copy = copy_scene(scenes[form], tmp_path)
+    declare_nodata(form, copy, 65535)
+    with Scene(copy) as scene:
+        assert 65535 in scene.source.nodata["B02"] and scene.strip(0).invalid.any()
+    _strips_equal(copy, scenes[form])

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import rasterio
 import zarr
+from helpers import copy_scene, declare_nodata
 
 from bigearthnet.cli.map import main as map_main
 from bigearthnet.synthetic.scene import PRODUCT, SceneTruth, write_scene
@@ -190,6 +191,24 @@ def test_an_asset_replaced_remakes_the_scene_map(hrefs, pristine, trained_run, t
 def _classes_and_areas(out: Path) -> tuple[np.ndarray, str]:
     with rasterio.open(out) as src:
         return src.read(1), Path(f"{out}.areas.csv").read_text()
+
+
+def test_declared_nodata_stays_nodata_in_the_map(pristine, trained_run, tmp_path,
+                                                 bad_input_row) -> None:  # fmt: skip
+    """D03: nodata 65535 (raster:bands and the COGs' nodata) over a 600 m border was
+    classified, and counted in areas.csv. Read as declared: the 0-filled scene's map."""
+    bordered = SceneTruth(size=240, block=240, border=60, classes=((3,),))
+    zero = write_scene(tmp_path / "zero", bordered, seed=2, layout="stac", difficulty="simple")
+    declared = copy_scene(zero, tmp_path / "declared")
+    declare_nodata("stac", declared, 65535)
+    code = _map(declared, trained_run, tmp_path / "declared.tif")
+    assert code == 0 and _map(zero, trained_run, tmp_path / "zero.tif") == 0
+    top, areas = _classes_and_areas(tmp_path / "declared.tif")
+    expected, expected_areas = _classes_and_areas(tmp_path / "zero.tif")
+    np.testing.assert_array_equal(top, expected)
+    assert areas == expected_areas and (top == 255).sum() == 12  # the border's 12 cells
+    bad_input_row("nodata 65535 (raster:bands) over a 600 m border", "bigearthnet-map scene",
+                  code, "nodata cells in the map, not in areas.csv")  # fmt: skip
 
 
 def test_items_with_links_to_their_api_map_offline(pristine, trained_run, tmp_path,

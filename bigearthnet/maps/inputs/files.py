@@ -35,7 +35,8 @@ def open_folder(scene: Path, bands: tuple[str, ...], mask_clouds: bool) -> Scene
     scl = opened.band(str(scl_file), 1, SCL_FACTOR) if scl_file else None
     metadata = _metadata(scene, readers)
     form = "SAFE" if jp2 else "band GeoTIFFs"
-    return SceneSource(scene, form, dict(readers), scl, metadata, [opened.close])
+    return SceneSource(scene, form, dict(readers), scl, metadata, [opened.close],
+                       nodata=_gdal_nodata(readers))  # fmt: skip
 
 
 def _metadata(scene: Path, readers: dict[str, RasterBand]) -> SceneMetadata:
@@ -97,7 +98,11 @@ def open_stack(
     opened = Opened()
     readers = {n: opened.band(str(file), i + 1, 1) for i, n in enumerate(names) if n in bands}
     return SceneSource(file, "band stack", readers, None, _metadata(file, readers),
-                       [opened.close])  # fmt: skip
+                       [opened.close], nodata=_gdal_nodata(readers))  # fmt: skip
+
+
+def _gdal_nodata(readers: dict[str, RasterBand]) -> dict[str, tuple[float, ...]]:
+    return {band: reader.nodata() for band, reader in readers.items()}
 
 
 def band_name(name: str) -> str:

@@ -24,7 +24,13 @@ from pathlib import Path
 from bigearthnet.core import constants
 from bigearthnet.core.util import first_line
 from bigearthnet.formats import s2_layouts as layout
-from bigearthnet.maps.inputs.bands import Opened, RasterBand, SceneError, SceneSource
+from bigearthnet.maps.inputs.bands import (
+    Opened,
+    RasterBand,
+    SceneError,
+    SceneSource,
+    nodata_values,
+)
 from bigearthnet.maps.inputs.refs import REF, absolute_href, local_path, openable, split_ref
 from bigearthnet.maps.radiometry import ScaleOffset, SceneMetadata
 
@@ -131,7 +137,9 @@ def open_stac(ref: str, bands: tuple[str, ...], mask_clouds: bool) -> SceneSourc
         baseline=layout.baseline_of(item.properties),
         baseline_from="s2:processing_baseline of the STAC item",
     )
-    return SceneSource(Path(ref), "STAC item", dict(readers), scl, metadata, [opened.close])
+    nodata = {band: _nodata(item, band, reader) for band, reader in readers.items()}
+    return SceneSource(Path(ref), "STAC item", dict(readers), scl, metadata, [opened.close],
+                       nodata)  # fmt: skip
 
 
 def asset_hrefs(ref: str, item=None) -> list[str]:
@@ -201,6 +209,16 @@ def _declared(item, band: str) -> ScaleOffset:
     if scale is None and offset is None:
         return None
     return float(1.0 if scale is None else scale), float(0.0 if offset is None else offset)
+
+
+def _nodata(item, band: str, reader: RasterBand) -> tuple[float, ...]:
+    """The band's nodata as the item declares it (``raster:bands`` or STAC 1.1 ``bands``
+    entries, or ``nodata`` on the asset) and as its COG does (GDAL nodata)."""
+    key = _asset_key(item, band)
+    fields = item.assets[key].extra_fields if key else {}
+    entries = fields.get("raster:bands") or fields.get("bands") or []
+    declared = [entry.get("nodata") for entry in entries[:1] if isinstance(entry, dict)]
+    return nodata_values([*declared, fields.get("nodata"), *reader.nodata()])
 
 
 def _read_json(file: Path):

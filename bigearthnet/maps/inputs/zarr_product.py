@@ -12,7 +12,13 @@ import numpy as np
 
 from bigearthnet.core.util import first_line
 from bigearthnet.formats import s2_layouts as layout
-from bigearthnet.maps.inputs.bands import SCL_FACTOR, ArrayBand, SceneError, SceneSource
+from bigearthnet.maps.inputs.bands import (
+    SCL_FACTOR,
+    ArrayBand,
+    SceneError,
+    SceneSource,
+    nodata_values,
+)
 from bigearthnet.maps.radiometry import SceneMetadata
 
 
@@ -44,7 +50,8 @@ def open_zarr(scene: Path, bands: tuple[str, ...], mask_clouds: bool) -> SceneSo
         baseline_from=f"{layout.ZARR_METADATA} of the Zarr product",
     )
     closers = [store.close] if store is not None else []
-    return SceneSource(scene, "EOPF Zarr", dict(readers), scl, metadata, closers)
+    nodata = {band: _fill_values(reader.array) for band, reader in readers.items()}
+    return SceneSource(scene, "EOPF Zarr", dict(readers), scl, metadata, closers, nodata)
 
 
 def product_properties(scene: Path) -> dict:
@@ -140,3 +147,9 @@ def _scale_offset(array) -> tuple[float, float] | None:
     if "scale_factor" not in attrs and "add_offset" not in attrs:
         return None
     return float(attrs.get("scale_factor", 1.0)), float(attrs.get("add_offset", 0.0))
+
+
+def _fill_values(array) -> tuple[float, ...]:
+    """The array's nodata: its CF ``_FillValue`` and its Zarr ``fill_value`` (what chunks
+    never written read as)."""
+    return nodata_values([array.attrs.get("_FillValue"), getattr(array, "fill_value", None)])
