@@ -37,6 +37,7 @@ from bigearthnet.maps.patches import (
     write_maps,
 )
 from bigearthnet.maps.scene_options import SceneMapOptions
+from bigearthnet.maps.scene_output import require_map_path
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,8 @@ class SceneCommand:
         "GeoTIFF at 10 m (see --band-order)",
         positional=True, metavar="INPUT",
     )  # fmt: skip
-    out: Path = option(help="the map to write", metavar="MAP.tif")
+    out: Path = option(help="the map to write (a GeoTIFF; its preview MAP.png beside it)",
+                       check=require_map_path, metavar="MAP.tif")  # fmt: skip
     model: ModelChoice = nested(ModelChoice)
     map: SceneMapOptions = nested(SceneMapOptions)
 

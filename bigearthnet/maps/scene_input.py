@@ -62,6 +62,8 @@ def parse_bbox(text: str) -> tuple[float, float, float, float]:
         minx, miny, maxx, maxy = (float(v) for v in text.split(","))
     except ValueError:
         raise InputError(f"--bbox wants minx,miny,maxx,maxy (four numbers), got {text!r}") from None
+    if not all(math.isfinite(v) for v in (minx, miny, maxx, maxy)):
+        raise InputError(f"--bbox {text}: every coordinate must be a finite number")
     if not (minx < maxx and miny < maxy):
         raise InputError(f"--bbox {text}: min must be below max on both axes")
     return minx, miny, maxx, maxy

@@ -244,3 +244,34 @@ def test_a_hash_in_a_folder_name_is_part_of_the_path(pristine, trained_run, tmp_
     np.testing.assert_array_equal(top, _classes_and_areas(tmp_path / "pristine.tif")[0])
     bad_input_row("a `#` in a folder name (`H#2/.../ID.json`)", "bigearthnet-map scene", code,
                   "a path, not FILE#ID: the map of the item")  # fmt: skip
+
+
+SCENE = "scene {scene} --run-dir {run} --no-progress"
+PARSE_CASES = {  # the case: the command line, what its one line says
+    "`--bbox=-inf,-inf,inf,inf`": (f"{SCENE} --out M/x.tif --bbox=-inf,-inf,inf,inf", "--bbox"),
+    "`--out` an existing folder": (f"{SCENE} --out M", "--out: M: an existing folder"),
+    "`--out M/x.png`": (f"{SCENE} --out M/x.png", "--out: M/x.png: a map is a GeoTIFF"),
+    "`change --out` an existing folder": ("change a.tif b.tif --out M", "an existing folder"),
+    "`change --out M/x.png`": ("change a.tif b.tif --out M/x.png", "a map is a GeoTIFF"),
+    "`--out` an existing file (patches)": ("--run-dir {run} --shards S --out M/notes.txt",
+                                           "--out: M/notes.txt: an existing file"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", PARSE_CASES)
+def test_outputs_and_boxes_no_map_can_have_are_refused_when_parsed(
+    case, pristine, trained_run, tmp_path, monkeypatch, reported_errors, bad_input_row
+) -> None:
+    """D17, D18, D25: a --bbox of inf (a traceback), an --out that is a folder (refused
+    only after the whole scene was predicted), an --out named .png (a TIFF under that name,
+    and the preview written over it): one line when parsed, nothing written."""
+    line, needle = PARSE_CASES[case]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "M").mkdir()
+    (tmp_path / "M" / "notes.txt").write_text("mine\n")
+    code = map_main(line.format(scene=pristine["stac"], run=trained_run).split())
+    assert code == 2 and sorted(p.name for p in (tmp_path / "M").iterdir()) == ["notes.txt"]
+    _one_line(reported_errors(), needle)
+    command = line.split()[0] if not line.startswith("-") else "patches"
+    bad_input_row(case, f"bigearthnet-map {command}", code,
+                  "refused when parsed, before reading; nothing written")  # fmt: skip
