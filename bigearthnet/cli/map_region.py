@@ -4,8 +4,6 @@ consistent land-cover series on one grid (:mod:`bigearthnet.maps.region`; docs/m
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime as dt
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +24,13 @@ class RegionCommand:
     region: RegionOptions = nested(RegionOptions)
     scenes: tuple[Path, ...] = option(
         (), "L2A .SAFE folders, EOPF .zarr products, STAC item files, band-GeoTIFF folders or "
-        "band stacks: tile and date from a STAC item's properties, else from the product "
-        "name", positional=True, metavar="SCENE",
+        "band stacks: tile and date from a STAC item's or Zarr product's properties, a SAFE's "
+        "band files, else the product name", positional=True, metavar="SCENE",
     )  # fmt: skip
     scenes_csv: Path | None = option(
         None, "scenes as rows path,date[,tile] (a header row path,date,tile is allowed): for "
-        "inputs not named like products", metavar="CSV",
+        "inputs not named like products; without a tile, the tile the scene states or its "
+        "folder's name when that is an MGRS tile (T32UQU/2020-03-15)", metavar="CSV",
     )  # fmt: skip
     stac_items: Path | None = option(
         None, "scenes as STAC items: a FeatureCollection or ItemCollection file (a saved "
@@ -54,41 +53,16 @@ def build_region_parser() -> Parser:
 def acquisitions_of(command: RegionCommand):
     """The scenes given, as Acquisitions; InputError naming the scene or the CSV row."""
     from bigearthnet.maps.inputs import stac_item
-    from bigearthnet.maps.region.periods import Acquisition, from_product_name
+    from bigearthnet.maps.region.periods import from_csv, of_scene
 
-    def acquisition(scene: str) -> Acquisition:
-        if stac_item.is_stac(scene):
-            return Acquisition(scene, *stac_item.tile_and_date(scene))
-        return from_product_name(scene)
-
-    found = [acquisition(str(path)) for path in command.scenes]
+    found = [of_scene(str(path)) for path in command.scenes]
     if command.scenes_csv is not None:
-        found += _from_csv(command.scenes_csv, Acquisition)
+        found += from_csv(command.scenes_csv)
     if command.stac_items is not None:
-        found += [acquisition(ref) for ref in stac_item.items_in(command.stac_items)]
+        found += [of_scene(ref) for ref in stac_item.items_in(command.stac_items)]
     if not found:
         raise InputError("no scene given: SCENE..., --scenes-csv CSV or --stac-items FILE|DIR")
     return found
-
-
-def _from_csv(path: Path, make) -> list:
-    rows = []
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:  # a BOM from a spreadsheet
-            table = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
-    except OSError as err:
-        raise InputError(f"{path}: unreadable ({err.strerror})") from None
-    if table and table[0][:2] == ["path", "date"]:
-        table = table[1:]
-    for number, row in enumerate(table, start=1):
-        try:
-            date = dt.date.fromisoformat(row[1].strip())
-        except (IndexError, ValueError):
-            raise InputError(f"{path}: row {number}: expected path,date[,tile]") from None
-        scene = (path.parent / row[0].strip()).as_posix() if not row[0].startswith("/") else row[0]
-        tile = row[2].strip() if len(row) > 2 and row[2].strip() else Path(scene).name
-        rows.append(make(scene, tile, date))
-    return rows
 
 
 def map_region_command(args: argparse.Namespace) -> None:

@@ -4,22 +4,28 @@ offset decided from the form's own metadata, and the same map (bigearthnet.maps.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import shutil
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import rasterio
+import zarr
 from helpers import copy_scene, declare_nodata
 
 from bigearthnet.cli.map import main as map_main
+from bigearthnet.formats import s2_layouts as layout
 from bigearthnet.maps.inputs import (
     open_scene_source,
     require_l2a,
     scene_digest,
     scene_files,
     stac_item,
+    tile_and_date,
 )
 from bigearthnet.maps.inputs.refs import local_path, split_ref
 from bigearthnet.maps.scene_input import Scene, SceneError
@@ -195,6 +201,33 @@ def test_an_item_is_read_as_stored_without_following_its_links(scenes, tmp_path)
     linked.write_text(json.dumps(item))
     assert scene_digest(linked) != first
     linked.unlink()
+
+
+@pytest.fixture
+def los_angeles(monkeypatch):
+    """The machine's local time zone: UTC-7 in summer."""
+    monkeypatch.setenv("TZ", "America/Los_Angeles")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_datetime_without_a_zone_is_utc(scenes, tmp_path, los_angeles) -> None:
+    """D09: 22:40 without a zone was read in the machine's zone, a day later in UTC."""
+    item = json.loads(scenes["stac"].read_text())
+    item["properties"]["datetime"] = "2020-05-31T22:40:00"
+    naive = scenes["stac"].with_name("naive.json")
+    naive.write_text(json.dumps(item))
+    assert stac_item.tile_and_date(str(naive)) == ("33UXP", dt.date(2020, 5, 31))
+    naive.unlink()
+    product = tmp_path / scenes["zarr"].name
+    shutil.copytree(scenes["zarr"], product)
+    root = zarr.open_group(product, mode="r+")
+    stated = dict(root.attrs[layout.ZARR_METADATA])
+    stated["properties"] = dict(stated["properties"], datetime="2020-05-31T22:40:00")
+    root.attrs[layout.ZARR_METADATA] = stated
+    assert tile_and_date(product) == ("33UXP", dt.date(2020, 5, 31))
 
 
 @pytest.mark.parametrize("form", ["stac", "zarr", "tif"])

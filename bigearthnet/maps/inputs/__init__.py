@@ -9,11 +9,14 @@ grids, SCL, and what the metadata say of the values, from which
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 from collections.abc import Sequence
 from pathlib import Path
 
 from bigearthnet.core import constants
 from bigearthnet.core.util import stat_digest
+from bigearthnet.formats.s2_layouts import PRODUCT_NAME
 from bigearthnet.maps.inputs import files, stac_item, zarr_product
 from bigearthnet.maps.inputs.bands import SceneError, SceneSource
 from bigearthnet.maps.inputs.refs import split_ref
@@ -70,6 +73,25 @@ def require_l2a(scene: Path | str) -> None:
         )
 
 
+def tile_and_date(scene: Path | str) -> tuple[str, dt.date] | None:
+    """The MGRS tile and acquisition date (UTC) ``scene`` states: a STAC item's properties
+    (SceneError when they lack them), a Zarr product's ``stac_discovery``, a product name in
+    its path, a SAFE product's band file names (a renamed product folder); None when it
+    states none."""
+    if stac_item.is_stac(scene):
+        return stac_item.tile_and_date(str(scene))
+    path = Path(scene)
+    if zarr_product.is_zarr(path):
+        # An unreadable product: its name may say; mapping it names the damage.
+        with contextlib.suppress(SceneError):
+            if (stated := zarr_product.tile_and_date(path)) is not None:
+                return stated
+    named = PRODUCT_NAME.search(str(path))
+    if named is not None:
+        return named["tile"], dt.datetime.strptime(named["date"], "%Y%m%d").date()
+    return files.safe_tile_and_date(path) if path.is_dir() else None
+
+
 def scene_digest(scene: Path | str) -> str:
     """What the scene's files are, without reading them (sizes, mtimes; a STAC item's
     document and local assets): a scene map made from other files is remade."""
@@ -94,4 +116,4 @@ def scene_files(scene: Path | str) -> dict[str, Path]:
 
 
 __all__ = ["FORMS", "SceneError", "SceneSource", "open_scene_source", "require_l2a",
-           "scene_digest", "scene_files"]  # fmt: skip
+           "scene_digest", "scene_files", "tile_and_date"]  # fmt: skip

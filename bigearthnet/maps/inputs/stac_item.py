@@ -18,7 +18,6 @@ import datetime as dt
 import functools
 import hashlib
 import json
-import re
 from pathlib import Path
 
 from bigearthnet.core import constants
@@ -95,18 +94,16 @@ def items_in(path: Path) -> list[str]:
 
 
 def tile_and_date(ref: str) -> tuple[str, dt.date]:
-    """The MGRS tile and acquisition date an item's properties state."""
+    """The MGRS tile and acquisition date (UTC; a datetime without a zone is UTC) an item's
+    properties state."""
     item = load_item(ref)
-    props = item.properties
-    tile = props.get("s2:mgrs_tile") or str(props.get("grid:code", "")).removeprefix("MGRS-")
-    if not tile and "mgrs:utm_zone" in props:
-        tile = f"{int(props['mgrs:utm_zone']):02d}{props.get('mgrs:latitude_band', '')}"
-        tile += str(props.get("mgrs:grid_square", ""))
-    if not re.fullmatch(r"\d{2}[A-Z]{3}", str(tile)):
+    tile = layout.tile_of(item.properties)
+    if tile is None:
         raise SceneError(f"{ref}: no MGRS tile in its properties (s2:mgrs_tile, grid:code)")
-    if item.datetime is None:
+    when = item.datetime or item.common_metadata.start_datetime
+    if when is None:
         raise SceneError(f"{ref}: the item has no datetime")
-    return str(tile), item.datetime.astimezone(dt.timezone.utc).date()
+    return tile, layout.utc_date(when)
 
 
 def is_level_1c(ref: str) -> bool:

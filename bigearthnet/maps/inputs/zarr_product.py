@@ -5,6 +5,7 @@ values' scale/offset from each array's CF attributes (:mod:`bigearthnet.formats.
 
 from __future__ import annotations
 
+import datetime as dt
 import warnings
 from pathlib import Path
 
@@ -62,6 +63,21 @@ def product_properties(scene: Path) -> dict:
     finally:
         if store is not None:
             store.close()
+
+
+def tile_and_date(scene: Path) -> tuple[str, dt.date] | None:
+    """The MGRS tile and acquisition date (UTC) the product's ``stac_discovery`` states;
+    None when it states no tile or no datetime."""
+    from pystac.utils import str_to_datetime
+
+    properties = product_properties(scene)
+    tile, when = layout.tile_of(properties), properties.get("datetime")
+    if tile is None or not isinstance(when, str):
+        return None
+    try:
+        return tile, layout.utc_date(str_to_datetime(when))
+    except ValueError:
+        raise SceneError(f"{scene}: datetime {when!r} in {layout.ZARR_METADATA}") from None
 
 
 def _open_group(scene: Path):
