@@ -230,6 +230,36 @@ def test_a_datetime_without_a_zone_is_utc(scenes, tmp_path, los_angeles) -> None
     assert tile_and_date(product) == ("33UXP", dt.date(2020, 5, 31))
 
 
+def test_catalogs_as_pystac_saves_them_are_lists_of_items(scenes, tmp_path) -> None:
+    """D22: --stac-items of a saved catalog folder (catalog.json, <id>/<id>.json) or of
+    item files beside their collection.json: the items, each once; a JSON file that is
+    none of these is named."""
+    import pystac
+
+    item = pystac.Item.from_file(str(scenes["stac"]))
+    for asset in item.assets.values():
+        asset.href = asset.get_absolute_href()
+    catalog = pystac.Catalog(id="saved", description="a saved search")
+    catalog.add_item(item)
+    catalog.normalize_hrefs(str(tmp_path / "cat"))
+    catalog.save(catalog_type=pystac.CatalogType.SELF_CONTAINED)
+    saved = str(tmp_path / "cat" / PRODUCT / f"{PRODUCT}.json")
+    assert stac_item.items_in(tmp_path / "cat") == [saved]
+    assert stac_item.items_in(tmp_path / "cat" / "catalog.json") == [saved]
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    shutil.copy(saved, flat / f"{PRODUCT}.json")
+    collection = {"type": "Collection", "id": "c", "stac_version": "1.0.0", "description": "",
+                  "license": "other", "links": [{"rel": "item", "href": f"./{PRODUCT}.json"}],
+                  "extent": {"spatial": {"bbox": [[0, 0, 1, 1]]},
+                             "temporal": {"interval": [[None, None]]}}}  # fmt: skip
+    (flat / "collection.json").write_text(json.dumps(collection))
+    assert stac_item.items_in(flat) == [str(flat / f"{PRODUCT}.json")]
+    (flat / "notes.json").write_text("{}")
+    with pytest.raises(SceneError, match="notes.json: neither a STAC item"):
+        stac_item.items_in(flat)
+
+
 @pytest.mark.parametrize("form", ["stac", "zarr", "tif"])
 def test_declared_nodata_is_nodata(form, scenes, tmp_path) -> None:
     """D03: nodata 65535 (raster:bands, _FillValue, GDAL nodata) over the border was read

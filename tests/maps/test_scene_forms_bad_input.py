@@ -275,3 +275,41 @@ def test_outputs_and_boxes_no_map_can_have_are_refused_when_parsed(
     command = line.split()[0] if not line.startswith("-") else "patches"
     bad_input_row(case, f"bigearthnet-map {command}", code,
                   "refused when parsed, before reading; nothing written")  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", ["a pystac-saved catalog", "items beside a collection.json"])
+def test_catalogs_as_pystac_saves_them_are_scene_lists(layout, pristine, trained_run, tmp_path,
+                                                        bad_input_row) -> None:  # fmt: skip
+    """D22: `--stac-items` of a saved catalog ("CAT/catalog.json: not a STAC item") or of
+    items beside their collection.json: the items mapped, each once."""
+    import pystac
+
+    item = pystac.Item.from_file(str(pristine["stac"]))
+    for asset in item.assets.values():
+        asset.href = asset.get_absolute_href()
+    folder = tmp_path / "catalog"
+    if layout == "a pystac-saved catalog":
+        catalog = pystac.Catalog(id="saved", description="items of a search, saved")
+    else:
+        catalog = pystac.Collection(id="c", description="", license="other",
+                                    extent=pystac.Extent.from_items([item]))  # fmt: skip
+    catalog.add_item(item)
+    catalog.normalize_hrefs(str(folder))
+    catalog.save(catalog_type=pystac.CatalogType.SELF_CONTAINED)
+    if layout != "a pystac-saved catalog":  # flatten: the item file beside collection.json
+        saved = folder / PRODUCT / f"{PRODUCT}.json"
+        document = json.loads((folder / "collection.json").read_text())
+        for link in document["links"]:
+            link["href"] = link["href"].replace(f"{PRODUCT}/", "")
+        (folder / "collection.json").write_text(json.dumps(document))
+        saved.rename(folder / saved.name)
+        saved.parent.rmdir()
+    out = tmp_path / "region"
+    argv = ["region", "--stac-items", str(folder), "--run-dir", str(trained_run), "--out",
+            str(out), "--no-progress"]  # fmt: skip
+    code = map_main(argv)
+    assert code == 0
+    record = json.loads((out / "consistency.json").read_text())
+    assert [Path(s["path"]).name for s in record["scenes"]] == [f"{PRODUCT}.json"]
+    bad_input_row(f"`--stac-items` of {layout}", "bigearthnet-map region", code,
+                  "its items mapped, each once")  # fmt: skip

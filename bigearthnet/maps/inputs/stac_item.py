@@ -34,6 +34,7 @@ from bigearthnet.maps.inputs.refs import REF, absolute_href, local_path, openabl
 from bigearthnet.maps.radiometry import ScaleOffset, SceneMetadata
 
 FACTORS = {10: 1, 20: 2, 60: 6}
+CATALOG_TYPES = ("Catalog", "Collection")  # a saved catalog's documents, by their "type"
 
 
 def is_stac(ref: str | Path) -> bool:
@@ -70,19 +71,43 @@ def load_item(ref: str | Path):
 
 
 def items_in(path: Path) -> list[str]:
-    """``--stac-items``: the items of a FeatureCollection/ItemCollection file (as
-    ``FILE#ID``), of a folder of item files, or one item file."""
-    if path.is_dir():
+    """``--stac-items``: the items of ``path``, each an item file or ``FILE#ID``, each once.
+
+    ``path`` is an item file; a FeatureCollection/ItemCollection file (a saved search:
+    ``FILE#ID`` of each feature); a catalog or collection file, as pystac's ``save`` writes
+    them (its items, walked offline through its relative links); or a folder of such files
+    (a saved catalog's folder: its ``catalog.json``; item files beside a
+    ``collection.json``: the items once). A JSON file that is none of these is refused,
+    named: never silently left out."""
+    if not path.is_dir():
+        refs = _items_of_file(path)
+    else:
         files = sorted(path.glob("*.json"))
         if not files:
             raise SceneError(f"{path}: no STAC item files (*.json) in this folder")
-        return [str(file) for file in files]
+        refs = [ref for file in files for ref in _items_of_file(file)]
+    once: dict[str, str] = {}
+    for ref in refs:  # an item file also linked from a catalog beside it: once
+        file, item_id = split_ref(ref)
+        once.setdefault(f"{file.resolve()}{REF}{item_id or ''}", ref)
+    if not once:
+        raise SceneError(f"{path}: no STAC items")
+    return list(once.values())
+
+
+def _items_of_file(path: Path) -> list[str]:
     document = _read_json(path)
-    if isinstance(document, dict) and document.get("type") == "Feature":
+    kind = document.get("type") if isinstance(document, dict) else None
+    if kind == "Feature":
         return [str(path)]
+    if kind in CATALOG_TYPES:
+        return _items_of_catalog(path)
     features = document.get("features") if isinstance(document, dict) else None
     if not isinstance(features, list) or not features:
-        raise SceneError(f"{path}: neither a STAC item nor a collection of items (features)")
+        raise SceneError(
+            f"{path}: neither a STAC item, a saved search (features) nor a STAC catalog or "
+            "collection"
+        )
     found = [f.get("id") if isinstance(f, dict) else None for f in features]
     if not all(isinstance(i, str) and i for i in found):
         raise SceneError(f"{path}: a feature without an id")
@@ -91,6 +116,32 @@ def items_in(path: Path) -> list[str]:
     if repeated:
         raise SceneError(f"{path}: item id(s) {', '.join(repeated)} appear twice")
     return [f"{path}{REF}{item_id}" for item_id in ids]
+
+
+def _items_of_catalog(path: Path) -> list[str]:
+    """The item files of a saved catalog or collection and of its children: pystac follows
+    its links (relative ones, as ``save`` writes them), reading only files of this machine
+    (:func:`.refs.local_path`; a link elsewhere is named). The catalog is named to pystac
+    by a ``file://`` URL: pystac parses hrefs as URLs, and a ``#`` in a path would end it."""
+    import pystac
+    from pystac.stac_io import DefaultStacIO
+
+    class LocalFiles(DefaultStacIO):
+        def read_text_from_href(self, href: str) -> str:
+            file = local_path(href)
+            if file is None:
+                raise SceneError(f"a link to {href}, not a file of this machine")
+            return file.read_text(encoding="utf-8")
+
+    try:
+        catalog = pystac.read_file(path.resolve().as_uri(), stac_io=LocalFiles())
+        if not isinstance(catalog, pystac.Catalog):
+            raise SceneError(f"a {type(catalog).__name__}, not a catalog")
+        hrefs = [item.get_self_href() or "" for item in catalog.get_items(recursive=True)]
+    except Exception as err:  # pystac raises many types on a broken link or document
+        raise SceneError(f"{path}: a STAC catalog whose items cannot be read "
+                         f"({first_line(err)})") from None  # fmt: skip
+    return [str(local_path(href)) for href in hrefs]
 
 
 def tile_and_date(ref: str) -> tuple[str, dt.date]:
