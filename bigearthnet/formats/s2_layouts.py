@@ -80,9 +80,10 @@ def baseline_of(properties: dict) -> str | None:
 
 
 # --- tile and date, as every form states them
-# An MGRS tile as Sentinel-2 names it: UTM zone 01-60, latitude band C-X, a 100 km square
-# (column A-Z, row A-V); no I or O. Product names write it with a T (``T33UXP``).
-MGRS_TILE = re.compile(r"T?(0[1-9]|[1-5]\d|60)([C-HJ-NP-X][A-HJ-NP-Z][A-HJ-NP-V])")
+# An MGRS tile as Sentinel-2 names it: UTM zone 01-60, latitude band C-X, a 100 km square of
+# two letters; no I or O. (Real rows stop at V; the synthetic regions name squares past it.)
+# Product names write it with a T (``T33UXP``).
+MGRS_TILE = re.compile(r"T?(0[1-9]|[1-5]\d|60)([C-HJ-NP-X][A-HJ-NP-Z]{2})")
 
 
 def mgrs_tile(text: object) -> str | None:
