@@ -18,6 +18,7 @@ Every other module (and every test) reads these values from here. They follow
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 
 import numpy as np
@@ -43,6 +44,9 @@ S2_10_BANDS: tuple[str, ...] = (
 
 S1_BANDS: tuple[str, ...] = ("VV", "VH")
 """Sentinel-1 polarisations, in reBEN's order."""
+
+SENTINEL2_FIRST_DAY = dt.date(2015, 6, 23)
+"""Sentinel-2A's launch: no scene is older (a scene dated before it is a typo)."""
 
 BAND_CONFIGS: dict[str, tuple[str, ...]] = {
     "s2": BANDS,

@@ -14,6 +14,7 @@ Kept free of TensorFlow and Horovod so that option errors answer at once.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -92,3 +93,11 @@ def require_positive(flag: str, value: float) -> float:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
         raise ConfigError(f"{flag} must be positive, got {value}")
     return float(value)
+
+
+def require_folder_path(flag: str, value: Path) -> Path:
+    """``value`` if it names a folder or nothing yet (an output folder to make), else
+    ConfigError naming ``flag``: checked when parsed, not when the work is done."""
+    if value.exists() and not value.is_dir():
+        raise ConfigError(f"{flag} {value}: an existing file, not a folder")
+    return value

@@ -29,6 +29,7 @@ of :mod:`bigearthnet.synthetic.scene_forms`.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 from bigearthnet.core import constants
@@ -112,3 +113,37 @@ def offset_applied_of(properties: dict) -> tuple[object, str]:
         if key in properties:
             return properties[key], key
     return None, ""
+
+
+# --- tile and date, as every form states them
+# An MGRS tile as Sentinel-2 names it: UTM zone 01-60, latitude band C-X, a 100 km square of
+# two letters; no I or O. (Real rows stop at V; the synthetic regions name squares past it.)
+# Product names write it with a T (``T33UXP``).
+MGRS_TILE = re.compile(r"T?(0[1-9]|[1-5]\d|60)([C-HJ-NP-X][A-HJ-NP-Z]{2})")
+
+
+def mgrs_tile(text: object) -> str | None:
+    """``text`` as an MGRS tile without the T (``T33UXP``, ``33uxp`` -> ``33UXP``); None
+    when it is none (a date, a folder name, zone 61)."""
+    match = MGRS_TILE.fullmatch(str(text).strip().upper())
+    return "".join(match.groups()) if match else None
+
+
+def tile_of(properties: dict) -> str | None:
+    """The MGRS tile a STAC item's (or a Zarr product's ``stac_discovery``) properties
+    state: ``s2:mgrs_tile``, ``grid:code`` (``MGRS-33UXP``) or the ``mgrs:`` fields."""
+    stated = properties.get("s2:mgrs_tile") or str(properties.get("grid:code") or "")
+    if not stated and "mgrs:utm_zone" in properties:
+        zone = properties["mgrs:utm_zone"]
+        stated = f"{int(zone):02d}" if str(zone).isdigit() else str(zone)
+        stated += f"{properties.get('mgrs:latitude_band', '')}"
+        stated += f"{properties.get('mgrs:grid_square', '')}"
+    return mgrs_tile(str(stated).removeprefix("MGRS-")) if stated else None
+
+
+def utc_date(when: dt.datetime) -> dt.date:
+    """The UTC date of ``when``. One without a zone is UTC already (RFC 3339 intends it;
+    the machine's own zone would move a scene acquired near midnight to another day)."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.astimezone(dt.timezone.utc).date()

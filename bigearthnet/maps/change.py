@@ -39,7 +39,7 @@ from bigearthnet.formats.class_map import (
 )
 from bigearthnet.maps.patches import MapError
 from bigearthnet.maps.preview import LegendEntry, write_preview
-from bigearthnet.maps.scene_output import write_cog
+from bigearthnet.maps.scene_output import preview_path, require_map_path, write_cog
 
 CODE_BASE = 100  # from * CODE_BASE + to: readable as two 2-digit class indices
 NO_CHANGE = 0
@@ -163,7 +163,8 @@ class ChangeOptions:
 
     before: Path = option(help="the map of the earlier date", positional=True, metavar="A.tif")
     after: Path = option(help="the map of the later date", positional=True, metavar="B.tif")
-    out: Path = option(help="the change map to write", metavar="CHANGE.tif")
+    out: Path = option(help="the change map to write", check=require_map_path,
+                       metavar="CHANGE.tif")  # fmt: skip
     min_prob: float | None = option(
         None, "count a cell only where both dates' top-class probability is at least P, in "
         "(0, 1] (reads A.tif.probabilities.tif and B.tif.probabilities.tif); default: every "
@@ -202,7 +203,7 @@ def map_change(opts: ChangeOptions) -> ChangeSummary:
     grid = {"crs": a.crs, "transform": a.transform}
     write_cog(out, codes[None], grid, tags, describe, nodata=CHANGE_NODATA)
     write_csv(transitions_path(out), TRANSITION_FIELDS, rows)
-    _preview(out.with_suffix(".png"), codes, rows, transform=a.transform)
+    _preview(preview_path(out), codes, rows, transform=a.transform)
     changed = sum(int(r[5]) for r in rows if r[4] == "yes")
     stable = sum(int(r[5]) for r in rows if r[4] == "no")
     return ChangeSummary(

@@ -43,7 +43,7 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
-from bigearthnet.core.errors import InputError, require_positive_int
+from bigearthnet.core.errors import InputError, require_folder_path, require_positive_int
 from bigearthnet.formats.class_map import NODATA, PROB_SCALE, classes_tags, read_classes
 from bigearthnet.preprocessing.resample import METHODS
 
@@ -65,7 +65,7 @@ class PatchMapOptions:
     shards to read, and the output."""
 
     out: Path = option(help="output folder: <tile>.tif, <tile>.png, patches.csv",
-                       metavar="DIR")  # fmt: skip
+                       check=require_folder_path, metavar="DIR")  # fmt: skip
     archive: Path | None = option(None, "BigEarthNet-S2 archive root (v1 or v2)", metavar="DIR")
     shards: Path | None = option(
         None, "folder of shards made by bigearthnet-preprocess", metavar="DIR"

@@ -7,7 +7,9 @@ them) and as tags; ``MAP.tif.probabilities.tif``, one band per class stored
 as round(p x 250) with scale/offset tags (255 = nodata). Two files because a TIFF colour
 table needs a single-band (palette) image. ``MAP.tif.areas.csv``: cells and km^2 per top
 class. ``MAP.png``: a preview with a legend (classes present, by area) and a scale bar.
-Every file is written under a temporary name and renamed.
+Every file is written under a temporary name and renamed. ``MAP`` must end in ``.tif`` or
+``.tiff`` (:func:`require_map_path`, checked when the command is parsed): the map is a
+GeoTIFF, and so its preview can never take its name.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bigearthnet.core import constants
+from bigearthnet.core.errors import ConfigError
 from bigearthnet.core.util import atomic_path, temp_sibling, write_csv
 from bigearthnet.formats.class_map import (
     NODATA,
@@ -33,6 +36,26 @@ from bigearthnet.maps.preview import LegendEntry, write_preview
 
 if TYPE_CHECKING:  # windows imports Horovod: the region products step must not
     from bigearthnet.maps.windows import CellSums
+
+MAP_SUFFIXES = (".tif", ".tiff")
+
+
+def require_map_path(flag: str, path: Path) -> Path:
+    """``path`` if a map may be written there: a GeoTIFF's name (its preview,
+    :func:`preview_path`, then differs from it) that is not an existing folder; else
+    ConfigError naming ``flag``."""
+    if Path(path).is_dir():
+        raise ConfigError(f"{flag} {path}: an existing folder; give the map's file name "
+                          f"(MAP.tif)")  # fmt: skip
+    if Path(path).suffix.lower() not in MAP_SUFFIXES:
+        raise ConfigError(f"{flag} {path}: a map is a GeoTIFF; give a name ending in .tif "
+                          f"(its preview is written beside it as .png)")  # fmt: skip
+    return Path(path)
+
+
+def preview_path(path: Path) -> Path:
+    """Where the preview of the map ``path`` goes: ``MAP.png`` beside ``MAP.tif``."""
+    return Path(path).with_suffix(".png")
 
 
 def map_bands(sums: CellSums) -> np.ndarray:
@@ -64,7 +87,7 @@ def write_scene_map(
         cell_km2 = abs(transform.a * transform.e) / 1e6
         areas = area_rows(bands[0], classes, cell_km2)
         write_csv(areas_path(path), ("class", "cells", "km2"), areas)
-        preview(path.with_suffix(".png"), bands[0], transform=transform, classes=classes, tags=tags)
+        preview(preview_path(path), bands[0], transform=transform, classes=classes, tags=tags)
     except Exception:
         path.unlink(missing_ok=True)
         raise

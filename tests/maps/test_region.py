@@ -33,12 +33,13 @@ def region(tmp_path_factory) -> Path:
     generate_region(root, SPEC)
     scenes = sorted((root / "scenes").iterdir())
     first = scenes[0].name
-    # A second scene of the same tile and date, a truncated scene and one dated 2005.
+    # A second scene of the same tile and date, a truncated scene and one dated 2017, three
+    # years before the others (a date before Sentinel-2, 2005, is refused: test_region_inputs).
     shutil.copytree(scenes[0], root / "scenes" / first.replace("T130116", "T130117"))
     broken = root / "scenes" / first.replace("T130116", "T140000").replace("T32UQU", "T32UQX")
     shutil.copytree(scenes[0], broken)
     (broken / "B02.tif").write_bytes((broken / "B02.tif").read_bytes()[:300])
-    shutil.copytree(scenes[0], root / "scenes" / first.replace("2020", "2005"))
+    shutil.copytree(scenes[0], root / "scenes" / first.replace("2020", "2017"))
     return root
 
 

@@ -330,3 +330,54 @@ def test_a_scene_whose_offset_is_undecidable_is_refused_before_mapping(
     assert str(untagged) in line and "--boa-offset" in line, line
     bad_input_row("a scene of band GeoTIFFs without scale/offset", "bigearthnet-map region",
                   code, "refused before mapping, naming the scene and --boa-offset")  # fmt: skip
+
+
+def test_a_scenes_csv_without_tiles_takes_each_scenes_tile(
+    region, trained_run, tmp_path, bad_input_row
+) -> None:
+    """D11: rows path,date for folders laid out TILE/DATE: the folder's name became the
+    tile (two "tiles" named by a date), and half the region was skipped as second scenes.
+    The tile is what the scene states, else the MGRS tile its folders are named by."""
+    rows = ["path,date"]
+    for scene in map(Path, _scenes(region)):
+        date = scene.name.split("_")[2][:8]
+        day = f"{date[:4]}-{date[4:6]}-{date[6:]}"
+        shutil.copytree(scene, tmp_path / "bytile" / scene.name.split("_")[5] / day)
+        rows.append(f"bytile/{scene.name.split('_')[5]}/{day},{day}")
+    (tmp_path / "scenes.csv").write_text("\n".join(rows) + "\n")
+    out = tmp_path / "out"
+    code = _region(out, trained_run, extra=("--scenes-csv", str(tmp_path / "scenes.csv")))
+    assert code == 0
+    record = json.loads((out / region_folder.CONSISTENCY).read_text())
+    assert record["skipped"] == [] and len(_maps(out)) == SPEC.tiles * SPEC.dates
+    assert {s["tile"] for s in record["scenes"]} == {"32UQU", "33UUP"}
+    bad_input_row("`--scenes-csv` rows path,date of TILE/DATE folders (no tile column)",
+                  "bigearthnet-map region", code,
+                  "every scene mapped, its tile from its folder's MGRS name")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case, row, needle",
+    [
+        ("a tile that is no MGRS tile", "{scene},2020-03-15,Paris", "'Paris' is not an MGRS"),
+        ("no tile anywhere", "bydate/2020-03-15,2020-03-15", "no tile column, and"),
+        ("a date before Sentinel-2", "{scene},2014-12-31,32UQU", "outside Sentinel-2's years"),
+    ],
+)
+def test_a_scenes_csv_row_without_a_real_tile_or_date_is_refused(
+    region, trained_run, tmp_path, case, row, needle, reported_errors, bad_input_row
+) -> None:
+    """D11 and the tiles and dates out of range: named by its row, before any scene is
+    mapped."""
+    first = _scenes(region)[0]
+    shutil.copytree(first, tmp_path / "bydate" / "2020-03-15")
+    lines = [f"{scene},2020-04-14,33UUP" for scene in _scenes(region)[1:3]]
+    lines.insert(1, row.format(scene=first))
+    (tmp_path / "scenes.csv").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    code = _region(out, trained_run, extra=("--scenes-csv", str(tmp_path / "scenes.csv")))
+    assert code == 2 and not out.exists()
+    line = reported_errors()[-1]
+    assert "scenes.csv: row 2:" in line and needle in line, line
+    bad_input_row(f"`--scenes-csv`: {case}", "bigearthnet-map region", code,
+                  "refused naming the row, before mapping")  # fmt: skip

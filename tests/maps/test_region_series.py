@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bigearthnet.core.errors import InputError
+from bigearthnet.formats import s2_layouts as layout
 from bigearthnet.maps.region import periods, series
 
 PRODUCT = "/data/S2B_MSIL2A_20201201T100559_N0400_R022_T32UQU_20201201T130116.SAFE"
@@ -21,6 +22,20 @@ def test_tile_and_date_from_the_product_name():
     assert (acq.tile, acq.date, acq.utm_zone) == ("32UQU", dt.date(2020, 12, 1), 32)
     with pytest.raises(InputError, match="--scenes-csv"):
         periods.from_product_name("/data/scene.tif")
+
+
+def test_tiles_and_dates_out_of_range_are_refused():
+    """A tile is an MGRS tile (the T of product names dropped), a date in Sentinel-2's
+    years; items state tiles in several ways."""
+    assert [layout.mgrs_tile(t) for t in ("T32UQU", "33uxp", "61UXP", "33UIO", "2020-03-15")] == [
+        "32UQU", "33UXP", None, None, None]  # fmt: skip
+    mgrs = {"mgrs:utm_zone": 33, "mgrs:latitude_band": "U", "mgrs:grid_square": "XP"}
+    tiles = [{"s2:mgrs_tile": "33UXP"}, {"grid:code": "MGRS-33UXP"}, mgrs]
+    assert {layout.tile_of(properties) for properties in tiles} == {"33UXP"}
+    for tile, day in (("99ZZZ", dt.date(2020, 1, 1)), ("33UXP", dt.date(2015, 6, 22)),
+                      ("33UXP", dt.date.today() + dt.timedelta(days=3))):  # fmt: skip
+        with pytest.raises(InputError, match="x.SAFE: (tile|dated)"):
+            periods.Acquisition("x.SAFE", tile, day)
 
 
 @pytest.mark.parametrize(

@@ -36,28 +36,27 @@ log = distributed.log
 def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> ConsistencyRecord | None:
     """Collective: map the scenes, then rank 0 builds the products; rank 0 returns the
     consistency record (None on other ranks, and with ``scenes_only``)."""
-    from bigearthnet.maps.scene import map_scene, scene_map_tags
+    from bigearthnet.maps.scene import map_scene
 
     region_folder.claim(opts.out)
     wanted, skipped = _usable(acquisitions, opts.max_gap_days)
     predictor = opts.model.open()
-    values = _check_scenes(wanted, opts, predictor)
+    made_as = _check_scenes(wanted, opts, predictor)
     mapped: list[SceneMap] = []
     for acq in wanted:
         path = region_folder.scene_map_path(opts.out, acq.path, acq.tile, acq.date)
         scene_map = SceneMap(acq, path)
-        made_as = scene_map_tags(Path(acq.path), predictor, stride=opts.stride,
-                                 resampling=predictor.resampling, mask_clouds=opts.mask_clouds,
-                                 values=values.get(acq.path, {}))  # fmt: skip
-        stale = _stale(scene_map, made_as)
-        if stale is None:
-            if disputed(made_as) and distributed.is_root():  # warned when it was mapped too
-                log.warning("%s: %s", acq.path, dispute(made_as))
-            mapped.append(scene_map)  # mapped by an earlier run: the map is written last
-            continue
-        if stale:
-            log.warning("remapping %s: %s", scene_map.path, stale)
         try:
+            # An unreadable scene has no tags yet: its map is made, or skipped naming why.
+            tags = made_as.get(acq.path)
+            stale = _stale(scene_map, tags) if tags is not None else ""
+            if stale is None:
+                if tags and disputed(tags) and distributed.is_root():  # warned when mapped too
+                    log.warning("%s: %s", acq.path, dispute(tags))
+                mapped.append(scene_map)  # mapped by an earlier run: the map is written last
+                continue
+            if stale:
+                log.warning("remapping %s: %s", scene_map.path, stale)
             map_scene(Path(acq.path), scene_map.path, opts.scene_map, predictor)
         except InputError as err:
             log.warning("skipped %s: %s", acq.path, err)
@@ -97,19 +96,23 @@ def _check_scenes(
     wanted: list[Acquisition], opts: RegionOptions, predictor
 ) -> dict[str, dict[str, str]]:
     """Before the first scene is mapped: no L1C product, every scene's reflectance offset
-    decided (:mod:`bigearthnet.maps.radiometry`: metadata and pixels), every scene inside the
-    area of use of ``--crs``, and a grid whose products fit in memory; else InputError naming
-    the scene to look at (a stray tile of another continent made a grid of 13,506 x 10,846
-    cells). Returns how each readable scene's values are read (``Scene.values_tags``)."""
+    decided (:mod:`bigearthnet.maps.radiometry`: metadata and pixels) and its identity taken
+    (a digest of its files: an item's links once crashed it offline after other scenes were
+    mapped), every scene inside the area of use of ``--crs``, and a grid whose products fit
+    in memory; else InputError naming the scene to look at (a stray tile of another
+    continent made a grid of 13,506 x 10,846 cells). Returns each readable scene's map tags
+    (what its map is made as: :func:`bigearthnet.maps.scene.scene_map_tags`, with how its
+    values are read: ``Scene.values_tags``)."""
     import psutil
     from rasterio.transform import array_bounds
 
     from bigearthnet.maps.inputs import require_l2a
     from bigearthnet.maps.radiometry import RadiometryError
+    from bigearthnet.maps.scene import scene_map_tags
     from bigearthnet.maps.scene_input import Scene
 
     footprints: dict[str, Footprint] = {}
-    radiometry: dict[str, dict[str, str]] = {}
+    made_as: dict[str, dict[str, str]] = {}
     for acq in wanted:
         scene_dir = Path(acq.path)
         require_l2a(scene_dir)  # R29: an L1C listed in a CSV was mapped as L2A
@@ -118,9 +121,12 @@ def _check_scenes(
             # of what made a scene map, so its tags here and in the map agree.
             with Scene(scene_dir, bands=tuple(predictor.bands), boa_offset=opts.boa_offset,
                        mask_clouds=opts.mask_clouds) as scene:  # fmt: skip
-                radiometry[acq.path] = scene.values_tags()
                 bounds = array_bounds(scene.height, scene.width, scene.transform)
                 footprints[acq.path] = Footprint(str(scene.crs), bounds)
+                made_as[acq.path] = scene_map_tags(
+                    scene_dir, predictor, stride=opts.stride, resampling=predictor.resampling,
+                    mask_clouds=opts.mask_clouds, values=scene.values_tags(),
+                )  # fmt: skip
         except RadiometryError:
             raise  # undecidable or contradicted: exit 2 naming it, before any is mapped
         except InputError:
@@ -132,7 +138,7 @@ def _check_scenes(
                 "region, or a region for another --crs"
             )
     if not footprints:
-        return radiometry
+        return made_as
     grid = RegionGrid.covering(list(footprints.values()), opts.crs, opts.cell)
     periods = len(group_by_period(wanted, opts.period))
     need = memory_needed(grid, predictor.num_classes, periods)
@@ -145,7 +151,7 @@ def _check_scenes(
             f"{grid.height} cells, whose products need {need / 1e9:.1f} GB ({free / 1e9:.1f} GB "
             f"free); the scene farthest from the others is {farthest}"
         )
-    return radiometry
+    return made_as
 
 
 def _usable(
