@@ -34,7 +34,7 @@ from bigearthnet.core.errors import (
 from bigearthnet.core.folders import Owner, check_output, publishing
 from bigearthnet.core.room import Needs, check_room
 from bigearthnet.core.util import atomic_path
-from bigearthnet.maps.radiometry import BOA_ADD_OFFSET, REFLECTANCE_SCALE
+from bigearthnet.formats.s2_layouts import BOA_ADD_OFFSET, REFLECTANCE_SCALE
 from bigearthnet.synthetic import sizes, spectra
 from bigearthnet.synthetic.archive import DIFFICULTIES
 from bigearthnet.synthetic.places import region_of
