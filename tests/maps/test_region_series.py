@@ -51,7 +51,37 @@ def test_tiles_and_dates_out_of_range_are_refused():
 )
 def test_periods(day, kind, label):
     assert periods.period_of(day, kind) == label
-    assert periods.period_start(label) <= day
+    assert periods.parse_period(label)[0] == kind
+    assert periods.period_start(label) <= day <= periods.period_end(label)
+
+
+@pytest.mark.parametrize(
+    ("label", "first", "last"),
+    [
+        ("2021-02-03", "2021-02-03", "2021-02-03"),
+        ("2024-02", "2024-02-01", "2024-02-29"),  # a leap year's February
+        ("2023-02", "2023-02-01", "2023-02-28"),
+        ("2020-DJF", "2020-12-01", "2021-02-28"),  # a winter runs into the next year
+        ("2023-DJF", "2023-12-01", "2024-02-29"),
+        ("2021-SON", "2021-09-01", "2021-11-30"),
+        ("2021", "2021-01-01", "2021-12-31"),
+    ],
+)
+def test_period_bounds(label, first, last):
+    assert periods.period_start(label) == dt.date.fromisoformat(first)
+    assert periods.period_end(label) == dt.date.fromisoformat(last)
+    # Every day of the period, and no other, is labelled so.
+    kind = periods.parse_period(label)[0]
+    before = periods.period_start(label) - dt.timedelta(days=1)
+    after = periods.period_end(label) + dt.timedelta(days=1)
+    assert periods.period_of(periods.period_end(label), kind) == label
+    assert label not in (periods.period_of(before, kind), periods.period_of(after, kind))
+
+
+@pytest.mark.parametrize("label", ["2021-13", "2021-XYZ", "21", "2021-02-30", "July"])
+def test_what_is_no_period_label(label):
+    with pytest.raises(ValueError):
+        periods.period_end(label)
 
 
 def test_groups_are_in_time_order_and_duplicates_found():

@@ -148,23 +148,40 @@ def period_of(date: dt.date, kind: str) -> str:
     raise InputError(f"--period {kind!r}: expected one of {', '.join(PERIODS)}")
 
 
+# Each kind's label, as period_of writes it, and its length in months (0: one day).
+LABELS: dict[str, tuple[re.Pattern[str], int]] = {
+    "scene-date": (re.compile(r"(\d{4})-(\d{2})-(\d{2})"), 0),
+    "month": (re.compile(r"(\d{4})-(\d{2})"), 1),
+    "season": (re.compile(r"(\d{4})-(DJF|MAM|JJA|SON)"), 3),  # a winter by its December
+    "year": (re.compile(r"(\d{4})"), 12),
+}
+
+
+def parse_period(label: str) -> tuple[str, dt.date]:
+    """The kind of the period ``label`` and its first day: the one reader of the labels
+    :func:`period_of` writes; ValueError for any other text."""
+    for kind, (pattern, _) in LABELS.items():
+        match = pattern.fullmatch(label)
+        if match is None:
+            continue
+        year, *rest = match.groups()
+        if kind == "scene-date":
+            return kind, dt.date.fromisoformat(label)
+        if kind == "season":
+            return kind, dt.date(int(year), SEASON_START[rest[0]], 1)
+        return kind, dt.date(int(year), int(rest[0]) if rest else 1, 1)
+    raise ValueError(f"not a period label: {label!r}")
+
+
 def period_start(label: str) -> dt.date:
     """The first day of the period ``label`` (any kind)."""
-    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", label):
-        return dt.date.fromisoformat(label)
-    if re.fullmatch(r"\d{4}-\d{2}", label):
-        return dt.date(int(label[:4]), int(label[5:]), 1)
-    if re.fullmatch(r"\d{4}-(DJF|MAM|JJA|SON)", label):
-        return dt.date(int(label[:4]), SEASON_START[label[5:]], 1)
-    if re.fullmatch(r"\d{4}", label):
-        return dt.date(int(label), 1, 1)
-    raise ValueError(f"not a period label: {label!r}")
+    return parse_period(label)[1]
 
 
 def period_end(label: str) -> dt.date:
     """The last day of the period ``label`` (any kind)."""
-    start = period_start(label)
-    months = {10: 0, 7: 1, 8: 3, 4: 12}[len(label)]  # day, month, season (2020-JJA), year
+    kind, start = parse_period(label)
+    months = LABELS[kind][1]
     if months == 0:
         return start
     month = start.month - 1 + months
