@@ -41,8 +41,7 @@ REFLECTANCE_SCALE = 1e-4  # reflectance per DN, BigEarthNet's and every L2A prod
 BOA_ADD_OFFSET = -1000  # DN added to stored values from processing baseline 04.00 on
 OFFSET_BASELINE = (4, 0)  # the first processing baseline storing DN + 1,000
 # The L2A product metadata numbers its bands 0..12 in this order (B10 has no L2A image).
-PRODUCT_BAND_IDS = ("B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09",
-                    "B10", "B11", "B12")  # fmt: skip
+PRODUCT_BAND_IDS = constants.L1C_BANDS
 # The standard product name: the first date is the acquisition, the T-field the MGRS tile.
 PRODUCT_NAME = re.compile(
     r"S2[ABCD]_MSIL2A_(?P<date>\d{8})T\d{6}_N\d{4}_R\d{3}_T(?P<tile>\d{2}[A-Z]{3})_"
