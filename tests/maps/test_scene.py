@@ -7,22 +7,22 @@ import os
 import shutil
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 import rasterio
+from gis import gdal_category_names, open_as_gis_user
 from helpers import TINY_RECIPE, preprocess
 from rasterio.shutil import copy as copy_dataset
 
 import train
 from bigearthnet.cli.map import main as map_main
+from bigearthnet.core import constants
 from bigearthnet.formats.shards import read_manifest
 from bigearthnet.maps.change import CHANGE_NODATA, NO_CHANGE, UNCERTAIN
 from bigearthnet.maps.scene_input import Scene
-from bigearthnet.maps.scene_output import read_category_names
 from bigearthnet.maps.windows import strip_windows
 from bigearthnet.synthetic.scene import SceneTruth, write_scene
 
@@ -84,17 +84,9 @@ def test_scene_map_finds_the_known_land_cover(layout, scene_model, tmp_path):
     assert areas[0] == "class,cells,km2" and len(areas) == 1 + 19 + 1
     assert (tmp_path / "map.png").stat().st_size > 10_000  # preview with legend, scale bar
     assert not list(tmp_path.glob(".*"))  # no temporary file left
+    labels = open_as_gis_user(out)  # COG, colour table, category names, QGIS style
+    assert [labels[v] for v in sorted(labels)] == list(constants.CLASSES_19)
     assert gdal_category_names(out)[:2] == ["Urban fabric", "Industrial or commercial units"]
-
-
-def gdal_category_names(path: Path) -> list[str]:
-    """Band 1's category names as GDAL itself reads them (its VRT copy writes them out)."""
-    vrt = path.parent / "gdal-view" / "map.vrt"
-    vrt.parent.mkdir()
-    copy_dataset(path, vrt, driver="VRT")
-    names = [c.text for c in ET.parse(vrt).getroot().iterfind(".//CategoryNames/Category")]
-    assert names == read_category_names(path)  # the project's reader agrees with GDAL
-    return names
 
 
 def test_safe_offset_gives_the_values_of_the_band_geotiffs(tmp_path):
@@ -264,6 +256,8 @@ def test_change_map_finds_the_changed_block(scene_model, tmp_path):
     with rasterio.open(out) as src:
         codes = src.read(1)
         assert src.nodata == CHANGE_NODATA and src.res == (600.0, 600.0)
+    labels = open_as_gis_user(out, nodata=CHANGE_NODATA)  # a COG with its QGIS style
+    assert labels[16] == "Urban fabric -> Coastal wetlands" and labels[NO_CHANGE] == "no change"
     block = [(r, c) for r, c, _ in interior_cells(codes.shape, 60) if r < 4 and c < 4]
     assert all(codes[r, c] == 16 for r, c in block), codes
     others = [codes[r, c] for r, c, _ in interior_cells(codes.shape, 60) if (r, c) not in block]

@@ -33,20 +33,25 @@ from bigearthnet.core.util import write_csv
 from bigearthnet.formats import region_folder
 from bigearthnet.formats.class_map import (
     NODATA,
-    classes_tags,
     probabilities_path,
     read_classes,
     scaled,
     unscaled,
+    write_categories,
+    write_class_map,
 )
+from bigearthnet.formats.qgis_style import StyleEntry
 from bigearthnet.formats.region_folder import (
+    CHANGES,
     CONSISTENT,
+    FIRST_CHANGE,
     PERIODS,
     ConsistencyRecord,
     SceneEntry,
     SkippedScene,
 )
 from bigearthnet.maps import radiometry
+from bigearthnet.maps.preview import UNCHANGED, sampled_colours
 from bigearthnet.maps.region import series
 from bigearthnet.maps.region.catalog import write_collection
 from bigearthnet.maps.region.grid import (
@@ -57,12 +62,6 @@ from bigearthnet.maps.region.grid import (
     window_of,
 )
 from bigearthnet.maps.region.periods import Acquisition, group_by_period
-from bigearthnet.maps.scene_output import (
-    describe_classes,
-    describe_probabilities,
-    write_category_names,
-    write_cog,
-)
 
 # Values (periods x classes x cells) decoded at a time: ~64 MB a float32 copy, a few copies
 # live while a block decodes, whatever the region's size.
@@ -170,26 +169,15 @@ def top_class(scores: np.ndarray) -> np.ndarray:
     return np.where(observed, np.nan_to_num(scores, nan=-1).argmax(axis=0), NODATA).astype(np.uint8)
 
 
-def write_class_map(
-    path: Path, labels: np.ndarray, grid: RegionGrid, classes: Sequence[str], tags: dict
-) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_category_names(path, classes)
-    write_cog(path, labels[None].astype(np.uint8), _grid(grid), {**tags, **classes_tags(classes)},
-              describe_classes(classes))  # fmt: skip
-
-
 def write_period(
     folder: Path, label: str, scores: np.ndarray, grid: RegionGrid, classes: Sequence[str],
     tags: dict,
 ) -> np.ndarray:  # fmt: skip
     """``folder/label.tif`` and its probabilities (companion first); returns the top class."""
-    path = folder / f"{label}.tif"
     folder.mkdir(parents=True, exist_ok=True)
-    write_cog(probabilities_path(path), scaled(scores), _grid(grid),
-              {**tags, **classes_tags(classes)}, describe_probabilities(classes))  # fmt: skip
     labels = top_class(scores)
-    write_class_map(path, labels, grid, classes, tags)
+    write_class_map(folder / f"{label}.tif", labels, _grid(grid), classes, tags,
+                    probabilities=scaled(scores))  # fmt: skip
     return labels
 
 
@@ -259,9 +247,10 @@ def build_products(
         del scores  # one period's scores at a time: the series reads them back in blocks
     smooth = _decode([probabilities_path(staged / PERIODS / f"{label}.tif") for label in labels_of],
                      grid, len(classes), persistence)  # fmt: skip
+    (staged / CONSISTENT).mkdir()
     for t, label in enumerate(labels_of):
         labels = np.where(smooth[t] < 0, NODATA, smooth[t]).astype(np.uint8)
-        write_class_map(staged / CONSISTENT / f"{label}.tif", labels, grid, classes, tags)
+        write_class_map(staged / CONSISTENT / f"{label}.tif", labels, _grid(grid), classes, tags)
     observed = raw >= 0
     flat = (len(groups), grid.height * grid.width)
     raw_c = series.consistency(raw.reshape(flat), observed.reshape(flat))
@@ -329,21 +318,22 @@ def _read_rows(path: Path, row: int, rows: int) -> np.ndarray:
 
 
 def _write_change_maps(out, grid, smooth_c, ever, periods, tags) -> None:
+    """``changes.tif`` and ``first_change.tif``, each a map of categories with its style."""
     changes = np.where(ever, np.minimum(smooth_c.changes.reshape(ever.shape), 254), NODATA)
     first = np.where(ever, smooth_c.first_lasting.reshape(ever.shape) + 1, NODATA)
-    period_tags = dict(tags, periods=json.dumps(periods))
-
-    def counts(dst) -> None:
-        dst.set_band_description(1, "class changes in the consistent series (255 = nodata)")
-
-    def first_period(dst) -> None:
-        dst.set_band_description(
-            1, "1 + index of the period of the first lasting change, 0 none (255 = nodata)"
-        )
-
-    write_cog(out / "changes.tif", changes[None].astype(np.uint8), _grid(grid), tags, counts)
-    write_cog(out / "first_change.tif", first[None].astype(np.uint8), _grid(grid), period_tags,
-              first_period)  # fmt: skip
+    most = int(changes[ever].max()) if ever.any() else 0
+    ramp = [UNCHANGED, *sampled_colours("YlOrRd", most)]
+    counts = [StyleEntry(n, colour, f"{n} class change{'s' if n != 1 else ''}")
+              for n, colour in enumerate(ramp)]  # fmt: skip
+    firsts = [StyleEntry(0, UNCHANGED, "no lasting change")] + [
+        StyleEntry(t + 1, colour, f"first lasting change: {label}")
+        for t, (label, colour) in enumerate(zip(periods, sampled_colours("viridis", len(periods))))
+    ]
+    write_categories(out / CHANGES, changes, _grid(grid), tags, counts,
+                     "class changes in the consistent series")  # fmt: skip
+    write_categories(out / FIRST_CHANGE, first, _grid(grid),
+                     dict(tags, periods=json.dumps(periods)), firsts,
+                     "1 + index of the period of the first lasting change, 0 none")  # fmt: skip
 
 
 def _grid(grid: RegionGrid) -> dict:
