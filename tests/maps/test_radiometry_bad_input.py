@@ -44,9 +44,10 @@ def safe_map(scenes, trained_run, tmp_path_factory) -> tuple[np.ndarray, np.ndar
 
 
 def _map(scene: Path, run: Path, out: Path, *extra: str, masked: bool = True) -> int:
-    """Map ``scene``; clouds masked by SCL (``masked``: float stacks and folders have none)."""
+    """Map ``scene``; clouds masked by SCL as by default (``masked``: float stacks and
+    folders have none)."""
     argv = ["scene", str(scene), "--run-dir", str(run), "--out", str(out), "--no-progress",
-            *(("--mask-clouds",) if masked else ()), *extra]  # fmt: skip
+            *(() if masked else ("--no-mask-clouds",)), *extra]  # fmt: skip
     return map_main(argv)
 
 

@@ -143,7 +143,7 @@ def _copy_scene(tmp_path: Path) -> Path:
         ("corrupt band", "cannot read this band"),
         ("truncated band", "B05.tif: no georeferencing (CRS or geotransform)"),
         ("corrupt jp2", "_B04_10m.jp2: cannot read"),
-        ("no scl", "--mask-clouds needs the scene classification band (SCL)"),
+        ("no scl", "--mask-clouds needs the scene classification band (SCL)"),  # default on
         ("bbox outside", "lies outside the scene"),
         ("stack order", "stack.tif: 12 bands, but the band order names 3"),
         ("bad bbox", "--bbox: wants minx,miny,maxx,maxy"),
@@ -174,7 +174,6 @@ def test_bad_scenes_are_one_line_exit_2(damage, message, scene_model, tmp_path, 
         b04.write_bytes(data[: len(data) // 3])  # a download cut short
     elif damage == "no scl":
         (scene / "SCL.tif").unlink()
-        extra = ["--mask-clouds"]
     elif damage == "bbox outside":
         extra = ["--bbox", "0,0,1000,1000"]
     elif damage == "bad bbox":
@@ -184,7 +183,7 @@ def test_bad_scenes_are_one_line_exit_2(damage, message, scene_model, tmp_path, 
     else:
         scene = tmp_path / "stack.tif"
         write_scene(scene, SceneTruth(240, 240, 0, ((3,),)), layout="stack", difficulty="simple")
-        extra = ["--band-order", "B02,B03,B04"]
+        extra = ["--band-order", "B02,B03,B04", "--no-mask-clouds"]
     out = tmp_path / "map.tif"
     argv = ["scene", str(scene), "--run-dir", str(scene_model), "--out", str(out), "--no-progress"]
     assert map_main([*argv, *extra]) == 2
@@ -198,13 +197,14 @@ CLOUDED = SceneTruth(
 )
 
 
-def test_clouds_are_nodata_with_mask_clouds(scene_model, tmp_path):
-    """A cloud over the centre block: with --mask-clouds its cells are nodata (SCL says
-    cloud), the other blocks are still mapped; without, the cloud gets a class."""
+def test_clouds_are_nodata_unless_no_mask_clouds(scene_model, tmp_path):
+    """A cloud over the centre block: by default its cells are nodata (SCL says cloud), as
+    in a region's scene maps; the other blocks are still mapped; with --no-mask-clouds the
+    cloud gets a class."""
     scene = tmp_path / "x.SAFE"
     write_scene(scene, CLOUDED, seed=3, layout="safe", difficulty="simple")
-    masked = map_scene(scene, scene_model, tmp_path / "masked.tif", "--mask-clouds")
-    plain = map_scene(scene, scene_model, tmp_path / "plain.tif")
+    masked = map_scene(scene, scene_model, tmp_path / "masked.tif")
+    plain = map_scene(scene, scene_model, tmp_path / "plain.tif", "--no-mask-clouds")
     cloud_cells = (slice(4, 8), slice(4, 8))  # 600 m cells 4..7 lie in px 240..480
     assert (masked[cloud_cells] == 255).all()
     assert (plain[cloud_cells] != 255).all()
@@ -231,7 +231,26 @@ def test_bbox_maps_part_of_the_scene_on_the_same_grid(scene_model, tmp_path):
 def test_a_band_stack_geotiff_is_mapped(scene_model, tmp_path):
     stack = tmp_path / "stack.tif"
     write_scene(stack, TRUTH, seed=1, layout="stack", difficulty="simple")
-    assert agreement(map_scene(stack, scene_model, tmp_path / "map.tif"), 60) >= 0.9
+    top = map_scene(stack, scene_model, tmp_path / "map.tif", "--no-mask-clouds")
+    assert agreement(top, 60) >= 0.9
+
+
+@pytest.mark.bad_input
+def test_a_band_stack_is_not_mapped_unmasked_by_default(
+    scene_model, tmp_path, reported_errors, bad_input_row
+):
+    """Issue 47: clouds are masked by default (scene and region alike); a stack has no SCL,
+    so it is refused naming --no-mask-clouds, never mapped unmasked as if masked."""
+    stack = tmp_path / "stack.tif"
+    write_scene(stack, TRUTH, seed=1, layout="stack", difficulty="simple")
+    out = tmp_path / "map.tif"
+    argv = ["scene", str(stack), "--run-dir", str(scene_model), "--out", str(out)]
+    code = map_main([*argv, "--no-progress"])
+    assert code == 2 and not out.exists()
+    line = reported_errors()[-1]
+    assert str(stack) in line and "scene classification band (SCL)" in line, line
+    bad_input_row("a band stack (no SCL), clouds masked by default", "bigearthnet-map scene",
+                  code, "refused, one line naming it; mapped with --no-mask-clouds")  # fmt: skip
 
 
 CHANGED = SceneTruth(
@@ -360,15 +379,16 @@ def test_a_stack_named_the_earth_engine_way_is_read_by_its_names(
                 dst.write(src.read(source + 1), index)
                 dst.set_band_description(index, names[source].replace("B0", "B"))
             dst.scales, dst.offsets = (1e-4,) * dst.count, (0.0,) * dst.count
-    reference = map_scene(stack, scene_model, tmp_path / "stack-map.tif")
-    np.testing.assert_array_equal(map_scene(shuffled, scene_model, tmp_path / "ee-map.tif"),
+    plain = "--no-mask-clouds"  # a stack has no SCL
+    reference = map_scene(stack, scene_model, tmp_path / "stack-map.tif", plain)
+    np.testing.assert_array_equal(map_scene(shuffled, scene_model, tmp_path / "ee-map.tif", plain),
                                   reference)  # fmt: skip
     unnamed = tmp_path / "unnamed.tif"
     with rasterio.open(stack) as src, rasterio.open(unnamed, "w", **src.profile) as dst:
         dst.write(src.read())
     out = tmp_path / "unnamed-map.tif"
     argv = ["scene", str(unnamed), "--run-dir", str(scene_model), "--out", str(out)]
-    code = map_main([*argv, "--no-progress", "--boa-offset", "0"])
+    code = map_main([*argv, "--no-progress", "--boa-offset", "0", "--no-mask-clouds"])
     assert code == 2 and not out.exists()
     assert "its bands are not named" in reported_errors()[-1]
     bad_input_row("a band stack described B2, B8A, ... in reverse order", "bigearthnet-map scene",
