@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from bigearthnet.core import constants
+from bigearthnet.core.display import linked_path
 from bigearthnet.core.util import atomic_path, first_line
 from bigearthnet.formats.cog import write_cog
 from bigearthnet.formats.qgis_style import StyleEntry, style_path, write_style
@@ -40,6 +41,10 @@ CLASSES_TAG = "classes"
 WEIGHTS_DIGEST = "weights_sha256"
 # The provenance tag naming the run whose weights made a map (from the run or its export).
 RUN_DIR_TAG = "run_dir"
+# Tags naming a file or folder (the scene, the model's run, checkpoint or export, a change
+# map's two maps): kept relative to the map (:func:`linked_tags`), never a path of the
+# machine that made it.
+PATH_TAGS = ("scene", RUN_DIR_TAG, "checkpoint", "export", "from_map", "to_map")
 PROBABILITIES_SUFFIX = ".probabilities.tif"
 AREAS_SUFFIX = ".areas.csv"  # a scene map's km² per class
 TRANSITIONS_SUFFIX = ".transitions.csv"  # a change map's km² per transition
@@ -58,6 +63,15 @@ def areas_path(map_path: Path | str) -> Path:
 def transitions_path(map_path: Path | str) -> Path:
     """The transitions table of the change map ``map_path`` (what marks a change map)."""
     return Path(f"{map_path}{TRANSITIONS_SUFFIX}")
+
+
+def linked_tags(tags: Mapping[str, str], folder: Path | str) -> dict[str, str]:
+    """``tags`` as a map in ``folder`` (where it will lie) keeps them: the paths of
+    :data:`PATH_TAGS` relative to that folder (:func:`~bigearthnet.core.display.linked_path`),
+    the rest as they are. A map's tags are compared as so written (a region reuses a scene
+    map by them)."""
+    return {key: linked_path(value, folder) if key in PATH_TAGS else value
+            for key, value in tags.items()}  # fmt: skip
 
 
 def classes_tags(classes: Sequence[str]) -> dict[str, str]:

@@ -96,7 +96,7 @@ class GridRecord:
 class SceneEntry:
     """A scene of the series, and how its values were read (its map's radiometry tags)."""
 
-    path: str
+    path: str  # relative to the region folder (core.display.linked_path); older: absolute
     tile: str
     date: str  # ISO
     radiometry: str = ""  # the reflectance offset applied, and the evidence for it
@@ -108,7 +108,7 @@ class SceneEntry:
 
 @dataclass(frozen=True)
 class SkippedScene:
-    path: str
+    path: str  # as SceneEntry.path, once in consistency.json
     reason: str
 
 

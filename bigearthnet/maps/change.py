@@ -35,6 +35,7 @@ from bigearthnet.formats.class_map import (
     NODATA,
     PROB_SCALE,
     classes_tags,
+    linked_tags,
     probabilities_path,
     read_classes,
     transitions_path,
@@ -191,7 +192,7 @@ def map_change(opts: ChangeOptions) -> ChangeSummary:
     codes = transition_codes(a, b, min_prob=min_prob)
     cell_km2 = abs(a.transform.a * a.transform.e) / 1e6
     rows = transition_rows(a, b, codes, cell_km2=cell_km2)
-    tags = {
+    tags = {  # the two maps named relative to this one (linked_tags, below)
         "from_map": str(path_a),
         "to_map": str(path_b),
         "min_prob": "" if min_prob is None else f"{min_prob:g}",
@@ -209,7 +210,7 @@ def map_change(opts: ChangeOptions) -> ChangeSummary:
     write_csv(transitions_path(out), TRANSITION_FIELDS, rows)
     _preview(out.with_suffix(".png"), codes, rows, styles, transform=a.transform)
     write_style(out, styles)
-    write_cog(out, codes[None], grid, tags, describe, nodata=CHANGE_NODATA)  # the map last
+    write_cog(out, codes[None], grid, linked_tags(tags, out.parent), describe, CHANGE_NODATA)
     changed = sum(int(r[5]) for r in rows if r[4] == "yes")
     stable = sum(int(r[5]) for r in rows if r[4] == "no")
     return ChangeSummary(

@@ -44,7 +44,7 @@ import numpy as np
 from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import InputError, require_positive_int
-from bigearthnet.formats.class_map import NODATA, scaled, write_class_map
+from bigearthnet.formats.class_map import NODATA, linked_tags, scaled, write_class_map
 from bigearthnet.preprocessing.resample import METHODS
 
 if TYPE_CHECKING:
@@ -363,12 +363,13 @@ def write_maps(out: Path, places: list[Place], scores: np.ndarray, loaded) -> li
 
     out.mkdir(parents=True, exist_ok=True)
     classes = loaded.class_names
+    tags = linked_tags(loaded.provenance, out)  # the run, relative to the maps
     files = plan_files(places)
     for map_file in files:
         top, probabilities = file_bands(map_file, scores)
         path = out / f"{map_file.name}.tif"
         write_preview(path.with_suffix(".png"), map_file, top, classes)
         grid = {"crs": CRS.from_user_input(map_file.crs), "transform": map_file.transform}
-        write_class_map(path, top, grid, classes, loaded.provenance, probabilities=probabilities)
+        write_class_map(path, top, grid, classes, tags, probabilities=probabilities)
     write_csv(out / "patches.csv", PATCH_FIELDS, patch_rows(files, places, scores, classes))
     return files

@@ -56,3 +56,18 @@ def open_as_gis_user(path: Path, *, nodata: int = 255) -> dict[int, str]:
         names = gdal_category_names(path)
         assert all(names[v] == labels[v] for v in present), (names, labels)
     return labels
+
+
+def assert_no_machine_paths(folder: Path, machine: Path) -> None:
+    """Nothing ``folder`` holds to be shared - map tags, styles, sidecars, tables, JSON
+    records - names a folder under ``machine`` (where the test made every input): paths
+    are kept relative or by name (issue 47)."""
+    needle = str(machine)
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        if path.suffix == ".tif":
+            with rasterio.open(path) as src:
+                tags = {**src.tags(), **src.tags(1)}
+            found = {key: value for key, value in tags.items() if needle in value}
+            assert not found, (path, found)
+        elif path.suffix in (".json", ".csv", ".qml", ".xml"):
+            assert needle not in path.read_text(encoding="utf-8"), path

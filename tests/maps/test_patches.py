@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rasterio
-from gis import open_as_gis_user
+from gis import assert_no_machine_paths, open_as_gis_user
 from PIL import Image
 
 from bigearthnet.cli import map as map_cli
@@ -105,6 +105,16 @@ def test_each_file_is_a_class_map_a_gis_opens(real_map: Path) -> None:
         with rasterio.open(probabilities_path(tif_path)) as companion:
             assert companion.count == 19 and companion.nodata == NODATA
             assert companion.scales[0] == pytest.approx(1 / PROB_SCALE)
+
+
+def test_the_maps_name_no_folder_of_this_machine(
+    real_map: Path, trained_run: Path, tmp_path_factory
+) -> None:
+    """Issue 47: the maps' tags held the run's absolute paths; now relative to the maps."""
+    assert_no_machine_paths(real_map, tmp_path_factory.getbasetemp())
+    with rasterio.open(class_maps(real_map)[0]) as tif:
+        run_dir = tif.tags()["run_dir"]
+    assert not Path(run_dir).is_absolute() and (real_map / run_dir).resolve() == trained_run
 
 
 def test_previews_are_valid_pngs(real_map: Path) -> None:

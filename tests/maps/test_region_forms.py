@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rasterio
-from gis import open_as_gis_user
+from gis import assert_no_machine_paths, open_as_gis_user
 from rio_cogeo.cogeo import cog_validate
 
 from bigearthnet.cli.map import main as map_main
@@ -84,6 +84,12 @@ def test_a_series_of_mixed_forms_equals_the_all_safe_series(regions, trained_run
     assert first[0] == "no lasting change"
     assert first[1] == f"first lasting change: {record.periods[0]}"
     assert open_as_gis_user(outs["mixed"] / "changes.tif")[1] == "1 class change"
+    # ... and names no folder of this machine: scenes and run relative to the region.
+    assert_no_machine_paths(outs["mixed"], tmp_path.parent.parent)
+    assert record.scenes[0].path.startswith("../../")
+    with rasterio.open(outs["mixed"] / "periods" / f"{record.periods[0]}.tif") as src:
+        run_dir = src.tags()["run_dir"]
+    assert (outs["mixed"] / "periods" / run_dir).resolve() == trained_run.resolve()
 
 
 def test_a_folder_of_items_is_a_scene_list(regions, trained_run, tmp_path):

@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 import pytest
 import rasterio
-from gis import gdal_category_names, open_as_gis_user
+from gis import assert_no_machine_paths, gdal_category_names, open_as_gis_user
 from helpers import TINY_RECIPE, preprocess
 from rasterio.shutil import copy as copy_dataset
 
@@ -72,10 +72,14 @@ def test_scene_map_finds_the_known_land_cover(layout, scene_model, tmp_path):
     argv = ["scene", str(scene), "--run-dir", str(scene_model), "--out", str(out)]
     assert map_main([*argv, "--stride", "60", "--no-progress"]) == 0
     with rasterio.open(out) as src:
-        top = src.read(1)
+        top, tags = src.read(1), src.tags()
         assert src.crs.to_epsg() == 32633 and src.res == (600.0, 600.0)
         assert src.colormap(1)[TRUTH.classes[1][1]][:3] != (0, 0, 0)
         assert src.tags(1)["0"] == "Urban fabric" and src.nodata == 255
+    # Issue 47: no folder of this machine in the tags; the scene and run relative to the map.
+    assert tags["scene"] == scene.name and tags["clouds_masked"] == "True"
+    assert (tmp_path / tags["run_dir"]).resolve() == scene_model.resolve()
+    assert_no_machine_paths(tmp_path, tmp_path.parent.parent)
     assert agreement(top, 60) >= 0.9, top
     assert (top[[0, 0, -1, -1], [0, -1, 0, -1]] == 255).all()  # corner cells: mostly border
     with rasterio.open(f"{out}.probabilities.tif") as src:
@@ -276,6 +280,8 @@ def test_change_map_finds_the_changed_block(scene_model, tmp_path):
         codes = src.read(1)
         assert src.nodata == CHANGE_NODATA and src.res == (600.0, 600.0)
     labels = open_as_gis_user(out, nodata=CHANGE_NODATA)  # a COG with its QGIS style
+    with rasterio.open(out) as src:
+        assert (src.tags()["from_map"], src.tags()["to_map"]) == ("a.tif", "b.tif")
     assert labels[16] == "Urban fabric -> Coastal wetlands" and labels[NO_CHANGE] == "no change"
     block = [(r, c) for r, c, _ in interior_cells(codes.shape, 60) if r < 4 and c < 4]
     assert all(codes[r, c] == 16 for r, c in block), codes

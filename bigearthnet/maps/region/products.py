@@ -29,10 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
+from bigearthnet.core.display import linked_path, shown_text
 from bigearthnet.core.util import write_csv
 from bigearthnet.formats import region_folder
 from bigearthnet.formats.class_map import (
     NODATA,
+    linked_tags,
     probabilities_path,
     read_classes,
     scaled,
@@ -95,16 +97,23 @@ def footprint(scene: SceneMap) -> Footprint:
         return Footprint(str(src.crs), tuple(src.bounds))  # type: ignore[arg-type]
 
 
-def scene_entry(scene: SceneMap) -> SceneEntry:
-    """The scene's row of the scene table, with how its values were read: its map's tags
-    (what made it: :func:`~bigearthnet.maps.scene.scene_map_tags`)."""
+def scene_entry(scene: SceneMap, out: Path) -> SceneEntry:
+    """The scene's row of the scene table, its path relative to the region folder ``out``,
+    with how its values were read: its map's tags (what made it:
+    :func:`~bigearthnet.maps.scene.scene_map_tags`)."""
     import rasterio
 
     with rasterio.open(scene.path) as src:
         tags = src.tags()
     acq = scene.acquisition
     read_as = {key: tags.get(key, "") for key in (*radiometry.TAGS, "product")}
-    return SceneEntry(acq.path, acq.tile, acq.date.isoformat(), **read_as)
+    return SceneEntry(linked_path(acq.path, out), acq.tile, acq.date.isoformat(), **read_as)
+
+
+def skipped_entry(skipped: SkippedScene, out: Path) -> SkippedScene:
+    """A skipped scene as the region folder ``out`` keeps it: its path relative to ``out``,
+    the reason with every path in it shown by name (no folder of this machine)."""
+    return SkippedScene(linked_path(skipped.path, out), shown_text(skipped.reason, out))
 
 
 def radiometry_notes(entries: Sequence[SceneEntry]) -> tuple[str, ...]:
@@ -231,8 +240,10 @@ def build_products(
     skipped: list[SkippedScene],
 ) -> ConsistencyRecord:
     """Every product of the series, built aside and swapped into ``out`` once complete
-    (:func:`~bigearthnet.formats.region_folder.publish`); returns the consistency record."""
+    (:func:`~bigearthnet.formats.region_folder.publish`); returns the consistency record.
+    ``tags`` (what made the series) name the run as the maps will lie, in ``out``."""
     staged = region_folder.staging(out)
+    in_folders, at_top = linked_tags(tags, out / PERIODS), linked_tags(tags, out)
     classes = scene_classes(scenes[0])
     footprints = {s.path: footprint(s) for s in scenes}  # each map's grid read once
     grid = RegionGrid.covering(list(footprints.values()), crs, cell)
@@ -242,7 +253,7 @@ def build_products(
     for t, (label, acquisitions) in enumerate(groups.items()):
         members = [s for s in scenes if s.acquisition in acquisitions]
         scores = period_scores(members, grid, len(classes), footprints)
-        top = write_period(staged / PERIODS, label, scores, grid, classes, tags)
+        top = write_period(staged / PERIODS, label, scores, grid, classes, in_folders)
         raw[t] = np.where(top == NODATA, -1, top)
         del scores  # one period's scores at a time: the series reads them back in blocks
     smooth = _decode([probabilities_path(staged / PERIODS / f"{label}.tif") for label in labels_of],
@@ -250,13 +261,14 @@ def build_products(
     (staged / CONSISTENT).mkdir()
     for t, label in enumerate(labels_of):
         labels = np.where(smooth[t] < 0, NODATA, smooth[t]).astype(np.uint8)
-        write_class_map(staged / CONSISTENT / f"{label}.tif", labels, _grid(grid), classes, tags)
+        write_class_map(staged / CONSISTENT / f"{label}.tif", labels, _grid(grid), classes,
+                        in_folders)  # fmt: skip
     observed = raw >= 0
     flat = (len(groups), grid.height * grid.width)
     raw_c = series.consistency(raw.reshape(flat), observed.reshape(flat))
     smooth_c = series.consistency(smooth.reshape(flat), observed.reshape(flat))
     ever = observed.any(axis=0)
-    _write_change_maps(staged, grid, smooth_c, ever, labels_of, tags)
+    _write_change_maps(staged, grid, smooth_c, ever, labels_of, at_top)
     areas = grid.cell_areas_km2()
     write_csv(staged / "areas.csv", ("period", "series", "class", "cells", "km2"),
               area_rows(raw, labels_of, classes, areas, "raw")
@@ -264,14 +276,14 @@ def build_products(
     write_csv(staged / "transitions.csv",
               ("from_period", "to_period", "from_class", "to_class", "cells", "km2"),
               transition_rows(smooth, labels_of, classes, areas))  # fmt: skip
-    entries = {s.path: scene_entry(s) for s in scenes}
+    entries = {s.path: scene_entry(s, out) for s in scenes}
     record = ConsistencyRecord(
         periods=tuple(labels_of),
         period=period,
         grid=grid.record(),
         persistence=persistence,
         scenes=tuple(entries.values()),
-        skipped=tuple(skipped),
+        skipped=tuple(skipped_entry(entry, out) for entry in skipped),
         cells_observed={label: int(observed[t].sum()) for t, label in enumerate(labels_of)},
         flicker_rate={"raw": raw_c.flicker_rate, "consistent": smooth_c.flicker_rate},
         lasting_changes=int((smooth_c.first_lasting >= 0).sum()),
@@ -279,7 +291,7 @@ def build_products(
         observed_km2=float(areas[ever].sum(dtype=np.float64)),
         radiometry_notes=radiometry_notes(list(entries.values())),
     )
-    provenance = {k: v for k, v in tags.items() if k in ("model", "run_dir", "checkpoint")}
+    provenance = {k: v for k, v in at_top.items() if k in ("model", "run_dir", "checkpoint")}
     scenes_of = {label: [entries[s.path] for s in scenes if s.acquisition in members]
                  for label, members in groups.items()}  # fmt: skip
     write_collection(staged, grid, scenes_of, classes, provenance)
