@@ -129,3 +129,9 @@ def shown_text(text: str, base: str | os.PathLike) -> str:
     """A message (an error, a reason) with every absolute path in it shown as
     :func:`shown_path` shows it."""
     return _ABSOLUTE_PATH.sub(lambda match: shown_path(match.group(0), base), text)
+
+
+def linked_text(text: str, base: str | os.PathLike) -> str:
+    """A message an output keeps (a skipped scene's reason) with every absolute path in it
+    kept as :func:`linked_path` keeps it."""
+    return _ABSOLUTE_PATH.sub(lambda match: linked_path(match.group(0), base), text)

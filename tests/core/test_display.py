@@ -91,3 +91,8 @@ def test_linked_paths_are_relative_unless_only_the_root_is_shared(
     assert display.linked_path("runs/r1", maps) == "../../runs/r1"
     assert display.linked_path(run, "/") == "r1"  # only the root in common
     assert display.linked_path("https://x.org/item.json", maps) == "https://x.org/item.json"
+    reason = f"{run}/B01.tif: CRS EPSG:32632 differs from B02's"
+    assert (
+        display.linked_text(reason, maps)
+        == "../../runs/r1/B01.tif: CRS EPSG:32632 differs from B02's"
+    )

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bigearthnet.core.display import linked_path, shown_text
+from bigearthnet.core.display import linked_path, linked_text
 from bigearthnet.core.util import write_csv
 from bigearthnet.formats import region_folder
 from bigearthnet.formats.class_map import (
@@ -111,9 +111,9 @@ def scene_entry(scene: SceneMap, out: Path) -> SceneEntry:
 
 
 def skipped_entry(skipped: SkippedScene, out: Path) -> SkippedScene:
-    """A skipped scene as the region folder ``out`` keeps it: its path relative to ``out``,
-    the reason with every path in it shown by name (no folder of this machine)."""
-    return SkippedScene(linked_path(skipped.path, out), shown_text(skipped.reason, out))
+    """A skipped scene as the region folder ``out`` keeps it: its path, and every path in
+    its reason, relative to ``out`` (no folder of this machine)."""
+    return SkippedScene(linked_path(skipped.path, out), linked_text(skipped.reason, out))
 
 
 def radiometry_notes(entries: Sequence[SceneEntry]) -> tuple[str, ...]:
