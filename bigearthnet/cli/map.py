@@ -69,9 +69,10 @@ def build_parser() -> Parser:
     return declared_parser(
         PROG,
         "Predict every patch of an archive or of preprocessed shards with a trained run and "
-        "write land-cover GeoTIFFs whose pixels are the 1.2 km patches (band 1: top class "
-        "index; bands 2..C+1: class probability x 250; 255 = nodata), one file per CRS and "
-        "1.2 km lattice (per Sentinel-2 tile), plus PNG previews.",
+        "write land-cover maps whose pixels are the 1.2 km patches, one per CRS and 1.2 km "
+        "lattice (per Sentinel-2 tile): a Cloud-Optimized GeoTIFF of the top class with its "
+        "colour table, class names and QGIS style (.qml), the class probabilities x 250 in "
+        "<name>.tif.probabilities.tif (255 = nodata), plus PNG previews.",
         PatchesCommand,
     )
 

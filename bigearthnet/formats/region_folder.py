@@ -30,6 +30,7 @@ import numpy as np
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.folders import claim_folder, remove_folders, work_folder, work_folders
 from bigearthnet.core.util import atomic_write_json
+from bigearthnet.formats.class_map import sidecars
 
 MARK = ".bigearthnet-region"
 SCENES = "scenes"
@@ -38,13 +39,15 @@ CONSISTENT = "consistent"
 STAC = "stac"
 CONSISTENCY = "consistency.json"
 PAGE = "region.html"
-# Everything a products build writes, consistency.json aside (it is written last).
+CHANGES, FIRST_CHANGE = "changes.tif", "first_change.tif"
+CHANGE_MAPS = (CHANGES, FIRST_CHANGE)
+# Everything a products build writes, consistency.json aside (it is written last): the
+# change maps with the sidecars of a map of categories (category names, QGIS style).
 PRODUCTS = (
     PERIODS,
     CONSISTENT,
     STAC,
-    "changes.tif",
-    "first_change.tif",
+    *(str(p) for name in CHANGE_MAPS for p in (name, *sidecars(Path(name)))),
     "areas.csv",
     "transitions.csv",
 )
@@ -93,7 +96,7 @@ class GridRecord:
 class SceneEntry:
     """A scene of the series, and how its values were read (its map's radiometry tags)."""
 
-    path: str
+    path: str  # relative to the region folder (core.display.linked_path); older: absolute
     tile: str
     date: str  # ISO
     radiometry: str = ""  # the reflectance offset applied, and the evidence for it
@@ -105,7 +108,7 @@ class SceneEntry:
 
 @dataclass(frozen=True)
 class SkippedScene:
-    path: str
+    path: str  # as SceneEntry.path, once in consistency.json
     reason: str
 
 

@@ -4,6 +4,7 @@ the window stride of the scene maps and :class:`SceneMapOptions`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
@@ -16,10 +17,25 @@ from bigearthnet.preprocessing.resample import METHODS
 STRIDES = tuple(s for s in range(6, WINDOW + 1, 6) if WINDOW % s == 0)
 
 
+def mask_clouds_option() -> Any:
+    """The ``mask_clouds`` field (:func:`~bigearthnet.core.declare.option`), declared once
+    for the scene and region commands, so that one scene gives one map: on by default, as
+    land-cover users expect. It needs the scene's classification (SCL): a scene without one
+    is not mapped (the scene command exits 2, a region skips it), never mapped unmasked
+    under a masked map's tags."""
+    return option(
+        True, "nodata where the L2A scene classification (SCL: *_SCL_20m.jp2, *SCL*.tif, a "
+        "STAC item's scl asset, the Zarr's l2a_classification) marks cloud shadow, cloud, "
+        "thin cirrus or snow (cells more than half masked); a scene without SCL (a band "
+        "stack) is not mapped (one line naming it) unless --no-mask-clouds",
+    )  # fmt: skip
+
+
 @dataclass(frozen=True)
 class SceneMapOptions:
     """How a scene is mapped: ``bigearthnet-map scene``'s map options, declared once (the
-    region command sets its own stride, batch and cloud masking through the same object)."""
+    region command sets its own stride and batch through the same object, and declares
+    cloud masking with the same :func:`mask_clouds_option`)."""
 
     stride: int = option(
         60, "window step in 10 m px, the map's cell size (60 = 600 m; 12 = 120 m for a fine "
@@ -42,11 +58,7 @@ class SceneMapOptions:
         "bands in canonical order (B01,B02,B03,B04,B05,B06,B07,B08,B8A,B09,B11,B12)",
         parse=band_list, metavar="B01,B02,...",
     )  # fmt: skip
-    mask_clouds: bool = option(
-        False, "nodata where the L2A scene classification (SCL band, *_SCL_20m.jp2 or "
-        "*SCL*.tif) marks cloud shadow, cloud, thin cirrus or snow (cells more than half "
-        "masked)",
-    )  # fmt: skip
+    mask_clouds: bool = mask_clouds_option()
     labels: int | None = option(
         None, "the class set the map must have: refused (exit 2) if the model predicts "
         "another (default: the model's)", choices=tuple(constants.CLASS_SETS),

@@ -57,7 +57,8 @@ def score_series(region: Path, out: Path) -> SeriesScore:
     # Each scene's path in its form (a .zarr, a STAC item's .json); older truths name folders.
     ours = {(region / scene.get("path", f"scenes/{scene['name']}")).resolve()
             for scene in truth["scenes"]}  # fmt: skip
-    foreign = [s.path for s in record.scenes if Path(s.path).resolve() not in ours]
+    # Paths relative to the series folder (absolute in older records: ``out / path`` is it).
+    foreign = [s.path for s in record.scenes if (out / s.path).resolve() not in ours]
     if foreign:
         raise InputError(f"{out}: maps {foreign[0]}, not a scene of {region} "
                          f"({len(foreign)} such)")  # fmt: skip

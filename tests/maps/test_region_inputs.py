@@ -18,6 +18,7 @@ from bigearthnet.cli.map import main as map_main
 from bigearthnet.core.util import read_csv
 from bigearthnet.formats import region_folder
 from bigearthnet.formats.class_map import probabilities_path
+from bigearthnet.formats.qgis_style import style_path
 from bigearthnet.synthetic.region import RegionSpec, generate_region
 
 pytestmark = [pytest.mark.bad_input, pytest.mark.xdist_group("region-inputs")]
@@ -122,19 +123,22 @@ def test_a_model_retrained_in_its_folder_remakes_every_map(
                   "every scene map remade: the weights' digest differs")  # fmt: skip
 
 
-@pytest.mark.parametrize("damage", ["truncated", "deleted"])
+@pytest.mark.parametrize("damage", ["truncated", "deleted", "style deleted"])
 def test_a_damaged_scene_map_is_remade(
     region, trained_run, tmp_path, damage, rank_log, bad_input_row
 ) -> None:
-    """R27: a truncated probabilities companion is never reused."""
+    """R27: a truncated probabilities companion is never reused; nor a map without its QGIS
+    style (made before maps had one, or the style lost)."""
     out = tmp_path / "out"
     assert _region(out, trained_run, *_scenes(region)) == 0
     victim = sorted(_maps(out))[1]
     companion = probabilities_path(victim)
     if damage == "truncated":
         companion.write_bytes(companion.read_bytes()[:400])
-    else:
+    elif damage == "deleted":
         companion.unlink()
+    else:
+        style_path(victim).unlink()
     record = (out / region_folder.CONSISTENCY).read_bytes()
     rank_log.clear()
     code = _region(out, trained_run, *_scenes(region))
@@ -145,7 +149,8 @@ def test_a_damaged_scene_map_is_remade(
     assert any(
         str(victim) in r.getMessage() for r in rank_log.records if "remapping" in r.getMessage()
     )
-    bad_input_row(f"a scene map's probabilities {damage}", "bigearthnet-map region (rerun)",
+    what = "QGIS style deleted" if damage == "style deleted" else f"probabilities {damage}"
+    bad_input_row(f"a scene map's {what}", "bigearthnet-map region (rerun)",
                   code, "that map remade, the products as before")  # fmt: skip
 
 
@@ -298,13 +303,15 @@ def test_a_scene_far_from_the_others_is_kept_when_the_gap_allows_it(
     out = tmp_path / "out"
     assert _region(out, trained_run, *_scenes(region), str(late)) == 0
     record = json.loads((out / region_folder.CONSISTENCY).read_text())
-    assert [s["path"] for s in record["skipped"]] == [str(late)]
+    # Paths relative to the region folder (issue 47: no folder of this machine).
+    assert [(out / s["path"]).resolve() for s in record["skipped"]] == [late.resolve()]
     assert "--max-gap-days" in record["skipped"][0]["reason"]
     code = _region(out, trained_run, *_scenes(region), str(late),
                    extra=("--max-gap-days", "1200"))  # fmt: skip
     assert code == 0
     record = json.loads((out / region_folder.CONSISTENCY).read_text())
-    assert record["skipped"] == [] and str(late) in [s["path"] for s in record["scenes"]]
+    assert record["skipped"] == []
+    assert late.resolve() in [(out / s["path"]).resolve() for s in record["scenes"]]
     bad_input_row("a scene 3 years after the others, then `--max-gap-days 1200`",
                   "bigearthnet-map region", code,
                   "skipped naming --max-gap-days; kept with it")  # fmt: skip

@@ -15,7 +15,14 @@ import numpy as np
 from bigearthnet.core import constants
 from bigearthnet.core.util import first_line
 from bigearthnet.formats.s2_layouts import mgrs_tile
-from bigearthnet.maps.inputs.bands import SCL_FACTOR, Opened, RasterBand, SceneError, SceneSource
+from bigearthnet.maps.inputs.bands import (
+    NO_SCL,
+    SCL_FACTOR,
+    Opened,
+    RasterBand,
+    SceneError,
+    SceneSource,
+)
 from bigearthnet.maps.radiometry import SceneMetadata, read_product_metadata
 
 BAND_FACTOR = {b: constants.BAND_RESOLUTION_M[b] // 10 for b in constants.BANDS}
@@ -33,7 +40,7 @@ def open_folder(scene: Path, bands: tuple[str, ...], mask_clouds: bool) -> Scene
         raise SceneError(f"{scene}: no image of band(s) {', '.join(missing)}")
     scl_file = _band_file(scene, jp2, "SCL", 20) if mask_clouds else None
     if mask_clouds and scl_file is None:
-        raise SceneError(f"{scene}: --mask-clouds needs the scene classification band (SCL)")
+        raise SceneError(f"{scene}: {NO_SCL}")
     opened = Opened()
     readers = {b: opened.band(str(f), 1, BAND_FACTOR[b]) for b, f in sorted(found.items())}  # type: ignore[misc]
     scl = opened.band(str(scl_file), 1, SCL_FACTOR) if scl_file else None
@@ -87,7 +94,7 @@ def open_stack(
     import rasterio
 
     if mask_clouds:
-        raise SceneError(f"{file}: --mask-clouds needs the scene classification band (SCL)")
+        raise SceneError(f"{file}: {NO_SCL}")
     try:
         with rasterio.open(file) as src:
             count, descriptions, res = src.count, src.descriptions, src.res

@@ -13,7 +13,7 @@ from bigearthnet.maps.radiometry import OFFSET_CHOICES
 from bigearthnet.maps.region.grid import projected_crs
 from bigearthnet.maps.region.periods import PERIODS
 from bigearthnet.maps.region.series import DEFAULT_PERSISTENCE
-from bigearthnet.maps.scene_options import STRIDES, SceneMapOptions
+from bigearthnet.maps.scene_options import STRIDES, SceneMapOptions, mask_clouds_option
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class RegionOptions:
                          metavar="M")  # fmt: skip
     stride: int = option(60, "scene maps' window step in 10 m px (60 = 600 m)",
                          choices=STRIDES, metavar="PX")  # fmt: skip
-    mask_clouds: bool = option(True, "SCL cloud, shadow, cirrus, snow: unobserved")
+    mask_clouds: bool = mask_clouds_option()  # masked cells are unobserved
     persistence: float = option(
         DEFAULT_PERSISTENCE,
         "the smoother's odds P/(1-P) that a cell keeps its class from one period to the next "

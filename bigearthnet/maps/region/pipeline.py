@@ -22,7 +22,7 @@ from bigearthnet.core.errors import (
     InputError,
 )
 from bigearthnet.formats import region_folder
-from bigearthnet.formats.class_map import check_complete
+from bigearthnet.formats.class_map import check_complete, linked_tags
 from bigearthnet.formats.region_folder import ConsistencyRecord, SkippedScene
 from bigearthnet.maps.radiometry import dispute, disputed
 from bigearthnet.maps.region.grid import Footprint, RegionGrid
@@ -87,8 +87,10 @@ def _stale(scene_map: SceneMap, made_as: dict[str, str]) -> str | None:
         return damage
     with rasterio.open(scene_map.path) as src:
         found = src.tags()
-    # A tag written empty is not kept (GDAL drops empty metadata items): missing reads "".
-    differ = [key for key, value in made_as.items() if found.get(key, "") != value]
+    # As the map keeps them: its paths relative to its folder. A tag written empty is not
+    # kept (GDAL drops empty metadata items): missing reads "".
+    expected = linked_tags(made_as, scene_map.path.parent)
+    differ = [key for key, value in expected.items() if found.get(key, "") != value]
     return f"made with another {', '.join(differ)} than this run's" if differ else None
 
 

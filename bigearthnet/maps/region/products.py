@@ -29,24 +29,31 @@ from pathlib import Path
 
 import numpy as np
 
+from bigearthnet.core.display import linked_path, linked_text
 from bigearthnet.core.util import write_csv
 from bigearthnet.formats import region_folder
 from bigearthnet.formats.class_map import (
     NODATA,
-    classes_tags,
+    linked_tags,
     probabilities_path,
     read_classes,
     scaled,
     unscaled,
+    write_categories,
+    write_class_map,
 )
+from bigearthnet.formats.qgis_style import StyleEntry
 from bigearthnet.formats.region_folder import (
+    CHANGES,
     CONSISTENT,
+    FIRST_CHANGE,
     PERIODS,
     ConsistencyRecord,
     SceneEntry,
     SkippedScene,
 )
 from bigearthnet.maps import radiometry
+from bigearthnet.maps.preview import UNCHANGED, sampled_colours
 from bigearthnet.maps.region import series
 from bigearthnet.maps.region.catalog import write_collection
 from bigearthnet.maps.region.grid import (
@@ -57,12 +64,6 @@ from bigearthnet.maps.region.grid import (
     window_of,
 )
 from bigearthnet.maps.region.periods import Acquisition, group_by_period
-from bigearthnet.maps.scene_output import (
-    describe_classes,
-    describe_probabilities,
-    write_category_names,
-    write_cog,
-)
 
 # Values (periods x classes x cells) decoded at a time: ~64 MB a float32 copy, a few copies
 # live while a block decodes, whatever the region's size.
@@ -96,16 +97,23 @@ def footprint(scene: SceneMap) -> Footprint:
         return Footprint(str(src.crs), tuple(src.bounds))  # type: ignore[arg-type]
 
 
-def scene_entry(scene: SceneMap) -> SceneEntry:
-    """The scene's row of the scene table, with how its values were read: its map's tags
-    (what made it: :func:`~bigearthnet.maps.scene.scene_map_tags`)."""
+def scene_entry(scene: SceneMap, out: Path) -> SceneEntry:
+    """The scene's row of the scene table, its path relative to the region folder ``out``,
+    with how its values were read: its map's tags (what made it:
+    :func:`~bigearthnet.maps.scene.scene_map_tags`)."""
     import rasterio
 
     with rasterio.open(scene.path) as src:
         tags = src.tags()
     acq = scene.acquisition
     read_as = {key: tags.get(key, "") for key in (*radiometry.TAGS, "product")}
-    return SceneEntry(acq.path, acq.tile, acq.date.isoformat(), **read_as)
+    return SceneEntry(linked_path(acq.path, out), acq.tile, acq.date.isoformat(), **read_as)
+
+
+def skipped_entry(skipped: SkippedScene, out: Path) -> SkippedScene:
+    """A skipped scene as the region folder ``out`` keeps it: its path, and every path in
+    its reason, relative to ``out`` (no folder of this machine)."""
+    return SkippedScene(linked_path(skipped.path, out), linked_text(skipped.reason, out))
 
 
 def radiometry_notes(entries: Sequence[SceneEntry]) -> tuple[str, ...]:
@@ -170,26 +178,15 @@ def top_class(scores: np.ndarray) -> np.ndarray:
     return np.where(observed, np.nan_to_num(scores, nan=-1).argmax(axis=0), NODATA).astype(np.uint8)
 
 
-def write_class_map(
-    path: Path, labels: np.ndarray, grid: RegionGrid, classes: Sequence[str], tags: dict
-) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_category_names(path, classes)
-    write_cog(path, labels[None].astype(np.uint8), _grid(grid), {**tags, **classes_tags(classes)},
-              describe_classes(classes))  # fmt: skip
-
-
 def write_period(
     folder: Path, label: str, scores: np.ndarray, grid: RegionGrid, classes: Sequence[str],
     tags: dict,
 ) -> np.ndarray:  # fmt: skip
     """``folder/label.tif`` and its probabilities (companion first); returns the top class."""
-    path = folder / f"{label}.tif"
     folder.mkdir(parents=True, exist_ok=True)
-    write_cog(probabilities_path(path), scaled(scores), _grid(grid),
-              {**tags, **classes_tags(classes)}, describe_probabilities(classes))  # fmt: skip
     labels = top_class(scores)
-    write_class_map(path, labels, grid, classes, tags)
+    write_class_map(folder / f"{label}.tif", labels, _grid(grid), classes, tags,
+                    probabilities=scaled(scores))  # fmt: skip
     return labels
 
 
@@ -243,8 +240,10 @@ def build_products(
     skipped: list[SkippedScene],
 ) -> ConsistencyRecord:
     """Every product of the series, built aside and swapped into ``out`` once complete
-    (:func:`~bigearthnet.formats.region_folder.publish`); returns the consistency record."""
+    (:func:`~bigearthnet.formats.region_folder.publish`); returns the consistency record.
+    ``tags`` (what made the series) name the run as the maps will lie, in ``out``."""
     staged = region_folder.staging(out)
+    in_folders, at_top = linked_tags(tags, out / PERIODS), linked_tags(tags, out)
     classes = scene_classes(scenes[0])
     footprints = {s.path: footprint(s) for s in scenes}  # each map's grid read once
     grid = RegionGrid.covering(list(footprints.values()), crs, cell)
@@ -254,20 +253,22 @@ def build_products(
     for t, (label, acquisitions) in enumerate(groups.items()):
         members = [s for s in scenes if s.acquisition in acquisitions]
         scores = period_scores(members, grid, len(classes), footprints)
-        top = write_period(staged / PERIODS, label, scores, grid, classes, tags)
+        top = write_period(staged / PERIODS, label, scores, grid, classes, in_folders)
         raw[t] = np.where(top == NODATA, -1, top)
         del scores  # one period's scores at a time: the series reads them back in blocks
     smooth = _decode([probabilities_path(staged / PERIODS / f"{label}.tif") for label in labels_of],
                      grid, len(classes), persistence)  # fmt: skip
+    (staged / CONSISTENT).mkdir()
     for t, label in enumerate(labels_of):
         labels = np.where(smooth[t] < 0, NODATA, smooth[t]).astype(np.uint8)
-        write_class_map(staged / CONSISTENT / f"{label}.tif", labels, grid, classes, tags)
+        write_class_map(staged / CONSISTENT / f"{label}.tif", labels, _grid(grid), classes,
+                        in_folders)  # fmt: skip
     observed = raw >= 0
     flat = (len(groups), grid.height * grid.width)
     raw_c = series.consistency(raw.reshape(flat), observed.reshape(flat))
     smooth_c = series.consistency(smooth.reshape(flat), observed.reshape(flat))
     ever = observed.any(axis=0)
-    _write_change_maps(staged, grid, smooth_c, ever, labels_of, tags)
+    _write_change_maps(staged, grid, smooth_c, ever, labels_of, at_top)
     areas = grid.cell_areas_km2()
     write_csv(staged / "areas.csv", ("period", "series", "class", "cells", "km2"),
               area_rows(raw, labels_of, classes, areas, "raw")
@@ -275,14 +276,14 @@ def build_products(
     write_csv(staged / "transitions.csv",
               ("from_period", "to_period", "from_class", "to_class", "cells", "km2"),
               transition_rows(smooth, labels_of, classes, areas))  # fmt: skip
-    entries = {s.path: scene_entry(s) for s in scenes}
+    entries = {s.path: scene_entry(s, out) for s in scenes}
     record = ConsistencyRecord(
         periods=tuple(labels_of),
         period=period,
         grid=grid.record(),
         persistence=persistence,
         scenes=tuple(entries.values()),
-        skipped=tuple(skipped),
+        skipped=tuple(skipped_entry(entry, out) for entry in skipped),
         cells_observed={label: int(observed[t].sum()) for t, label in enumerate(labels_of)},
         flicker_rate={"raw": raw_c.flicker_rate, "consistent": smooth_c.flicker_rate},
         lasting_changes=int((smooth_c.first_lasting >= 0).sum()),
@@ -290,7 +291,7 @@ def build_products(
         observed_km2=float(areas[ever].sum(dtype=np.float64)),
         radiometry_notes=radiometry_notes(list(entries.values())),
     )
-    provenance = {k: v for k, v in tags.items() if k in ("model", "run_dir", "checkpoint")}
+    provenance = {k: v for k, v in at_top.items() if k in ("model", "run_dir", "checkpoint")}
     scenes_of = {label: [entries[s.path] for s in scenes if s.acquisition in members]
                  for label, members in groups.items()}  # fmt: skip
     write_collection(staged, grid, scenes_of, classes, provenance)
@@ -329,21 +330,22 @@ def _read_rows(path: Path, row: int, rows: int) -> np.ndarray:
 
 
 def _write_change_maps(out, grid, smooth_c, ever, periods, tags) -> None:
+    """``changes.tif`` and ``first_change.tif``, each a map of categories with its style."""
     changes = np.where(ever, np.minimum(smooth_c.changes.reshape(ever.shape), 254), NODATA)
     first = np.where(ever, smooth_c.first_lasting.reshape(ever.shape) + 1, NODATA)
-    period_tags = dict(tags, periods=json.dumps(periods))
-
-    def counts(dst) -> None:
-        dst.set_band_description(1, "class changes in the consistent series (255 = nodata)")
-
-    def first_period(dst) -> None:
-        dst.set_band_description(
-            1, "1 + index of the period of the first lasting change, 0 none (255 = nodata)"
-        )
-
-    write_cog(out / "changes.tif", changes[None].astype(np.uint8), _grid(grid), tags, counts)
-    write_cog(out / "first_change.tif", first[None].astype(np.uint8), _grid(grid), period_tags,
-              first_period)  # fmt: skip
+    most = int(changes[ever].max()) if ever.any() else 0
+    ramp = [UNCHANGED, *sampled_colours("YlOrRd", most)]
+    counts = [StyleEntry(n, colour, f"{n} class change{'s' if n != 1 else ''}")
+              for n, colour in enumerate(ramp)]  # fmt: skip
+    firsts = [StyleEntry(0, UNCHANGED, "no lasting change")] + [
+        StyleEntry(t + 1, colour, f"first lasting change: {label}")
+        for t, (label, colour) in enumerate(zip(periods, sampled_colours("viridis", len(periods))))
+    ]
+    write_categories(out / CHANGES, changes, _grid(grid), tags, counts,
+                     "class changes in the consistent series")  # fmt: skip
+    write_categories(out / FIRST_CHANGE, first, _grid(grid),
+                     dict(tags, periods=json.dumps(periods)), firsts,
+                     "1 + index of the period of the first lasting change, 0 none")  # fmt: skip
 
 
 def _grid(grid: RegionGrid) -> dict:
