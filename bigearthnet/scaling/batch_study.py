@@ -43,9 +43,8 @@ from typing import NoReturn
 
 from bigearthnet.core import recipe
 from bigearthnet.core.batch import BatchPlan
-from bigearthnet.core.config import TrainConfig, load_run_config, resolve
+from bigearthnet.core.config import TrainConfig, add_arguments, load_run_config, resolve
 from bigearthnet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError, RunFailed
-from bigearthnet.core.options import add_config_arguments
 from bigearthnet.formats.history import HistoryRow, read_history
 from bigearthnet.formats.run_folder import CONFIG, STATUS
 from bigearthnet.formats.run_status import read_status
@@ -335,8 +334,8 @@ def point_config(settings: StudySettings, point: StudyPoint, run_dir: Path) -> T
 
 
 def _resolved(command: list[str]) -> TrainConfig:
-    parser = _RaisingParser(prog="train.py", add_help=False)
-    add_config_arguments(parser, TrainConfig)
+    parser = _RaisingParser(prog="train.py", add_help=False, allow_abbrev=False)
+    add_arguments(parser)
     argv = command[command.index("bigearthnet.cli.train") + 1 :]
     try:
         return resolve(parser.parse_args(argv), TrainConfig)
