@@ -29,6 +29,7 @@ from bigearthnet.core.errors import (
     require_positive_int,
 )
 from bigearthnet.core.folders import claim_folder
+from bigearthnet.core.optimizer_table import SEED_RULES
 from bigearthnet.core.util import write_csv
 from bigearthnet.scaling.study_outputs import (
     LAUNCHERS,
@@ -41,18 +42,20 @@ from bigearthnet.scaling.study_outputs import (
 SEED_TABLE_CSV = "seed_table.csv"
 SEED_TABLE_HTML = "seed_table.html"
 SEED_TABLE_MARK = ".bigearthnet-seed-table"
-# optimizer -> the LR scaling rule it is run with (Goyal et al. for SGD, as the seed study;
-# the square root LAMB was tuned with)
-RULE_OF = {"sgd": "linear", "lars": "linear", "lamb": "sqrt"}
 # The seed study's table (43 labels, ResNet-50, JUWELS): global batch -> test F1.
 SEED_STUDY = {512: 0.78, 8000: 0.74, 16000: 0.64, 32000: 0.43}
 
 
+def _ruled(rule: str) -> str:
+    """The seed table's optimizers scaled by ``rule``, for the help: ``sgd and lars``."""
+    return " and ".join(name for name, ruled in SEED_RULES.items() if ruled == rule)
+
+
 def optimizers(text: str) -> tuple[str, ...]:
     names = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [name for name in names if name not in RULE_OF]
+    unknown = [name for name in names if name not in SEED_RULES]
     if not names or unknown:
-        raise ConfigError(f"expected optimizers among {', '.join(RULE_OF)}, got {text!r}")
+        raise ConfigError(f"expected optimizers among {', '.join(SEED_RULES)}, got {text!r}")
     return names
 
 
@@ -80,10 +83,10 @@ class SeedTableSettings:
                          metavar="N")  # fmt: skip
     target_f1: float = option(0.6, "validation micro-F1 a cell must reach",
                               check=require_open_fraction, metavar="F1")  # fmt: skip
-    sgd_lr: float = option(0.05, "SGD's (and LARS's) peak LR at --base-batch, scaled linearly",
-                           check=require_positive, metavar="LR")  # fmt: skip
-    lamb_lr: float = option(0.004, "LAMB's peak LR at --base-batch, scaled by the root",
-                            check=require_positive, metavar="LR")  # fmt: skip
+    sgd_lr: float = option(0.05, f"peak LR at --base-batch of {_ruled('linear')}, scaled "
+                           "linearly", check=require_positive, metavar="LR")  # fmt: skip
+    lamb_lr: float = option(0.004, f"peak LR at --base-batch of {_ruled('sqrt')}, scaled by "
+                            "the root", check=require_positive, metavar="LR")  # fmt: skip
     base_batch: int = option(64, "global batch the LRs are meant for",
                              check=require_positive_int, metavar="B")  # fmt: skip
     warmup_epochs: float = option(2.0, "warm-up epochs", check=require_non_negative,
@@ -104,8 +107,8 @@ class SeedTableSettings:
         return StudySettings(
             data=self.data, out=self.out / optimizer, batches=self.batches,
             target_f1=self.target_f1, optimizer=optimizer,
-            base_lr=self.lamb_lr if optimizer == "lamb" else self.sgd_lr,
-            base_batch=self.base_batch, rule=RULE_OF[optimizer], ranks=self.ranks,
+            base_lr=self.lamb_lr if SEED_RULES[optimizer] == "sqrt" else self.sgd_lr,
+            base_batch=self.base_batch, rule=SEED_RULES[optimizer], ranks=self.ranks,
             max_rank_batch=self.max_rank_batch, epochs=self.epochs, budget="epochs",
             warmup_epochs=self.warmup_epochs, launcher=self.launcher,
             train_args=self.train_args,
@@ -150,7 +153,7 @@ def run_seed_table(settings: SeedTableSettings, *, log=print) -> list[SeedRow]:
                 f"({study.optimizer}): each column is one of --optimizers"
             )
     # make seed-table keeps its archive in DIR/data
-    own = (*RULE_OF, SEED_TABLE_CSV, SEED_TABLE_HTML, "data")
+    own = (*SEED_RULES, SEED_TABLE_CSV, SEED_TABLE_HTML, "data")
     claim_folder(settings.out, mark=SEED_TABLE_MARK, made_by="bigearthnet-seed-table",
                  own_names=own)  # fmt: skip
     for study, points in columns:  # every cell made before with these settings, before any trains
