@@ -275,15 +275,3 @@ def checked(check: Callable[[str, T], T], kind: Callable[[str], T]) -> Callable[
             raise argparse.ArgumentTypeError(str(err).replace("value ", "", 1)) from None
 
     return parse
-
-
-def add_stats_from(p: argparse.ArgumentParser) -> None:
-    """--stats-from: the way out for a checkpoint that predates recorded normalisation."""
-    p.add_argument(
-        "--stats-from",
-        type=Path,
-        metavar="SHARDS",
-        help="only for a checkpoint written before runs recorded their normalisation, whose "
-        "training data is gone: normalise with the train split of these shards (made the "
-        "same way); a newer checkpoint carries its own and ignores this",
-    )
