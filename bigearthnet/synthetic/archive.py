@@ -57,13 +57,14 @@ from bigearthnet.core.constants import (
     PATCH_METRES,
 )
 from bigearthnet.core.declare import check_fields, option
-from bigearthnet.core.errors import ConfigError, require_non_negative_int, require_positive_int
+from bigearthnet.core.errors import ConfigError, require_positive_int
 from bigearthnet.core.folders import Owner, check_output, publishing
 from bigearthnet.core.room import Needs, check_room
 from bigearthnet.preprocessing.archive import V2_METADATA, V2_S2_DIR, V2_SNOW_CLOUD
 from bigearthnet.preprocessing.sentinel1 import PAIR_KEY, V1_S1_ARCHIVE, V2_S1_DIR
 from bigearthnet.synthetic import sizes
 from bigearthnet.synthetic.landscape import plan_patch, v1_classes
+from bigearthnet.synthetic.look import SyntheticLook
 from bigearthnet.synthetic.places import Tile, plan_tiles, region_of, stamp, utm_wkt
 from bigearthnet.synthetic.reben_stats import CLOUD_SHARE, SNOW_SHARE, SPLIT_SHARE
 from bigearthnet.synthetic.render import (
@@ -86,7 +87,6 @@ __all__ = [
 ]
 
 LAYOUTS: tuple[str, ...] = ("v1", "v2")
-DIFFICULTIES: tuple[str, ...] = ("realistic", "simple")
 
 _SNOW_CLOUD_FRACTION = 0.07
 _DROPPED_EXTRA_PROB = 0.12
@@ -337,8 +337,9 @@ def _patch_count(flag: str, value: int) -> int:
 
 
 @dataclass(frozen=True)
-class ArchiveSpec:
-    """What ``generate_archive`` writes; declared once: ``bigearthnet-synth``'s options."""
+class ArchiveSpec(SyntheticLook):
+    """What ``generate_archive`` writes; declared once: ``bigearthnet-synth``'s options
+    (the look and seed: :class:`~bigearthnet.synthetic.look.SyntheticLook`)."""
 
     patches: int = option(100, f"number of patches to generate, at most {MAX_PATCHES:,}",
                           check=_patch_count, short="-n", metavar="N")  # fmt: skip
@@ -347,8 +348,6 @@ class ArchiveSpec:
         "BigEarthNet-S2/<tile>/<patch>/ folders plus metadata parquet files (19 classes, "
         "train/validation/test splits, snow/cloud list)", choices=LAYOUTS,
     )  # fmt: skip
-    seed: int = option(0, "archive seed: the same seed gives byte-identical files",
-                       check=require_non_negative_int, metavar="S")  # fmt: skip
     workers: int = option(
         1, "processes writing patches in parallel; output does not depend on it",
         check=require_positive_int, short="-j", metavar="W",
@@ -361,12 +360,6 @@ class ArchiveSpec:
         False, "also Sentinel-1 VV/VH (float32 dB) of the same regions: v2 in "
         "OUT/BigEarthNet-S1, v1 as the S1 v1.0 archive OUT/BigEarthNet-S1-v1.0 (preprocess "
         "--s1-archive)",
-    )  # fmt: skip
-    difficulty: str = option(
-        "realistic", "realistic: reBEN's label statistics, CORINE-like label noise (the true "
-        "class shares in OUT/truth.parquet), overlapping spectra, seasons, regions, mixed "
-        "pixels; simple: 1-3 rectangles of fixed, far-apart spectra, labelled exactly "
-        "(learnable in seconds: for tests)", choices=DIFFICULTIES,
     )  # fmt: skip
 
     def __post_init__(self) -> None:
