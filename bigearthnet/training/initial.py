@@ -24,10 +24,10 @@ from bigearthnet.formats import checkpoints, weights_record
 from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import Manifest
 from bigearthnet.inference.trained_run import load_model
+from bigearthnet.models import PATCH_HEAD as HEAD
 from bigearthnet.weights.importer import check_registry_fit, load_folder
 
 log = distributed.log
-HEAD = "logits"  # the classifier layer of every registry model
 
 
 def resumes(cfg: TrainConfig) -> bool:

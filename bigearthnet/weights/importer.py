@@ -28,6 +28,7 @@ from bigearthnet.core.folders import (
 from bigearthnet.core.util import first_line, overlapping, sha256_file
 from bigearthnet.formats import weights_record
 from bigearthnet.formats.weights_record import WeightsRecord
+from bigearthnet.models import PATCH_HEAD
 from bigearthnet.weights import convert
 from bigearthnet.weights.sources import (
     SOURCES,
@@ -102,7 +103,7 @@ def convert_file(opts: WeightsOptions) -> Converted:
     layers = convert.keras_weights(state.tensors, layout, stem, file)
     classes = _head_classes(layout, facts, opts.head, file, notes)
     if classes:
-        layers["logits"] = convert.head_rows(state.tensors, facts.head_order, classes)
+        layers[PATCH_HEAD] = convert.head_rows(state.tensors, facts.head_order, classes)
         if facts.head_order is not None and facts.head_order != classes:
             notes.append(
                 "reordered the head's rows from the source's class order to the official one"
