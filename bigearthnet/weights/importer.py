@@ -180,12 +180,13 @@ def keras_model(converted: Converted):  # -> tf.keras.Model (TensorFlow imported
     return model
 
 
-def load_folder(folder: str | Path):  # -> tf.keras.Model
-    """An imported weights folder as the network its record describes, every layer loaded:
-    InputError naming ``weights.h5`` when it is damaged or holds another network."""
+def load_folder(folder: str | Path, record: WeightsRecord | None = None):  # -> tf.keras.Model
+    """An imported weights folder as the network its record (``record``: already read)
+    describes, every layer loaded: InputError naming ``weights.h5`` when it is damaged or
+    holds another network."""
     from bigearthnet.models.resnet import build_resnet
 
-    record = weights_record.read(folder)
+    record = record or weights_record.read(folder)
     blocks, bottleneck = convert.blocks_of(record.model, folder)
     model = build_resnet(
         blocks,
