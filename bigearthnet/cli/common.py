@@ -258,7 +258,7 @@ def dispatch(
     parser = commands[default].build()
     parser.commands, parser.default_command = commands, default
     first = args[0] if args else "-"
-    near = "" if first.startswith("-") else did_you_mean(first, list(commands))
+    near = "" if not first or first.startswith("-") else did_you_mean(first, list(commands))
     if near:
         parser.hint = f"{first!r} is not a command of {prog}{near}"
     return run(parser, commands[default].handler, args)
