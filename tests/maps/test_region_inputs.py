@@ -205,6 +205,19 @@ def test_areas_are_ground_areas_whatever_the_crs(
                   "areas.csv in ground km² (each cell's areal scale), as in LAEA")  # fmt: skip
 
 
+def test_blocks_only_with_scenes_only_is_refused(
+    region, trained_run, tmp_path, reported_errors, bad_input_row
+) -> None:
+    out = tmp_path / "out"
+    code = _region(out, trained_run, *_scenes(region),
+                   extra=("--scenes-only", "--blocks-only", "1/2"))  # fmt: skip
+    assert code == 2 and not out.exists()
+    line = reported_errors()[-1]
+    assert "--scenes-only and --blocks-only" in line, line
+    bad_input_row("`--scenes-only --blocks-only 1/2`", "bigearthnet-map region", code,
+                  "refused when parsed: two steps of a job")  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "flag, value, needle",
     [
@@ -213,6 +226,12 @@ def test_areas_are_ground_areas_whatever_the_crs(
         ("--cell", "inf", "positive"),
         ("--cell", "nan", "positive"),
         ("--cell", "-3", "positive"),
+        ("--block-size", "0", "positive integer"),
+        ("--block-size", "1000", "multiple of 256"),
+        ("--block-size", "32768", "multiple of 256"),
+        ("--blocks-only", "3/2", "K/N"),
+        ("--blocks-only", "0/2", "K/N"),
+        ("--blocks-only", "half", "K/N"),
         ("--persistence", "1", "inside (0, 1)"),
         ("--crs", "EPSG:4326", "geographic"),
         ("--crs", "EPSG:99999999", "not a CRS"),
@@ -257,17 +276,70 @@ def test_a_stray_scene_of_another_continent_is_refused_before_mapping(
                   code, "refused before mapping, the scene named")  # fmt: skip
 
 
-def test_a_grid_too_large_for_memory_is_refused_before_mapping(
+def test_a_block_too_large_for_memory_is_refused_before_mapping(
     region, trained_run, tmp_path, reported_errors, bad_input_row
 ) -> None:
-    """A 10 cm cell over the region: about 10^9 cells, far more than this machine holds."""
+    """Memory is a block's, whatever the region: a block of 16,384 cells a side (~100 GB)
+    is refused naming --block-size and one that fits, before any scene is mapped."""
     out = tmp_path / "out"
-    code = _region(out, trained_run, *_scenes(region), extra=("--cell", "0.1"))
+    code = _region(out, trained_run, *_scenes(region), extra=("--block-size", "16384"))
     assert code == 2 and not list(out.glob(f"{region_folder.SCENES}/*.tif"))
     line = reported_errors()[-1]
-    assert "--cell 0.1" in line and "GB" in line and "farthest" in line, line
-    bad_input_row("`--cell 0.1` (a grid of ~10^9 cells)", "bigearthnet-map region", code,
-                  "refused before mapping: the memory it needs, the farthest scene")  # fmt: skip
+    assert "--block-size 16384" in line and "GB" in line and "take --block-size" in line, line
+    bad_input_row("`--block-size 16384` (a block of ~100 GB)", "bigearthnet-map region", code,
+                  "refused before mapping: the memory a block needs, a size that fits")  # fmt: skip
+
+
+def test_products_larger_than_the_disk_are_refused_before_mapping(
+    region, trained_run, small_disk, reported_errors, bad_input_row
+) -> None:
+    """A stray tile of Lisbon (UTM 29) among the region's at 12 E: at --cell 60 a grid of
+    ~38,000 x 15,000 cells, whose products need ~60 GB; --out on a 4 MB disk."""
+    import rasterio
+    from rasterio.crs import CRS
+    from rasterio.transform import Affine
+    from rasterio.warp import transform
+
+    first = Path(_scenes(region)[0])
+    stray = small_disk.path.parent / first.name.replace("T32UQU", "T29SMC")
+    shutil.copytree(first, stray)
+    (x,), (y,) = transform("EPSG:4326", "EPSG:32629", [-9.1], [38.7])
+    for band in stray.glob("*.tif"):
+        with rasterio.open(band, "r+") as dst:
+            a, e = dst.transform.a, dst.transform.e
+            dst.crs = CRS.from_epsg(32629)
+            dst.transform = Affine(a, 0, round(x / 60) * 60, 0, e, round(y / 60) * 60)
+    out = small_disk.path / "out"
+    code = _region(out, trained_run, *_scenes(region), str(stray), extra=("--cell", "60"))
+    assert code == 2 and not list(out.glob(f"{region_folder.SCENES}/*.tif"))
+    line = reported_errors()[-1]
+    assert "--cell 60" in line and "on disk" in line and str(stray) in line, line
+    bad_input_row("a stray tile of Lisbon among tiles at 12 E, `--cell 60`, a 4 MB --out disk",
+                  "bigearthnet-map region", code,
+                  "refused before mapping: the disk it needs, the farthest scene")  # fmt: skip
+
+
+def test_a_rerun_with_another_cell_remakes_the_products_only(
+    region, trained_run, tmp_path, bad_input_row
+) -> None:
+    """Scene maps do not depend on --cell (their cell is --stride's): a rerun at 300 m after
+    600 m reuses every map and remakes every product on the new grid."""
+    out = tmp_path / "out"
+    assert _region(out, trained_run, *_scenes(region)) == 0
+    maps = _maps(out)
+    before = json.loads((out / region_folder.CONSISTENCY).read_text())["grid"]
+    code = _region(out, trained_run, *_scenes(region), extra=("--cell", "300"))
+    assert code == 0 and _maps(out) == maps
+    grid = json.loads((out / region_folder.CONSISTENCY).read_text())["grid"]
+    assert grid["cell_m"] == 300.0 and grid["width"] >= 2 * before["width"] - 1
+    import rasterio
+
+    for path in (out / region_folder.PERIODS).glob("*.tif"):
+        with rasterio.open(path) as src:
+            assert (src.width, src.height, src.res) == (grid["width"], grid["height"], (300, 300))
+    assert not list(out.glob(".blocks-*")) and not list(out.glob(".products-*"))
+    bad_input_row("a rerun with `--cell 300` after 600", "bigearthnet-map region", code,
+                  "scene maps reused, every product remade on the 300 m grid")  # fmt: skip
 
 
 def test_an_l1c_product_in_the_csv_is_refused_before_mapping(

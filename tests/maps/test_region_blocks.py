@@ -1,0 +1,134 @@
+"""A region series' products computed block by block, at a fine cell: the same products
+whatever the block size, shares of the blocks computed apart (Slurm tasks) combine into the
+products of one run, and fine maps averaged into coarse cells.
+
+The scene maps are made from the synthetic region's truth (:mod:`bigearthnet.synthetic
+.region_maps`): the products step takes scene maps however they were made, so these tests
+need no model, and take fine maps before any model makes them. At 20 m with a warp lattice
+of 64 cells (blocks are whole tiles of it: 256 in use) the region has 6 blocks and costs a
+quarter of its 10 m series (the slow tier maps 10 m: test_region_blocks_large.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rasterio
+from rasterio.transform import Affine
+
+from bigearthnet.core import constants
+from bigearthnet.formats import region_folder
+from bigearthnet.formats.class_map import NODATA, write_class_map
+from bigearthnet.maps.region import blocks, grid, products
+from bigearthnet.maps.region.grid import GridWindow, RegionGrid, map_resampling, warp_map
+from bigearthnet.maps.region.periods import from_product_name
+from bigearthnet.maps.region.plan import SceneMap
+from bigearthnet.synthetic.region import RegionSpec, generate_region
+from bigearthnet.synthetic.region_maps import write_truth_maps
+
+SPEC = RegionSpec(tiles=2, dates=5, size=240, block=1200.0, seed=3)
+
+
+@pytest.fixture(scope="module")
+def region(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("region-blocks") / "synth"
+    generate_region(root, SPEC)
+    return root
+
+
+def _maps(region: Path, folder: Path, cell: float) -> list[SceneMap]:
+    pairs = write_truth_maps(region, folder, cell=cell, error=0.05, seed=1)
+    return [SceneMap(from_product_name(scene), path) for scene, path in pairs]
+
+
+CELL, TILE = 20.0, 64
+
+
+@pytest.fixture(scope="module")
+def fine_maps(region, tmp_path_factory) -> list[SceneMap]:
+    return _maps(region, tmp_path_factory.mktemp("maps-fine"), CELL)
+
+
+@pytest.fixture(scope="module")
+def whole(fine_maps, tmp_path_factory) -> Path:
+    """The series at 20 m in one block of 1,024 cells."""
+    out = tmp_path_factory.mktemp("series") / "whole"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(grid, "WARP_TILE", TILE)
+        _build(out, fine_maps)
+    return out
+
+
+def _build(out: Path, maps: list[SceneMap], cell: float = CELL, **options):
+    out.mkdir(exist_ok=True)
+    settings = dict(period="scene-date", crs="EPSG:3035", cell=cell, persistence=0.99,
+                    block_size=1024, tags={}, skipped=[])  # fmt: skip
+    return products.build_products(out, maps, **{**settings, **options})
+
+
+def _products(out: Path) -> dict[str, np.ndarray | bytes]:
+    found: dict[str, np.ndarray | bytes] = {}
+    for path in sorted(out.rglob("*.tif")):
+        with rasterio.open(path) as src:
+            found[str(path.relative_to(out))] = src.read()
+    for name in ("areas.csv", "transitions.csv", "consistency.json"):
+        found[name] = (out / name).read_bytes()
+    return found
+
+
+def test_shares_of_blocks_combine_into_the_products_of_one_block(
+    fine_maps, whole, tmp_path, monkeypatch
+):
+    """Six blocks of 64 cells, computed as shares 1/2 and 2/2 (two Slurm tasks), then
+    combined: the products of one 1,024-cell block, map for map and byte for byte. Blocks
+    of an earlier grid (another --cell) are never combined into them."""
+    monkeypatch.setattr(grid, "WARP_TILE", TILE)
+    record = region_folder.read_consistency(whole)
+    assert record.grid.cell_m == CELL and record.grid.width > 2 * TILE
+    split = tmp_path / "whole"  # the same relative paths to the scenes
+    assert _build(split, fine_maps, cell=40.0, share=(1, 2)) is None  # at another cell
+    for k in (1, 2):
+        assert _build(split, fine_maps, block_size=TILE, share=(k, 2)) is None
+    assert not (split / region_folder.CONSISTENCY).exists()
+    computed = []
+    monkeypatch.setattr(products, "compute_block", lambda *args: computed.append(args))
+    combined = _build(split, fine_maps, block_size=TILE)
+    assert computed == []  # every block came from the shares
+    assert combined == record
+    found, expected = _products(split), _products(whole)
+    assert found.keys() == expected.keys()
+    for name, value in expected.items():
+        np.testing.assert_array_equal(found[name], value, err_msg=name)
+    assert not list(split.glob(f"{region_folder.BLOCKS_PREFIX}*"))
+    # What the maps hold: the truth's classes, so the products are a series, not noise.
+    assert record.flicker_rate["raw"] > 0.01 and record.flicker_rate["consistent"] == 0.0
+    assert record.lasting_changes > 500
+
+
+def test_fine_maps_are_averaged_into_coarse_cells(tmp_path):
+    """A 10 m map into 60 m cells: each cell the mean of its 36 pixels; a cell more than
+    half unseen is unseen, as a scene map's own cells."""
+    coarse = RegionGrid("EPSG:3035", Affine(60.0, 0, 4_000_020.0, 0, -60.0, 3_000_000.0), 2, 1)
+    values = np.zeros((19, 6, 12), np.uint8)
+    values[0, :, :6] = 250  # cell 0: class 0 certain on 4 of its 6 columns, 2 unseen
+    values[:, :, 4:6] = NODATA
+    values[1, :, 6:] = 100  # cell 1: 4 of 6 columns unseen
+    values[:, :, 6:10] = NODATA
+    top = np.zeros((6, 12), np.uint8)
+    path = tmp_path / "map.tif"
+    write_class_map(path, top, {"crs": coarse.crs, "transform": Affine(10.0, 0, 4_000_020.0, 0,
+                                                                     -10.0, 3_000_000.0)},
+                    constants.CLASSES_19, {}, probabilities=values)  # fmt: skip
+    resampling = map_resampling(10.0, coarse.cell)
+    assert resampling.name == "average" and map_resampling(600.0, 600.0).name == "bilinear"
+    with rasterio.open(f"{path}.probabilities.tif") as src:
+        warped = warp_map(src, coarse, GridWindow(0, 0, 1, 2), resampling)
+    assert warped[0, 0, 0] == pytest.approx(250.0)
+    assert np.isnan(warped[:, 0, 1]).all()
+
+
+def test_a_block_too_large_for_memory_is_its_figure(monkeypatch):
+    """What the memory check compares: a block's peak, which does not depend on the grid."""
+    small, large = (blocks.block_memory(size, 19, 6) for size in (1024, 4096))
+    assert 0.3e9 < small < 1.5e9 and large > 10 * small / 2
