@@ -1,6 +1,7 @@
 """A region series' products computed block by block, at a fine cell: the same products
 whatever the block size, shares of the blocks computed apart (Slurm tasks) combine into the
-products of one run, and fine maps averaged into coarse cells.
+products of one run, maps coarser than a fine grid refused, and fine maps averaged into
+coarse cells.
 
 The scene maps are made from the synthetic region's truth (:mod:`bigearthnet.synthetic
 .region_maps`): the products step takes scene maps however they were made, so these tests
@@ -18,6 +19,7 @@ import rasterio
 from rasterio.transform import Affine
 
 from bigearthnet.core import constants
+from bigearthnet.core.errors import InputError
 from bigearthnet.formats import region_folder
 from bigearthnet.formats.class_map import NODATA, write_class_map
 from bigearthnet.maps.region import blocks, grid, products
@@ -104,6 +106,19 @@ def test_shares_of_blocks_combine_into_the_products_of_one_block(
     # What the maps hold: the truth's classes, so the products are a series, not noise.
     assert record.flicker_rate["raw"] > 0.01 and record.flicker_rate["consistent"] == 0.0
     assert record.lasting_changes > 500
+
+
+@pytest.mark.bad_input
+def test_a_grid_finer_than_a_classifiers_maps_is_refused(region, tmp_path, bad_input_row):
+    """600 m cell maps (a classifier's) feed a grid of 60 m or more as before; under 60 m
+    they are refused, naming --cell and what to do, whatever made them (the command refuses
+    a model without the dense head before mapping: test_region_inputs.py)."""
+    coarse = _maps(region, tmp_path / "maps", 600.0)
+    assert _build(tmp_path / "a", coarse, cell=60.0) is not None
+    with pytest.raises(InputError, match=r"--cell 30: the scene map .* 600 m .*dense head"):
+        _build(tmp_path / "b", coarse, cell=30.0)
+    bad_input_row("600 m scene maps (a classifier's) for `--cell 30`", "region products step",
+                  2, "refused naming --cell and the dense head; --cell 60 works")  # fmt: skip
 
 
 def test_fine_maps_are_averaged_into_coarse_cells(tmp_path):

@@ -223,9 +223,12 @@ def test_blocks_only_with_scenes_only_is_refused(
     [
         ("--batch-size", "-1", "positive integer"),
         ("--batch-size", "0", "positive integer"),
-        ("--cell", "inf", "positive"),
-        ("--cell", "nan", "positive"),
-        ("--cell", "-3", "positive"),
+        ("--cell", "inf", "positive multiple of 10 m"),
+        ("--cell", "nan", "positive multiple of 10 m"),
+        ("--cell", "-3", "positive multiple of 10 m"),
+        ("--cell", "0", "positive multiple of 10 m"),
+        ("--cell", "15", "positive multiple of 10 m"),
+        ("--cell", "-20", "positive multiple of 10 m"),
         ("--block-size", "0", "positive integer"),
         ("--block-size", "1000", "multiple of 256"),
         ("--block-size", "32768", "multiple of 256"),
@@ -319,6 +322,22 @@ def test_products_larger_than_the_disk_are_refused_before_mapping(
                   "refused before mapping: the disk it needs, the farthest scene")  # fmt: skip
 
 
+def test_a_cell_finer_than_a_classifiers_maps_is_refused_before_mapping(
+    region, trained_run, tmp_path, reported_errors, bad_input_row
+) -> None:
+    """Issue 50: `--cell 10` with a model without the dense head, whose finest maps are of
+    60 m cells (--stride 6): one line saying what to do, nothing mapped; --cell 60 works
+    (test_areas_are_ground_areas_whatever_the_crs)."""
+    out = tmp_path / "out"
+    code = _region(out, trained_run, *_scenes(region), extra=("--cell", "10", "--stride", "6"))
+    assert code == 2 and not list(out.glob(f"{region_folder.SCENES}/*.tif"))
+    line = reported_errors()[-1]
+    assert "--cell 10" in line and "60 m" in line and "dense head" in line, line
+    assert "--cell 60 or more" in line, line
+    bad_input_row("`--cell 10` with a classifier-only model", "bigearthnet-map region", code,
+                  "refused before mapping: a model with the dense head, or --cell 60")  # fmt: skip
+
+
 def test_a_rerun_with_another_cell_remakes_the_products_only(
     region, trained_run, tmp_path, bad_input_row
 ) -> None:
@@ -340,6 +359,32 @@ def test_a_rerun_with_another_cell_remakes_the_products_only(
     assert not list(out.glob(".blocks-*")) and not list(out.glob(".products-*"))
     bad_input_row("a rerun with `--cell 300` after 600", "bigearthnet-map region", code,
                   "scene maps reused, every product remade on the 300 m grid")  # fmt: skip
+
+
+def test_scenes_of_one_zone_on_offset_grids_are_refused_before_mapping(
+    region, trained_run, tmp_path, reported_errors, bad_input_row
+) -> None:
+    """Issue 50: a scene of tile 32UQU whose 10 m grid is shifted 5 m (a pixel's corner
+    georeferenced as its centre) among the zone's true tiles: refused naming both scenes
+    and the offset, nothing mapped (its map would shift every boundary against the rest)."""
+    import rasterio
+    from rasterio.transform import Affine
+
+    scenes = _scenes(region)
+    first = Path(scenes[0])
+    shifted = tmp_path / first.name.replace("20200315", "20200317")
+    shutil.copytree(first, shifted)
+    for band in shifted.glob("*.tif"):
+        with rasterio.open(band, "r+") as dst:
+            dst.transform = Affine.translation(5.0, -5.0) @ dst.transform
+    out = tmp_path / "out"
+    code = _region(out, trained_run, *scenes, str(shifted))
+    assert code == 2 and not list(out.glob(f"{region_folder.SCENES}/*.tif"))
+    line = reported_errors()[-1]
+    assert str(shifted) in line and "offset by (5, 5) m" in line and str(first) in line, line
+    bad_input_row("two scenes of UTM 32 whose 10 m grids are 5 m apart",
+                  "bigearthnet-map region", code,
+                  "refused before mapping, naming both and the offset")  # fmt: skip
 
 
 def test_an_l1c_product_in_the_csv_is_refused_before_mapping(

@@ -11,6 +11,10 @@ it, and the rule that takes each cell from one scene where tiles overlap.
   are at most half the grid's (10 m maps into a 600 m grid), a class or a mask by nearest
   neighbour. A cell no source pixel covers is NaN; area-weighted, so is a cell more than
   half nodata (as a scene map's own cells). A scene map is read by window, the block's.
+* **Finer than the maps**: a cell under :data:`FINEST_CELL_MAP_M` (the finest cell map a
+  classifier makes, 6 px windows) needs scene maps at least that fine (the dense head's
+  10 m maps): a 600 m map spread over 10 m cells invents detail it never saw
+  (:func:`check_map_cell`). At 60 m and more any scene map is taken, as before.
 * **Overlap rule**: among the scenes of one acquisition date that observe a cell (covered
   and not masked), the cell is taken from the scene whose footprint centre is nearest the
   cell's centre. Every cell some scene observes gets a value (no gap at a seam) and no
@@ -35,6 +39,8 @@ from bigearthnet.formats.region_folder import GridRecord, cell_centres
 
 DEFAULT_CRS = "EPSG:3035"
 DEFAULT_CELL_M = 600.0
+CELL_STEP_M = 10.0  # every cell is a whole number of Sentinel-2's 10 m pixels
+FINEST_CELL_MAP_M = 60.0  # a classifier's finest scene map: 120 px windows at a 6 px stride
 AREA_WEIGHTED_BELOW = 0.5  # scene map cell / grid cell at or under which cells are averaged
 WARP_TILE = 256  # cells: scene maps are warped a tile of this lattice at a time (warp_map)
 AREA_BLOCK_CELLS = 1_000_000  # cells whose areal scale is computed at once
@@ -207,6 +213,18 @@ def window_of(grid: RegionGrid, footprint: Footprint) -> GridWindow | None:
     if col1 <= col0 or row1 <= row0:
         return None
     return GridWindow(row0, col0, row1 - row0, col1 - col0)
+
+
+def check_map_cell(map_cell: float, cell: float, what: str) -> None:
+    """InputError when a scene map of ``map_cell`` metres cannot feed a grid of ``cell``:
+    under :data:`FINEST_CELL_MAP_M` the maps must be at least as fine as the grid."""
+    if cell < FINEST_CELL_MAP_M and map_cell > cell:
+        raise InputError(
+            f"--cell {cell:g}: {what} has cells of {map_cell:g} m (a classifier's cell map); "
+            f"cells under {FINEST_CELL_MAP_M:g} m need scene maps as fine, the 10 m maps of a "
+            f"model with the dense head: map with such a model, or take --cell "
+            f"{FINEST_CELL_MAP_M:g} or more"
+        )
 
 
 def map_resampling(map_cell: float, cell: float) -> Resampling:

@@ -4,19 +4,15 @@ TensorFlow (``--help`` answers at once): :class:`RegionOptions`."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from bigearthnet.core.declare import check_fields, nested, option
-from bigearthnet.core.errors import (
-    ConfigError,
-    require_open_fraction,
-    require_positive,
-    require_positive_int,
-)
+from bigearthnet.core.errors import ConfigError, require_open_fraction, require_positive_int
 from bigearthnet.inference.predictor import ModelChoice
-from bigearthnet.maps.region.grid import WARP_TILE, projected_crs
+from bigearthnet.maps.region.grid import CELL_STEP_M, WARP_TILE, projected_crs
 from bigearthnet.maps.region.periods import PERIODS
 from bigearthnet.maps.region.series import DEFAULT_PERSISTENCE
 from bigearthnet.maps.scene_options import SceneMapOptions, SceneMapping
@@ -25,6 +21,16 @@ from bigearthnet.maps.scene_options import SceneMapOptions, SceneMapping
 # depend on the block size), at most 16,384 cells a side (~100 GB at its peak).
 BLOCK_STEP, MAX_BLOCK = WARP_TILE, 16384
 DEFAULT_BLOCK = 1024  # cells a side: ~0.4 GB at its peak with 19 classes (block_memory)
+
+
+def require_cell(flag: str, value: float) -> float:
+    """``value`` if it is a positive finite multiple of 10 m (the Sentinel-2 grid every scene
+    map lies on), else ConfigError naming ``flag``."""
+    steps = value / CELL_STEP_M if isinstance(value, (int, float)) else math.nan
+    if not (math.isfinite(steps) and steps >= 1 and steps == round(steps)):
+        raise ConfigError(f"{flag} must be a positive multiple of {CELL_STEP_M:g} m (10, 20, "
+                          f"60, 600...: the Sentinel-2 10 m grid), got {value}")  # fmt: skip
+    return float(value)
 
 
 def require_block(flag: str, value: int) -> int:
@@ -54,8 +60,11 @@ class RegionOptions(SceneMapping):
     model: ModelChoice = nested(ModelChoice)
     period: str = option("month", "how observations are grouped in time", choices=PERIODS)
     crs: str = option("EPSG:3035", "the output grid's projected CRS", parse=projected_crs)
-    cell: float = option(600.0, "the output grid's cell in metres", check=require_positive,
-                         metavar="M")  # fmt: skip
+    cell: float = option(
+        600.0, "the output grid's cell in metres, a multiple of 10 (10 needs scene maps at "
+        "10 m, from a model with the dense head; a classifier's cell maps take 60 or more)",
+        check=require_cell, metavar="M",
+    )  # fmt: skip
     block_size: int = option(
         DEFAULT_BLOCK, "the products are computed in blocks of N x N grid cells (memory is a "
         "block's, whatever the region's size), a multiple of 256; the products are the same "

@@ -27,7 +27,13 @@ from bigearthnet.formats.class_map import check_complete, linked_tags
 from bigearthnet.formats.region_folder import ConsistencyRecord, SkippedScene
 from bigearthnet.maps.radiometry import dispute, disputed
 from bigearthnet.maps.region.blocks import block_memory, products_disk
-from bigearthnet.maps.region.grid import Footprint, RegionGrid
+from bigearthnet.maps.region.grid import (
+    CELL_STEP_M,
+    FINEST_CELL_MAP_M,
+    Footprint,
+    RegionGrid,
+    check_map_cell,
+)
 from bigearthnet.maps.region.options import BLOCK_STEP, RegionOptions
 from bigearthnet.maps.region.periods import Acquisition, duplicates, group_by_period
 from bigearthnet.maps.region.plan import SceneMap
@@ -105,8 +111,9 @@ def _check_scenes(
     """Before the first scene is mapped: no L1C product, every scene's reflectance offset
     decided (:mod:`bigearthnet.maps.radiometry`: metadata and pixels) and its identity taken
     (a digest of its files: an item's links once crashed it offline after other scenes were
-    mapped), every scene inside the area of use of ``--crs``, a block that fits in memory
-    and products that fit on the disk; else InputError naming the scene or option
+    mapped), the scenes of one UTM zone on one 10 m grid, every scene inside the area of use
+    of ``--crs``, a model whose maps are as fine as ``--cell`` needs, a block that fits in
+    memory and products that fit on the disk; else InputError naming the scene or option
     to look at (a stray tile of another continent made a grid of 13,506 x 10,846 cells).
     Returns each readable scene's map tags (what its map is made as:
     :func:`bigearthnet.maps.scene.scene_map_tags`, with how its values are read:
@@ -118,7 +125,9 @@ def _check_scenes(
     from bigearthnet.maps.scene import scene_map_tags
     from bigearthnet.maps.scene_input import Scene
 
+    _check_map_cell(opts, predictor)
     footprints: dict[str, Footprint] = {}
+    phases: dict[str, dict[tuple[float, float], str]] = {}  # CRS -> 10 m grid phase -> a scene
     made_as: dict[str, dict[str, str]] = {}
     for acq in wanted:
         scene_dir = Path(acq.path)
@@ -130,6 +139,8 @@ def _check_scenes(
                        mask_clouds=opts.mask_clouds) as scene:  # fmt: skip
                 bounds = array_bounds(scene.height, scene.width, scene.transform)
                 footprints[acq.path] = Footprint(str(scene.crs), bounds)
+                phase = (scene.transform.c % CELL_STEP_M, scene.transform.f % CELL_STEP_M)
+                phases.setdefault(str(scene.crs), {}).setdefault(_rounded(phase), acq.path)
                 made_as[acq.path] = scene_map_tags(
                     scene_dir, predictor, stride=opts.stride, resampling=predictor.resampling,
                     mask_clouds=opts.mask_clouds, values=scene.values_tags(),
@@ -138,6 +149,7 @@ def _check_scenes(
             raise  # undecidable or contradicted: exit 2 naming it, before any is mapped
         except InputError:
             continue  # mapping it names what is wrong, and skips it
+    _check_one_grid_per_zone(phases)
     for path, fp in footprints.items():
         if fp.outside_area_of(opts.crs):
             raise InputError(
@@ -148,6 +160,38 @@ def _check_scenes(
         periods = len(group_by_period(wanted, opts.period))
         _check_room(footprints, opts, predictor.num_classes, periods)
     return made_as
+
+
+def _check_map_cell(opts: RegionOptions, predictor) -> None:
+    """A model without the dense head makes cell maps of ``--stride`` x 10 m (60 m at the
+    finest): refused at once for a ``--cell`` under 60 m they cannot fill (the products
+    step checks every map it is given by its own cell too)."""
+    if getattr(predictor, "has_dense_head", False) or opts.cell >= FINEST_CELL_MAP_M:
+        return
+    what = f"a model without the dense head (--stride {opts.stride}): its scene map"
+    check_map_cell(opts.stride * CELL_STEP_M, opts.cell, what)
+
+
+def _rounded(phase: tuple[float, float]) -> tuple[float, float]:
+    """A grid's offset from the 10 m lattice, to the millimetre (a phase of 9.9999 is 0)."""
+    return tuple(round(v, 3) % CELL_STEP_M for v in phase)  # type: ignore[return-value]
+
+
+def _check_one_grid_per_zone(phases: dict[str, dict[tuple[float, float], str]]) -> None:
+    """Every Sentinel-2 tile of a UTM zone lies on one 10 m pixel grid. Two scenes of a zone
+    whose grids are offset by a fraction of a pixel are refused: one of them was resampled
+    or carries a georeferencing error (5 m: a pixel's corner read as its centre), and its
+    maps would shift every boundary by that much against the others'."""
+    for crs, found in phases.items():
+        if len(found) > 1:
+            (first, a), (other, b) = list(found.items())[:2]
+            dx, dy = ((q - p) % CELL_STEP_M for p, q in zip(first, other))
+            raise InputError(
+                f"{b}: its 10 m pixel grid is offset by ({dx:g}, {dy:g}) m from that of {a} "
+                f"in the same {crs}: Sentinel-2 tiles of a zone share one grid, so one was "
+                "resampled or is georeferenced wrong (a 5 m offset: a pixel's corner taken "
+                "for its centre); fix or leave out the scene"
+            )
 
 
 def _check_room(footprints: dict[str, Footprint], opts: RegionOptions, classes: int,

@@ -5,7 +5,8 @@ only under the digest they were made with, so a block computed by another proces
 task's share) or before a kill is reused only when everything that made it still matches.
 
 Each scene map is taken as what it is, read from its file: its grid, its footprint and its
-cell (a classifier's cell map, 60 to 1,200 m; the dense head's map, 10 m).
+cell (a classifier's cell map, 60 to 1,200 m; the dense head's map, 10 m). A grid finer than
+60 m takes only maps at least as fine (:func:`~.grid.check_map_cell`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from bigearthnet.maps.region.grid import (
     Footprint,
     GridWindow,
     RegionGrid,
+    check_map_cell,
     map_resampling,
     window_of,
 )
@@ -76,6 +78,8 @@ class SeriesPlan:
         persistence: float,
         block_size: int,
     ) -> SeriesPlan:
+        """InputError naming the map when a scene map is coarser than a grid under 60 m
+        takes."""
         import rasterio
 
         footprints, cells = {}, {}
@@ -83,6 +87,7 @@ class SeriesPlan:
             with rasterio.open(scene.path) as src:
                 footprints[scene.path] = Footprint(str(src.crs), tuple(src.bounds))  # type: ignore[arg-type]
                 cells[scene.path] = abs(float(src.transform.a))
+            check_map_cell(cells[scene.path], cell, f"the scene map {scene.path}")
         with rasterio.open(scenes[0].probabilities) as src:
             classes = tuple(read_classes(src.tags(), scenes[0].probabilities))
         grid = RegionGrid.covering(list(footprints.values()), crs, cell)
