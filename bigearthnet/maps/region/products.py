@@ -24,6 +24,7 @@ whatever the region's size. ``share`` computes one process's share of the blocks
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -57,6 +58,7 @@ from bigearthnet.maps.region.catalog import write_collection
 from bigearthnet.maps.region.plan import SceneMap, SeriesPlan
 
 __all__ = ["SceneMap", "build_products"]
+log = logging.getLogger("bigearthnet")
 
 
 def scene_entry(scene: SceneMap, out: Path) -> SceneEntry:
@@ -112,9 +114,14 @@ def build_products(
     plan = SeriesPlan.of(scenes, period=period, crs=crs, cell=cell, persistence=persistence,
                          block_size=block_size)  # fmt: skip
     folder = region_folder.blocks_folder(out, plan.digest)
-    for block in plan.blocks(share):
-        if not region_folder.block_done(folder, block.row, block.col):
-            compute_block(plan, block, folder)
+    mine = plan.blocks(share)
+    todo = [b for b in mine if not region_folder.block_done(folder, b.row, b.col)]
+    for block in todo:
+        compute_block(plan, block, folder)
+    what = "every block" if share is None else f"share {share[0]}/{share[1]}"
+    log.info("%s: %d block(s) of %d cells a side, on a grid of %d x %d cells: %d computed, "
+             "%d reused", what, len(mine), plan.block_size, plan.grid.width, plan.grid.height,
+             len(todo), len(mine) - len(todo))  # fmt: skip
     if share is not None:
         return None
     stats = [region_folder.read_block_stats(folder, b.row, b.col) for b in plan.blocks()]
