@@ -27,18 +27,8 @@ from bigearthnet.maps.region import blocks, grid, products
 from bigearthnet.maps.region.grid import GridWindow, RegionGrid, map_resampling, warp_map
 from bigearthnet.maps.region.periods import from_product_name
 from bigearthnet.maps.region.plan import SceneMap
-from bigearthnet.synthetic.region import RegionSpec, generate_region
 from bigearthnet.synthetic.region_maps import write_truth_maps
 from bigearthnet.synthetic.region_score import score_series
-
-SPEC = RegionSpec(tiles=2, dates=5, size=240, block=1200.0, seed=3)
-
-
-@pytest.fixture(scope="module")
-def region(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("region-blocks") / "synth"
-    generate_region(root, SPEC)
-    return root
 
 
 def _maps(region: Path, folder: Path, cell: float) -> list[SceneMap]:
@@ -50,8 +40,8 @@ CELL, TILE = 20.0, 64
 
 
 @pytest.fixture(scope="module")
-def fine_maps(region, tmp_path_factory) -> list[SceneMap]:
-    return _maps(region, tmp_path_factory.mktemp("maps-fine"), CELL)
+def fine_maps(fine_region, tmp_path_factory) -> list[SceneMap]:
+    return _maps(fine_region, tmp_path_factory.mktemp("maps-fine"), CELL)
 
 
 @pytest.fixture(scope="module")
@@ -110,11 +100,11 @@ def test_shares_of_blocks_combine_into_the_products_of_one_block(
     assert record.lasting_changes > 500
 
 
-def test_the_series_scored_at_its_cell(region, whole):
+def test_the_series_scored_at_its_cell(fine_region, whole):
     """Every cell against the truth at its centre: inside the parcels the 5 % wrong cells
     of each map; within 30 m of a boundary also the boundary's own resampling."""
     out = whole
-    score = score_series(region, out)
+    score = score_series(fine_region, out)
     assert min(score.pixel_agreement) >= 0.9
     assert score.inside_agreement >= 0.94 and score.boundary_agreement < score.inside_agreement
     assert score.boundary_cells > 2_500 and score.inside_cells > 25_000
@@ -124,11 +114,11 @@ def test_the_series_scored_at_its_cell(region, whole):
 
 
 @pytest.mark.bad_input
-def test_a_grid_finer_than_a_classifiers_maps_is_refused(region, tmp_path, bad_input_row):
+def test_a_grid_finer_than_a_classifiers_maps_is_refused(fine_region, tmp_path, bad_input_row):
     """600 m cell maps (a classifier's) feed a grid of 60 m or more as before; under 60 m
     they are refused, naming --cell and what to do, whatever made them (the command refuses
     a model without the dense head before mapping: test_region_inputs.py)."""
-    coarse = _maps(region, tmp_path / "maps", 600.0)
+    coarse = _maps(fine_region, tmp_path / "maps", 600.0)
     assert _build(tmp_path / "a", coarse, cell=60.0) is not None
     with pytest.raises(InputError, match=r"--cell 30: the scene map .* 600 m .*dense head"):
         _build(tmp_path / "b", coarse, cell=30.0)
