@@ -75,13 +75,11 @@ def test_shares_of_blocks_combine_into_the_products_of_one_block(
     fine_maps, whole, tmp_path, monkeypatch
 ):
     """Six blocks of 64 cells, computed as shares 1/2 and 2/2 (two Slurm tasks), then
-    combined: the products of one 1,024-cell block, map for map and byte for byte. Blocks
-    of an earlier grid (another --cell) are never combined into them."""
+    combined: the products of one 1,024-cell block, map for map and byte for byte."""
     monkeypatch.setattr(grid, "WARP_TILE", TILE)
     record = region_folder.read_consistency(whole)
     assert record.grid.cell_m == CELL and record.grid.width > 2 * TILE
     split = tmp_path / "whole"  # the same relative paths to the scenes
-    assert _build(split, fine_maps, cell=40.0, share=(1, 2)) is None  # at another cell
     for k in (1, 2):
         assert _build(split, fine_maps, block_size=TILE, share=(k, 2)) is None
     assert not (split / region_folder.CONSISTENCY).exists()
@@ -90,14 +88,37 @@ def test_shares_of_blocks_combine_into_the_products_of_one_block(
     combined = _build(split, fine_maps, block_size=TILE)
     assert computed == []  # every block came from the shares
     assert combined == record
-    found, expected = _products(split), _products(whole)
-    assert found.keys() == expected.keys()
-    for name, value in expected.items():
-        np.testing.assert_array_equal(found[name], value, err_msg=name)
-    assert not list(split.glob(f"{region_folder.BLOCKS_PREFIX}*"))
+    _assert_same_products(split, whole)
     # What the maps hold: the truth's classes, so the products are a series, not noise.
     assert record.flicker_rate["raw"] > 0.01 and record.flicker_rate["consistent"] == 0.0
     assert record.lasting_changes > 500
+
+
+def _assert_same_products(found_in: Path, expected_in: Path) -> None:
+    """Every map, table and figure alike, byte for byte; no block left."""
+    found, expected = _products(found_in), _products(expected_in)
+    assert found.keys() == expected.keys()
+    for name, value in expected.items():
+        np.testing.assert_array_equal(found[name], value, err_msg=name)
+    assert not list(found_in.glob(f"{region_folder.BLOCKS_PREFIX}*"))
+
+
+@pytest.mark.bad_input
+def test_blocks_of_another_cell_are_never_combined(
+    fine_maps, whole, tmp_path, monkeypatch, bad_input_row
+):
+    """A Slurm share of the blocks computed at --cell 40, then the job rerun at --cell 20
+    into the same --out: the 40 m blocks (named by another digest) are removed, never
+    combined, and the products are those of a 20 m run alone."""
+    monkeypatch.setattr(grid, "WARP_TILE", TILE)
+    out = tmp_path / "whole"  # the same relative paths to the scenes as `whole`
+    assert _build(out, fine_maps, cell=40.0, share=(1, 2)) is None  # else as the rerun
+    assert len(list(out.glob(f"{region_folder.BLOCKS_PREFIX}*/r*"))) >= 1
+    assert _build(out, fine_maps) == region_folder.read_consistency(whole)
+    _assert_same_products(out, whole)
+    bad_input_row("a `--blocks-only 1/2` share at `--cell 40`, then `--cell 20` into the same "
+                  "--out", "bigearthnet-map region (products step)", 0,
+                  "40 m blocks removed, never combined: the products of a 20 m run")  # fmt: skip
 
 
 def test_the_series_scored_at_its_cell(fine_region, whole):
