@@ -45,13 +45,13 @@ def viewer_data(folder: Path, record: ConsistencyRecord, classes: list[str]) -> 
     colours = {v: _rgb(c) for v, c in enumerate(constants.class_colours(len(classes)))}
     maps = {}
     for t, label in enumerate(record.periods):
-        maps[f"raw-{t}"] = _levels(folder / region_folder.PERIODS / f"{label}.tif", colours)
-        maps[f"consistent-{t}"] = _levels(folder / region_folder.CONSISTENT / f"{label}.tif",
-                                          colours)  # fmt: skip
+        maps[f"raw-{t}"] = pyramid(folder / region_folder.PERIODS / f"{label}.tif", colours)
+        maps[f"consistent-{t}"] = pyramid(folder / region_folder.CONSISTENT / f"{label}.tif",
+                                           colours)  # fmt: skip
     legends = {"classes": [[*colours[v], name] for v, name in enumerate(classes)]}
     for key, name in CHANGE_MAPS:
         change_colours, legends[key] = _categories(folder / name)
-        maps[key] = _levels(folder / name, change_colours)
+        maps[key] = pyramid(folder / name, change_colours)
     grid = record.grid
     return {
         "grid": {"width": grid.width, "height": grid.height, "crs": grid.crs,
@@ -83,8 +83,9 @@ def _categories(path: Path) -> tuple[Colours, list[list]]:
     return colours, legend
 
 
-def _levels(path: Path, colours: Colours) -> list[dict]:
-    """The map's pyramid, finest first: ``f`` cells a pixel, its size and its PNG."""
+def pyramid(path: Path, colours: Colours) -> list[dict]:
+    """The map at ``path`` as the viewer takes it, finest level first: ``f`` cells a pixel,
+    its size and its PNG (see the module's docstring)."""
     import rasterio
     from rasterio.enums import Resampling
 

@@ -7,7 +7,8 @@ The scene maps are made from the synthetic region's truth (:mod:`bigearthnet.syn
 .region_maps`): the products step takes scene maps however they were made, so these tests
 need no model, and take fine maps before any model makes them. At 20 m with a warp lattice
 of 64 cells (blocks are whole tiles of it: 256 in use) the region has 6 blocks and costs a
-quarter of its 10 m series (the slow tier maps 10 m: test_region_blocks_large.py)."""
+quarter of its 10 m series (the 10 m series: tests/pages/test_region_viewer.py, slow; its
+memory against the region's size: benchmarks/region_memory.py)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ the products take scene maps however they were made), 372 x 256 cells."""
 
 from __future__ import annotations
 
+import base64
 import io
 import re
 from dataclasses import dataclass
@@ -25,11 +26,13 @@ from pyproj import Transformer
 
 from bigearthnet.core import constants
 from bigearthnet.formats import region_folder
-from bigearthnet.formats.class_map import NODATA, read_category_names
+from bigearthnet.formats.class_map import NODATA, read_category_names, write_class_map
+from bigearthnet.formats.region_folder import GridRecord
 from bigearthnet.maps.region.periods import from_product_name
 from bigearthnet.maps.region.plan import SceneMap
 from bigearthnet.maps.region.products import build_products
 from bigearthnet.pages.region_page import write_region_page
+from bigearthnet.pages.region_viewer import MAX_SIDE, MIN_SIDE, lonlat_points, pyramid
 from bigearthnet.synthetic.region_maps import write_truth_maps
 
 pytestmark = pytest.mark.slow
@@ -271,3 +274,57 @@ def test_the_viewer_shows_10m_cells_where_they_are(series):
         assert visit.texts(".period-label") == [last, last]
         legends = visit.driver.find_elements(By.CSS_SELECTOR, ".change-legend")
         assert [g.get_attribute("data-map") for g in legends if g.is_displayed()] == ["changes"]
+
+
+def test_a_grid_wider_than_the_page_is_shown_by_levels(tmp_path):
+    """A map of 2,500 x 600 cells: levels of 4, 8 and 16 cells a pixel (the finest within
+    1,024 px, the coarsest within 256), each a palette PNG whose indices are the COG's
+    values read at that scale (from its overviews), unobserved cells transparent."""
+    from PIL import Image
+    from rasterio.enums import Resampling
+    from rasterio.transform import Affine
+
+    rng = np.random.default_rng(0)
+    values = rng.integers(0, 19, (600, 2500)).astype(np.uint8)
+    values[:, :300] = NODATA
+    path = tmp_path / "map.tif"
+    where = {"crs": "EPSG:3035", "transform": Affine(10.0, 0, 4e6, 0, -10.0, 3e6)}
+    write_class_map(path, values, where, constants.CLASSES_19, {})
+    colours = {v: tuple(int(c) for c in rgb) for v, rgb in enumerate(constants.class_colours(19))}
+    levels = pyramid(path, colours)
+    assert [(v["f"], v["width"], v["height"]) for v in levels] == [
+        (4, 625, 150), (8, 313, 75), (16, 157, 38)
+    ]  # fmt: skip
+    assert levels[0]["width"] <= MAX_SIDE and levels[-1]["width"] <= MIN_SIDE
+    for level in levels:
+        png = base64.b64decode(level["src"].partition(",")[2])
+        image = Image.open(io.BytesIO(png))
+        with rasterio.open(path) as src:
+            shape = (level["height"], level["width"])
+            expected = src.read(1, out_shape=shape, resampling=Resampling.nearest)
+        np.testing.assert_array_equal(np.asarray(image), expected)
+        assert image.info["transparency"] == NODATA
+
+
+def test_coordinates_are_shown_to_the_decimals_they_hold():
+    """Longitude and latitude interpolated between control points: a region of a few km
+    to 5 decimals with 33 points a side; 1,200 km in the north of Europe needs more points
+    and fewer decimals, each within half its last digit of the truth midway between points."""
+    small = lonlat_points(
+        GridRecord("EPSG:3035", 10.0, 400, 300, (10.0, 0, 4.4e6, 0, -10.0, 2.8e6))
+    )
+    assert (small["n"], small["decimals"]) == (33, 5)
+    large = lonlat_points(GridRecord("EPSG:3035", 1000.0, 1200, 1200,
+                                     (1000.0, 0, 2.6e6, 0, -1000.0, 5.4e6)))  # fmt: skip
+    assert large["n"] > 33 and large["decimals"] < 5
+    n = large["n"]
+    lon, lat = (np.reshape(large[k], (n, n)) for k in ("lon", "lat"))
+    step = 1.2e6 / (n - 1)
+    x = 2.6e6 + step * (np.arange(n - 1) + 0.5)
+    y = 5.4e6 - step * (np.arange(n - 1) + 0.5)
+    true_lon, true_lat = Transformer.from_crs("EPSG:3035", "EPSG:4326", always_xy=True).transform(
+        *np.meshgrid(x, y)
+    )
+    for shown, truth in ((lon, true_lon), (lat, true_lat)):
+        midway = (shown[:-1, :-1] + shown[:-1, 1:] + shown[1:, :-1] + shown[1:, 1:]) / 4
+        assert np.abs(midway - truth).max() <= 0.5 * 10.0 ** -large["decimals"]
