@@ -111,6 +111,18 @@ def fine_region(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def simple_region(tmp_path_factory) -> Path:
+    """A synthetic region of 2 tiles of 2.4 km x 5 dates, a land-cover block a tile, the
+    simple look the tiny test model maps: the region command's bad inputs."""
+    from bigearthnet.synthetic.region import RegionSpec, generate_region
+
+    out = tmp_path_factory.mktemp("simple-region") / "synth"
+    spec = RegionSpec(tiles=2, dates=5, size=240, block=2400.0, seed=3, difficulty="simple")
+    generate_region(out, spec)
+    return out
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 4 MB tmpfs to fill up (disk-full faults); skipped where mounting is not allowed.

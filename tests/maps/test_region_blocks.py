@@ -139,7 +139,7 @@ def test_the_series_scored_at_its_cell(fine_region, whole):
 def test_a_grid_finer_than_a_classifiers_maps_is_refused(fine_region, tmp_path, bad_input_row):
     """600 m cell maps (a classifier's) feed a grid of 60 m or more as before; under 60 m
     they are refused, naming --cell and what to do, whatever made them (the command refuses
-    a model without the dense head before mapping: test_region_inputs.py)."""
+    a model without the dense head before mapping: test_region_grid_bad_input.py)."""
     coarse = _maps(fine_region, tmp_path / "maps", 600.0)
     assert _build(tmp_path / "a", coarse, cell=60.0) is not None
     with pytest.raises(InputError, match=r"--cell 30: the scene map .* 600 m .*dense head"):
