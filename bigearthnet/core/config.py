@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -48,6 +49,9 @@ SELECT_METRICS = ("val_micro_f1", "val_macro_f1", "val_macro_map", "val_micro_ma
 OPTIMIZERS = ("sgd", "adam", "adamw", "lars", "lamb")
 SCHEDULES = ("cosine", "step", "constant")
 PRECISIONS = ("off", "fp16", "bf16")
+# --pixel-loss-weight where the shards hold reference maps and the option is not given:
+# docs/training.md, "The dense head" (why 1).
+DEFAULT_PIXEL_LOSS_WEIGHT = 1.0
 
 
 # What an option is to a run's identity (``identity`` in its field's metadata; compared by
@@ -180,6 +184,15 @@ class TrainConfig:
     )
     mixup_alpha: float = _opt(
         0.0, "mix-up Beta(alpha, alpha) parameter; 0 turns mix-up off", identity=RECIPE
+    )
+    pixel_loss_weight: float | None = _opt(
+        None,
+        "the dense head (per-pixel logits of the 19 classes from a decoder over the encoder) "
+        "trains with the classifier: the loss is the labels' BCE + this weight x the per-pixel "
+        "cross-entropy, a mean over the labelled pixels of the global batch (no-label pixels "
+        "and patches without a map count for nothing); 0 turns the head off; default "
+        f"{DEFAULT_PIXEL_LOSS_WEIGHT:g} where the shards hold reference maps, else 0",
+        identity=RECIPE,
     )
     augment: bool = _opt(
         True, "random flips and 90-degree rotations of training batches", identity=RECIPE
@@ -331,6 +344,11 @@ class TrainConfig:
         if self.target_f1 is not None:
             require_open_fraction("--target-f1", self.target_f1)
         require_non_negative("--mixup-alpha", self.mixup_alpha)
+        weight = self.pixel_loss_weight
+        if weight is not None and not (math.isfinite(weight) and weight >= 0):
+            raise ConfigError(
+                f"--pixel-loss-weight must be a finite number >= 0 (0: no dense head), got {weight}"
+            )
         for f in fields(self):
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:
@@ -396,6 +414,7 @@ def field_type(f: dataclasses.Field, default: Any) -> type:
         "threads": int,
         "loader_threads": int,
         "target_f1": float,
+        "pixel_loss_weight": float,
         "max_steps_per_epoch": int,
         "warmup_steps": int,
     }.get(f.name, str)
@@ -474,7 +493,10 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     if not path.is_file():
         raise ConfigError(f"{run_dir}: no {RUN_CONFIG} (not a training run folder)")
     raw = load_yaml(path, TrainConfig)
-    return _validated(TrainConfig(**raw), dict.fromkeys(raw, path))
+    config = _validated(TrainConfig(**raw), dict.fromkeys(raw, path))
+    if config.pixel_loss_weight is None:  # a run saved before the dense head: it had none
+        config.pixel_loss_weight = 0.0
+    return config
 
 
 def default_threads() -> int | None:

@@ -33,6 +33,7 @@ OPTION_GROUPS: dict[str, tuple[str, ...]] = {
         "trust_coefficient",
         "mixup_alpha",
         "augment",
+        "pixel_loss_weight",
         "seed",
         "precise_bn_samples",
         "backward_passes_per_step",
