@@ -16,6 +16,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from bigearthnet import models
 from bigearthnet.core import constants, distributed
 from bigearthnet.core.config import RUN_CONFIG, TrainConfig, load_run_config
 from bigearthnet.core.errors import ConfigError, InputError
@@ -27,7 +28,8 @@ from bigearthnet.inference.trained_run import load_model
 from bigearthnet.weights.importer import check_registry_fit, load_folder
 
 log = distributed.log
-HEAD = "logits"  # the classifier layer of every registry model
+HEAD = models.HEAD  # the classifier layer of every registry model
+PIXEL_HEAD = models.PIXEL_HEAD  # the dense head's output layer (models/dense.py)
 
 
 def resumes(cfg: TrainConfig) -> bool:
@@ -92,17 +94,21 @@ def initial_inputs(cfg: TrainConfig, manifest: Manifest) -> ModelInputs:
 
 
 def load_initial_weights(model: tf.keras.Model, cfg: TrainConfig) -> None:
-    """Set ``model``'s weights from ``cfg.init_weights``: every layer but the head must fit
-    (a head that does not stays random); with ``cfg.freeze_backbone`` make every layer but
-    the head untrainable. A resumed run's checkpoint holds its weights: nothing is read."""
+    """Set ``model``'s weights from ``cfg.init_weights``: every layer of the encoder must fit;
+    the heads' layers (the classifier, the dense head's decoder) are taken where the source
+    has them alike and stay random otherwise (a published ResNet starts the encoder of a
+    model with the dense head, whose decoder starts random). With ``cfg.freeze_backbone``
+    every layer but the heads' is made untrainable. A resumed run's checkpoint holds its
+    weights: nothing is read."""
     path = Path(cfg.init_weights)
     if resumes(cfg):
         log.info("resuming: the checkpoint holds the weights (%s is not read again)", path)
     else:
         imported = weights_record.is_weights_folder(path)
         source = load_folder(path) if imported else load_model(path).model
+        decoder = _decoder_from(model, source)
         for layer in model.layers:
-            if not layer.weights or layer.name == HEAD:
+            if not layer.weights or models.is_head_layer(layer.name):
                 continue
             if not _same_shapes(layer, source, layer.name):
                 raise InputError(
@@ -113,11 +119,26 @@ def load_initial_weights(model: tf.keras.Model, cfg: TrainConfig) -> None:
         head = _same_shapes(model.get_layer(HEAD), source, HEAD)
         if head:
             model.get_layer(HEAD).set_weights(source.get_layer(HEAD).get_weights())
-        log.info("initial weights from %s (%s)", path,
-                 "with its head" if head else "head initialised at random")  # fmt: skip
+        log.info("initial weights from %s (%s%s)", path,
+                 "with its head" if head else "head initialised at random",
+                 decoder)  # fmt: skip
     if cfg.freeze_backbone:
         for layer in model.layers:
-            layer.trainable = layer.name == HEAD
+            layer.trainable = models.is_head_layer(layer.name)
+
+
+def _decoder_from(model: tf.keras.Model, source: tf.keras.Model) -> str:
+    """Copy the dense head's layers of ``source`` into ``model`` where both have it alike
+    (a run with the dense head); what happened, for the log ("" without a dense head)."""
+    if not models.has_dense_head(model):
+        return ""
+    layers = [layer for layer in model.layers if layer.weights and models.is_head_layer(layer.name)
+              and layer.name != HEAD]  # fmt: skip
+    if not all(_same_shapes(layer, source, layer.name) for layer in layers):
+        return "; dense head initialised at random"
+    for layer in layers:
+        layer.set_weights(source.get_layer(layer.name).get_weights())
+    return "; with its dense head"
 
 
 def _same_shapes(layer: tf.keras.layers.Layer, source: tf.keras.Model, name: str) -> bool:
