@@ -5,9 +5,10 @@ The deepest feature map is projected to ``width`` channels (1x1), resized to the
 map's size and added to that map's own 1x1 projection, down to the finest map given; one
 3x3 conv + ReLU smooths the sum, a 1x1 conv gives the classes' logits there, and a
 bilinear resize brings them to the input's size. The ResNets give it their four stages'
-outputs (stride 4 to 32), so the logits are made at stride 4 (40 m) and interpolated to
-10 m: the reference maps it learns from are CORINE polygons of 25 ha (5 x 5 pixels of
-100 m), so a finer decoder would buy detail the labels do not have.
+outputs (stride 4 to 32), the tiny CNN its last two (stride 4 and 8), so the logits are
+made at stride 4 (40 m) and interpolated to 10 m: the reference maps it learns from are
+CORINE polygons of at least 25 ha (a 500 m square, 50 x 50 pixels), so a finer decoder
+would buy detail the labels do not have. Its cost: benchmarks/README.md, P3-dense.
 
 No BatchNorm in the decoder (as torchvision's FPN): its layers are then plain weights,
 which every replica updates alike, and precise BN, the BN averaging and

@@ -25,7 +25,10 @@ DEFAULT_WIDTHS: tuple[int, ...] = (16, 32, 64)
 # Demo and test runs last a few dozen steps; with Keras' default momentum 0.99 the BN moving
 # statistics used at inference would still be mostly their initial values by then.
 BN_MOMENTUM = 0.9
-DECODER_WIDTH = 32  # the dense head over the three stages (stride 2 to 8)
+# The dense head over the last two stages (stride 4 and 8, as the ResNets' finest): the
+# stride-2 stage too cost ~40 % more per training step (batch 16, 1 thread) for detail the
+# 25 ha reference maps do not have.
+DECODER_WIDTH = 32
 
 
 def tiny_cnn(
@@ -68,5 +71,5 @@ def tiny_cnn(
         stages.append(x)
     x = layers.GlobalAveragePooling2D(name="avg_pool")(x)
     logits = classification_head(x, num_classes, dropout, regularizer)
-    return with_outputs(inputs, logits, stages if dense_head else None, regularizer, name,
+    return with_outputs(inputs, logits, stages[1:] if dense_head else None, regularizer, name,
                         width=DECODER_WIDTH)  # fmt: skip

@@ -65,7 +65,7 @@ def test_layerwise_optimizers_scale_the_decoder_by_its_own_norm(name: str, moved
     batch = _batch()
     kernels = [v for v in replica.model.trainable_variables
                if v.shape.rank > 1 and "decoder_" in v.name]  # fmt: skip
-    assert len(kernels) == 5  # 3 laterals, the smoothing conv, the classifier
+    assert len(kernels) == 4  # 2 laterals (tiny: stages 2 and 3), smoothing, classifier
     before = [v.numpy() for v in kernels]
     replica.train_step(batch.images, batch.labels, seed=tf.constant([1, 2], tf.int64),
                        stop=False, maps=batch.maps, has_map=batch.has_map)  # fmt: skip
