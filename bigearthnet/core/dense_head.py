@@ -6,7 +6,7 @@ Unset, the weight is :data:`~bigearthnet.core.config.DEFAULT_PIXEL_LOSS_WEIGHT` 
 train split holds reference maps and 0 where it holds none; a weight > 0 without maps is
 refused (nothing to learn from). A run saves the resolved weight in ``config.yaml``, and a
 resume compares it as part of the recipe (:mod:`bigearthnet.core.recipe`): a run without the
-head resumed on shards with maps (weight 0 -> 1), or the reverse, is refused, naming
+head resumed on shards with maps (weight 0 -> 0.1), or the reverse, is refused, naming
 ``--pixel-loss-weight``; the two are never mixed silently.
 """
 

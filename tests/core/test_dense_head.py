@@ -43,7 +43,7 @@ def test_a_weight_without_maps_to_learn_from_is_refused() -> None:
 def test_the_weight_is_part_of_the_recipe() -> None:
     assert "pixel_loss_weight" in RECIPE_OPTIONS
     found = changes(with_pixel_head(_cfg(None), 0), with_pixel_head(_cfg(None), 34))
-    assert [str(c) for c in found] == ["--pixel-loss-weight 0.0 -> 1.0"]
+    assert [str(c) for c in found] == ["--pixel-loss-weight 0.0 -> 0.1"]
 
 
 def test_a_run_saved_before_the_head_resumes_without_it(tmp_path: Path) -> None:

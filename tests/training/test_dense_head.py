@@ -14,13 +14,13 @@ import pytest
 from helpers import REPO, TINY_RECIPE, elastic_command, horovodrun, python_script, train_argv
 
 import train
-from bigearthnet.core.config import load_run_config
+from bigearthnet.core.config import DEFAULT_PIXEL_LOSS_WEIGHT, load_run_config
 from bigearthnet.formats import checkpoints
 from bigearthnet.formats.history import read_history
 
 
 def test_a_run_on_shards_with_maps_trains_and_records_the_dense_head(trained_head_run) -> None:
-    assert load_run_config(trained_head_run).pixel_loss_weight == 1.0  # resolved, saved
+    assert load_run_config(trained_head_run).pixel_loss_weight == DEFAULT_PIXEL_LOSS_WEIGHT
     for tag in ("best", "latest"):
         assert checkpoints.read_pointer(trained_head_run, tag).dense_head
     rows = read_history(trained_head_run)

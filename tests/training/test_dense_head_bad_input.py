@@ -53,7 +53,7 @@ def test_a_run_without_the_head_does_not_resume_on_shards_with_maps(
     before = _record_of(run)
     code = train.main(train_argv(shards_v2, run, 8, "--allow-new-data"))
     assert code == 2 and _record_of(run) == before
-    one_line(reported_errors(), str(run), "--pixel-loss-weight 0.0 -> 1.0",
+    one_line(reported_errors(), str(run), "--pixel-loss-weight 0.0 -> 0.1",
              "--pixel-loss-weight 0 resumes it")  # fmt: skip
     bad_input_row("a resume of a run without the dense head on shards with maps",
                   "train.py (resume)", code, "refused naming --pixel-loss-weight and the way "
@@ -73,7 +73,7 @@ def test_a_run_with_the_head_does_not_resume_without_it(
         argv = train_argv(shards_v2, run, 8, "--pixel-loss-weight", "0")
     code = train.main(argv)
     assert code == 2 and _record_of(run) == before
-    one_line(reported_errors(), str(run), "--pixel-loss-weight 1.0 -> 0.0",
-             "trained the dense head (--pixel-loss-weight 1)")  # fmt: skip
+    one_line(reported_errors(), str(run), "--pixel-loss-weight 0.1 -> 0.0",
+             "trained the dense head (--pixel-loss-weight 0.1)")  # fmt: skip
     bad_input_row(f"a resume of a run with the dense head on {how}", "train.py (resume)",
                   code, "refused naming --pixel-loss-weight; nothing trained")  # fmt: skip
