@@ -10,7 +10,7 @@ Common keyword arguments: ``dropout`` (before the head, default 0), ``weight_dec
 conv/dense kernels, default 0) and ``dense_head`` (default False). With ``dense_head=True``
 a decoder over the encoder's features (``models/dense.py``) adds per-pixel logits of the
 19 classes at the input's size, and the model's output is a dict of two named outputs:
-``{HEAD: (batch, num_classes), PIXEL_HEAD: (batch, H, W, 19)}`` (:func:`split_outputs`
+``{PATCH_HEAD: (batch, num_classes), PIXEL_HEAD: (batch, H, W, 19)}`` (:func:`split_outputs`
 takes either form apart). Without it the model is exactly the classifier alone: the same
 layers, the same checkpoints.
 """
@@ -29,8 +29,8 @@ KerasModel = Any
 
 __all__ = [
     "DEFAULT_INPUT_SHAPE",
-    "HEAD",
     "MODELS",
+    "PATCH_HEAD",
     "PIXEL_HEAD",
     "available_models",
     "count_parameters",
@@ -40,11 +40,13 @@ __all__ = [
 ]
 
 DEFAULT_INPUT_SHAPE: tuple[int, int, int] = (PATCH_SIZE, PATCH_SIZE, len(BANDS))
-# The models' named outputs (and their layers): the multi-label classifier, and the dense
-# head's per-pixel logits. Here, the lowest layer that names them: inference and export
-# (which cannot import training) read them too.
-HEAD = "logits"
-PIXEL_HEAD = "pixel_logits"
+# The models' heads, by Keras layer name, and their named outputs: imported weights fill a
+# head by it, and --init-weights keeps every layer but a head (its class count may differ).
+# Here, the lowest layer that names them: inference and export (which cannot import
+# training) read them too. Each registry model ends in the patch head; with the dense head
+# it also gives the per-pixel logits, PIXEL_HEAD.
+PATCH_HEAD = "logits"  # Dense: a patch's (batch, classes) float32 multi-label logits
+PIXEL_HEAD = "pixel_logits"  # (batch, H, W, 19) float32 per-pixel logits (models/dense.py)
 DECODER_PREFIX = "decoder_"  # every layer of the dense head but PIXEL_HEAD
 PIXEL_CLASSES = len(CLASSES_19)  # the reference maps' classes, whatever the label set
 
@@ -100,7 +102,7 @@ def count_parameters(model: KerasModel) -> int:
 def split_outputs(outputs: Any) -> tuple[Any, Any | None]:
     """(multi-label logits, per-pixel logits or None) of a registry model's output."""
     if isinstance(outputs, dict):
-        return outputs[HEAD], outputs[PIXEL_HEAD]
+        return outputs[PATCH_HEAD], outputs[PIXEL_HEAD]
     return outputs, None
 
 
@@ -112,4 +114,4 @@ def has_dense_head(model: KerasModel) -> bool:
 def is_head_layer(name: str) -> bool:
     """Whether the layer ``name`` belongs to a head (the classifier, or the dense head's
     decoder), not to the encoder: what ``--freeze-backbone`` leaves trainable."""
-    return name in (HEAD, PIXEL_HEAD) or name.startswith(DECODER_PREFIX)
+    return name in (PATCH_HEAD, PIXEL_HEAD) or name.startswith(DECODER_PREFIX)

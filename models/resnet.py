@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from bigearthnet.models import DEFAULT_INPUT_SHAPE, HEAD, PIXEL_CLASSES, PIXEL_HEAD
+from bigearthnet.models import DEFAULT_INPUT_SHAPE, PATCH_HEAD, PIXEL_CLASSES, PIXEL_HEAD
 
 layers = tf.keras.layers
 STEM_WIDTH = 64
@@ -181,7 +181,7 @@ def with_outputs(
 
     size = (inputs.shape[1], inputs.shape[2])
     pixels = dense_head(features, size, PIXEL_CLASSES, width=width, regularizer=regularizer)
-    return tf.keras.Model(inputs, {HEAD: logits, PIXEL_HEAD: pixels}, name=name)
+    return tf.keras.Model(inputs, {PATCH_HEAD: logits, PIXEL_HEAD: pixels}, name=name)
 
 
 def classification_head(
@@ -194,9 +194,9 @@ def classification_head(
     if dropout > 0:
         features = layers.Dropout(dropout, name="head_dropout")(features)
     # float32 keeps logits (and so the sigmoid cross-entropy) out of float16 range problems.
-    return layers.Dense(num_classes, kernel_regularizer=regularizer, dtype="float32", name=HEAD)(
-        features
-    )
+    return layers.Dense(
+        num_classes, kernel_regularizer=regularizer, dtype="float32", name=PATCH_HEAD
+    )(features)
 
 
 def resnet18(

@@ -256,11 +256,11 @@ def pixel_linear(input_shape, num_classes, *, name: str = "pixel_linear", dense_
 
     inputs = tf.keras.Input(shape=(None, None, input_shape[-1]))
     pooled = tf.keras.layers.GlobalAveragePooling2D()(inputs)
-    logits = tf.keras.layers.Dense(num_classes, name=models.HEAD)(pooled)
+    logits = tf.keras.layers.Dense(num_classes, name=models.PATCH_HEAD)(pooled)
     if not dense_head:
         return tf.keras.Model(inputs, logits, name=name)
     pixels = tf.keras.layers.Conv2D(models.PIXEL_CLASSES, 1, name=models.PIXEL_HEAD)(inputs)
-    return tf.keras.Model(inputs, {models.HEAD: logits, models.PIXEL_HEAD: pixels}, name=name)
+    return tf.keras.Model(inputs, {models.PATCH_HEAD: logits, models.PIXEL_HEAD: pixels}, name=name)
 
 
 def pooled_linear_replica(
@@ -283,6 +283,8 @@ def pooled_linear_replica(
     models.MODELS.setdefault("pooled_linear", pooled_linear)
     models.MODELS.setdefault("pixel_linear", pixel_linear)
     cfg = TrainConfig(
+        data="d",
+        run_dir="r",
         model="pixel_linear" if pixel_loss_weight else "pooled_linear",
         batch_size=batch_size,
         backward_passes_per_step=passes,
@@ -414,3 +416,51 @@ def assert_scores_close(actual, expected, rtol: float = FLOAT32_RTOL) -> None:
         f"score {actual[worst]:.7g} vs {expected[worst]:.7g} at {worst}: beyond {rtol} of the "
         f"logit scale {logit_scale:.3g} through the sigmoid's slope"
     )
+
+
+def copy_scene(scene: Path, folder: Path) -> Path:
+    """``scene`` copied into ``folder`` (a STAC item with its assets beside it)."""
+    import shutil
+
+    source = scene.parent.parent if scene.suffix == ".json" else scene
+    shutil.copytree(source, folder / source.name)
+    return folder / scene.relative_to(source.parent)
+
+
+def declare_nodata(form: str, scene: Path, value: int) -> None:
+    """Store ``value`` where ``scene`` has no data (0), declared as its form declares it:
+    the item's raster:bands (its COGs still say 0), the Zarr arrays' _FillValue, the
+    GeoTIFFs' GDAL nodata."""
+    import json
+
+    import rasterio
+    import zarr
+
+    from bigearthnet.core import constants
+    from bigearthnet.formats import s2_layouts as layout
+
+    if form == "zarr":
+        root = zarr.open_group(scene, mode="r+")
+        for band in constants.BANDS:
+            array = root[layout.zarr_band(band)]
+            values = array[:]
+            array[:] = np.where(values == 0, value, values)
+            array.attrs["_FillValue"] = value
+        return
+    item = json.loads(scene.read_text()) if form == "stac" else None
+    files = {key: scene.parent / a["href"] for key, a in item["assets"].items()} if item else {
+        path.stem: path for path in scene.glob("B*.tif")}  # fmt: skip
+    for key, file in files.items():
+        if key.upper() == layout.SCL:
+            continue
+        with rasterio.open(file) as src:
+            values, profile, scales = src.read(1), src.profile, (src.scales, src.offsets)
+        profile.update(nodata=profile["nodata"] if item else value)
+        file.unlink()
+        with rasterio.open(file, "w", **profile) as dst:
+            dst.write(np.where(values == 0, value, values).astype(values.dtype), 1)
+            dst.scales, dst.offsets = scales
+        if item:
+            item["assets"][key]["raster:bands"][0]["nodata"] = value
+    if item:
+        scene.write_text(json.dumps(item))

@@ -7,8 +7,8 @@
 * ``bigearthnet-map region``: a region over time (:mod:`bigearthnet.cli.map_region`).
 
 Each sub-command's options are one declaration (the dataclasses below and the ones they
-nest); this module parses them, checks that ``--out`` overlaps no input, and calls the
-package.
+nest); this module parses them, checks that ``--out`` overlaps no input
+(:mod:`bigearthnet.cli.map_out`), and calls the package.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bigearthnet.cli.common import Command, Parser, declared_parser, dispatch
+from bigearthnet.cli.map_out import check_out
 from bigearthnet.core import constants
 from bigearthnet.core.declare import from_args, nested, option
-from bigearthnet.core.util import overlapping
 from bigearthnet.inference.predictor import ModelChoice
 from bigearthnet.maps.change import ChangeOptions
 from bigearthnet.maps.patches import (
@@ -37,6 +37,7 @@ from bigearthnet.maps.patches import (
     write_maps,
 )
 from bigearthnet.maps.scene_options import SceneMapOptions
+from bigearthnet.maps.scene_output import require_map_path
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,8 @@ class SceneCommand:
         "GeoTIFF at 10 m (see --band-order)",
         positional=True, metavar="INPUT",
     )  # fmt: skip
-    out: Path = option(help="the map to write", metavar="MAP.tif")
+    out: Path = option(help="the map to write (a GeoTIFF; its preview MAP.png beside it)",
+                       check=require_map_path, metavar="MAP.tif")  # fmt: skip
     model: ModelChoice = nested(ModelChoice)
     map: SceneMapOptions = nested(SceneMapOptions)
 
@@ -67,9 +69,10 @@ def build_parser() -> Parser:
     return declared_parser(
         PROG,
         "Predict every patch of an archive or of preprocessed shards with a trained run and "
-        "write land-cover GeoTIFFs whose pixels are the 1.2 km patches (band 1: top class "
-        "index; bands 2..C+1: class probability x 250; 255 = nodata), one file per CRS and "
-        "1.2 km lattice (per Sentinel-2 tile), plus PNG previews.",
+        "write land-cover maps whose pixels are the 1.2 km patches, one per CRS and 1.2 km "
+        "lattice (per Sentinel-2 tile): a Cloud-Optimized GeoTIFF of the top class with its "
+        "colour table, class names and QGIS style (.qml), the class probabilities x 250 in "
+        "<name>.tif.probabilities.tif (255 = nodata), plus PNG previews.",
         PatchesCommand,
     )
 
@@ -123,22 +126,6 @@ def main(argv: list[str] | None = None) -> int:
                           _region_parser, _map_region),
     }  # fmt: skip
     return dispatch(argv, commands, prog=PROG, default="patches")
-
-
-def check_out(
-    out: Path, model: ModelChoice | None = None, scenes: tuple[str, ...] = (), **inputs: Path | None
-) -> None:
-    """MapError when ``out`` is an input of the command or a folder holding one (of a scene:
-    any file it is read from)."""
-    from bigearthnet.cli.map_region import scene_inputs
-
-    named: dict[str, str | Path | None] = {f"--{k.replace('_', '-')}": v for k, v in inputs.items()}
-    named.update(scene_inputs(list(scenes)))
-    if model is not None:
-        named.update({"--run-dir": model.run_dir, "--model": model.model})
-    clash = overlapping(out, named)
-    if clash is not None:
-        raise MapError(f"{out}: --out overlaps {clash}; choose another output")
 
 
 def _inputs(opts: PatchMapOptions, loaded, skipped: list) -> tuple[int, Iterator]:

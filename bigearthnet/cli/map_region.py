@@ -4,16 +4,14 @@ consistent land-cover series on one grid (:mod:`bigearthnet.maps.region`; docs/m
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime as dt
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from bigearthnet.cli.common import Parser, declared_parser
+from bigearthnet.cli.map_out import check_out
 from bigearthnet.core.declare import from_args, nested, option
 from bigearthnet.core.errors import InputError
-from bigearthnet.core.util import overlapping
 from bigearthnet.maps.region.options import RegionOptions
 
 PROG = "bigearthnet-map region"
@@ -26,12 +24,13 @@ class RegionCommand:
     region: RegionOptions = nested(RegionOptions)
     scenes: tuple[Path, ...] = option(
         (), "L2A .SAFE folders, EOPF .zarr products, STAC item files, band-GeoTIFF folders or "
-        "band stacks: tile and date from a STAC item's properties, else from the product "
-        "name", positional=True, metavar="SCENE",
+        "band stacks: tile and date from a STAC item's or Zarr product's properties, a SAFE's "
+        "band files, else the product name", positional=True, metavar="SCENE",
     )  # fmt: skip
     scenes_csv: Path | None = option(
         None, "scenes as rows path,date[,tile] (a header row path,date,tile is allowed): for "
-        "inputs not named like products", metavar="CSV",
+        "inputs not named like products; without a tile, the tile the scene states or its "
+        "folder's name when that is an MGRS tile (T32UQU/2020-03-15)", metavar="CSV",
     )  # fmt: skip
     stac_items: Path | None = option(
         None, "scenes as STAC items: a FeatureCollection or ItemCollection file (a saved "
@@ -54,65 +53,25 @@ def build_region_parser() -> Parser:
 def acquisitions_of(command: RegionCommand):
     """The scenes given, as Acquisitions; InputError naming the scene or the CSV row."""
     from bigearthnet.maps.inputs import stac_item
-    from bigearthnet.maps.region.periods import Acquisition, from_product_name
+    from bigearthnet.maps.region.periods import from_csv, of_scene
 
-    def acquisition(scene: str) -> Acquisition:
-        if stac_item.is_stac(scene):
-            return Acquisition(scene, *stac_item.tile_and_date(scene))
-        return from_product_name(scene)
-
-    found = [acquisition(str(path)) for path in command.scenes]
+    found = [of_scene(str(path)) for path in command.scenes]
     if command.scenes_csv is not None:
-        found += _from_csv(command.scenes_csv, Acquisition)
+        found += from_csv(command.scenes_csv)
     if command.stac_items is not None:
-        found += [acquisition(ref) for ref in stac_item.items_in(command.stac_items)]
+        found += [of_scene(ref) for ref in stac_item.items_in(command.stac_items)]
     if not found:
         raise InputError("no scene given: SCENE..., --scenes-csv CSV or --stac-items FILE|DIR")
     return found
 
 
-def _from_csv(path: Path, make) -> list:
-    rows = []
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:  # a BOM from a spreadsheet
-            table = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
-    except OSError as err:
-        raise InputError(f"{path}: unreadable ({err.strerror})") from None
-    if table and table[0][:2] == ["path", "date"]:
-        table = table[1:]
-    for number, row in enumerate(table, start=1):
-        try:
-            date = dt.date.fromisoformat(row[1].strip())
-        except (IndexError, ValueError):
-            raise InputError(f"{path}: row {number}: expected path,date[,tile]") from None
-        scene = (path.parent / row[0].strip()).as_posix() if not row[0].startswith("/") else row[0]
-        tile = row[2].strip() if len(row) > 2 and row[2].strip() else Path(scene).name
-        rows.append(make(scene, tile, date))
-    return rows
-
-
-def scene_inputs(scenes: list[str]) -> dict[str, str]:
-    """Every file the scenes are read from, by name, for the check that --out overlaps none:
-    a STAC item's collection file and its local assets too."""
-    from bigearthnet.maps.inputs import stac_item
-
-    inputs = {}
-    for scene in scenes:
-        inputs[f"SCENE {scene}"] = scene.partition(stac_item.REF)[0]
-        if stac_item.is_stac(scene):
-            for href in stac_item.asset_hrefs(scene):
-                if "://" not in href:
-                    inputs[f"the asset {href} of {scene}"] = href
-    return inputs
-
-
 def check_scene(scene: str | Path) -> None:
     """InputError for a scene that is not there, said before TensorFlow loads (its form and
     bands are checked once the model's bands are known). A region skips such a scene."""
-    from bigearthnet.maps.inputs import stac_item
+    from bigearthnet.maps.inputs.refs import split_ref
 
-    local = str(scene).partition(stac_item.REF)[0]
-    if not Path(local).exists():
+    local, _ = split_ref(scene)
+    if not local.exists():
         raise InputError(f"{local}: no such scene (file or folder)")
 
 
@@ -120,11 +79,7 @@ def map_region_command(args: argparse.Namespace) -> None:
     command = from_args(RegionCommand, args)
     options, model = command.region, command.region.model
     acquisitions = acquisitions_of(command)
-    inputs: dict[str, str | Path | None] = dict(scene_inputs([a.path for a in acquisitions]))
-    inputs.update({"--run-dir": model.run_dir, "--model": model.model})
-    clash = overlapping(options.out, inputs)
-    if clash is not None:
-        raise InputError(f"{options.out}: --out overlaps {clash}; choose another output")
+    check_out(options.out, model, scenes=[a.path for a in acquisitions])
     model.check()
     # Only now TensorFlow (the pipeline imports it): every check above answers at once.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -136,6 +91,9 @@ def map_region_command(args: argparse.Namespace) -> None:
     record = map_region(acquisitions, options)
     if options.scenes_only and distributed.is_root():
         print(f"[region] {len(acquisitions)} scenes mapped or reused in {options.out}/scenes")
+    if options.share is not None and distributed.is_root():
+        print(f"[region] blocks {options.blocks_only} of the products computed or reused in "
+              f"{options.out}")  # fmt: skip
     if record is not None:
         from bigearthnet.pages.region_page import write_region_page
 

@@ -18,6 +18,7 @@ Every other module (and every test) reads these values from here. They follow
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 
 import numpy as np
@@ -36,6 +37,12 @@ BANDS: tuple[str, ...] = (
 )  # fmt: skip
 """Canonical channel order of every image array the project writes or reads."""
 
+L1C_BANDS: tuple[str, ...] = (
+    "B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "B10", "B11", "B12",
+)  # fmt: skip
+"""All 13 Sentinel-2 bands in ESA's order: L1C's images (and 13-band pretrained stems), and
+the numbering (0..12) of the L2A product metadata, whose B10 has no image."""
+
 S2_10_BANDS: tuple[str, ...] = (
     "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B11", "B12",
 )  # fmt: skip
@@ -43,6 +50,9 @@ S2_10_BANDS: tuple[str, ...] = (
 
 S1_BANDS: tuple[str, ...] = ("VV", "VH")
 """Sentinel-1 polarisations, in reBEN's order."""
+
+SENTINEL2_FIRST_DAY = dt.date(2015, 6, 23)
+"""Sentinel-2A's launch: no scene is older (a scene dated before it is a typo)."""
 
 BAND_CONFIGS: dict[str, tuple[str, ...]] = {
     "s2": BANDS,

@@ -2,7 +2,7 @@
 shards (free of TensorFlow: ``train.py`` decides before any rank starts, a batch study on a
 login node).
 
-Unset, the weight is :data:`~bigearthnet.core.config.DEFAULT_PIXEL_LOSS_WEIGHT` where the
+Unset, the weight is :data:`~bigearthnet.core.options.DEFAULT_PIXEL_LOSS_WEIGHT` where the
 train split holds reference maps and 0 where it holds none; a weight > 0 without maps is
 refused (nothing to learn from). A run saves the resolved weight in ``config.yaml``, and a
 resume compares it as part of the recipe (:mod:`bigearthnet.core.recipe`): a run without the
@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from bigearthnet.core.config import DEFAULT_PIXEL_LOSS_WEIGHT, TrainConfig
+from bigearthnet.core.config import TrainConfig
 from bigearthnet.core.errors import ConfigError
+from bigearthnet.core.options import DEFAULT_PIXEL_LOSS_WEIGHT
 
 
 def has_dense_head(cfg: TrainConfig) -> bool:

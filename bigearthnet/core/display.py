@@ -6,7 +6,8 @@ time reads, and none of them carries a path of the machine that built it.
 - an area keeps the decimals that show one cell of its map to 1 % (0.36 km² cells: 2);
 - a duration is in seconds, minutes or hours, whichever reads as a small number;
 - a count agrees with its noun ("1 warm-up epoch", "15 epochs");
-- a path is shown relative to the folder being shared, or by its base name.
+- a path is shown relative to the folder being shared, or by its base name; one an output
+  follows (a map's run) is kept relative to that output, ``..`` included.
 """
 
 from __future__ import annotations
@@ -89,6 +90,22 @@ def shown_path(path: str | os.PathLike, base: str | os.PathLike) -> str:
     return resolved.name or text
 
 
+def linked_path(path: str | os.PathLike, base: str | os.PathLike) -> str:
+    """``path`` as a shared output keeps it to find it again (a map's run, a series'
+    scenes): relative to ``base`` (the folder of the file that keeps it, where it will lie),
+    ``..`` included, so the two can move together; only its base name where the two share
+    no folder below the root (a relative path would spell the absolute one out). A relative
+    ``path`` is read from the working folder, as a command was given it; a URL is kept."""
+    text = os.fspath(path)
+    if not text or "://" in text:
+        return text
+    resolved, root = Path(text).resolve(), Path(base).resolve()
+    shared = Path(os.path.commonpath([resolved, root]))
+    if shared == Path(shared.anchor):
+        return resolved.name or text
+    return Path(os.path.relpath(resolved, root)).as_posix()
+
+
 def shown_command(argv: Iterable[str], base: str | os.PathLike) -> str:
     """A command line with every absolute path in it (``/a/b`` or ``--opt=/a/b``) shown as
     :func:`shown_path` shows it, quoted as a shell takes it."""
@@ -112,3 +129,9 @@ def shown_text(text: str, base: str | os.PathLike) -> str:
     """A message (an error, a reason) with every absolute path in it shown as
     :func:`shown_path` shows it."""
     return _ABSOLUTE_PATH.sub(lambda match: shown_path(match.group(0), base), text)
+
+
+def linked_text(text: str, base: str | os.PathLike) -> str:
+    """A message an output keeps (a skipped scene's reason) with every absolute path in it
+    kept as :func:`linked_path` keeps it."""
+    return _ABSOLUTE_PATH.sub(lambda match: linked_path(match.group(0), base), text)

@@ -14,6 +14,7 @@ Kept free of TensorFlow and Horovod so that option errors answer at once.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -83,7 +84,7 @@ def require_probability(flag: str, value: float) -> float:
 def require_non_negative(flag: str, value: float) -> float:
     """``value`` if it is a finite number >= 0, else ConfigError naming ``flag``."""
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-        raise ConfigError(f"{flag} must be >= 0, got {value}")
+        raise ConfigError(f"{flag} must be a finite number >= 0, got {value}")
     return float(value)
 
 
@@ -92,3 +93,25 @@ def require_positive(flag: str, value: float) -> float:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
         raise ConfigError(f"{flag} must be positive, got {value}")
     return float(value)
+
+
+def require_folder_path(flag: str, value: Path) -> Path:
+    """``value`` if it names a folder or nothing yet (an output folder to make), else
+    ConfigError naming ``flag``: checked when parsed, not when the work is done."""
+    if value.exists() and not value.is_dir():
+        raise ConfigError(f"{flag} {value}: an existing file, not a folder")
+    return value
+
+
+def require_fraction(flag: str, value: float) -> float:
+    """``value`` if it lies in [0, 1) (a rate, a decay), else ConfigError naming ``flag``."""
+    if not (isinstance(value, (int, float)) and 0.0 <= value < 1.0):
+        raise ConfigError(f"{flag} must be in [0, 1), got {value}")
+    return float(value)
+
+
+def require_given(flag: str, value: str) -> str:
+    """``value`` unless it is empty (a folder every run names), else ConfigError."""
+    if not value:
+        raise ConfigError(f"{flag} is required")
+    return value

@@ -30,7 +30,7 @@ class ServingModule(tf.Module):
 
     def _serve(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         outputs = self._outputs(images)
-        named = {OUTPUT_NAME: outputs[models.HEAD]}
+        named = {OUTPUT_NAME: outputs[models.PATCH_HEAD]}
         if models.PIXEL_HEAD in outputs:
             named[PIXEL_OUTPUT_NAME] = outputs[models.PIXEL_HEAD]
         return {name: tf.identity(value, name=name) for name, value in named.items()}

@@ -6,17 +6,32 @@ the class list as its ``classes`` tag (JSON); ``MAP.tif.probabilities.tif`` hold
 per class, a probability p stored as round(p x :data:`PROB_SCALE`). The map is written
 after its companion, so a map whose companion is missing or damaged is not complete:
 :func:`check_complete` says so.
+
+Every map of categories (class maps, and the region's change counts and first changes) is
+written by :func:`write_categories`, so a GIS opens each the same way: a Cloud-Optimized
+GeoTIFF (:mod:`.cog`) whose band 1 carries the categories' colour table, their names as GDAL
+category names (in ``MAP.tif.aux.xml``: TIFF has no place for them; GDAL and QGIS read them
+with the image) and as band tags, and ``MAP.qml`` beside it, the QGIS style with each
+category's value, colour and name (:mod:`.qgis_style`). A class map
+(:func:`write_class_map`) is one whose categories are the model's classes in their CORINE
+colours, with its probabilities companion.
 """
 
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from bigearthnet.core.util import first_line
+from bigearthnet.core import constants
+from bigearthnet.core.display import linked_path
+from bigearthnet.core.util import atomic_path, first_line
+from bigearthnet.formats.cog import Mosaic, write_cog
+from bigearthnet.formats.qgis_style import StyleEntry, style_path, write_style
 
 PROB_SCALE = 250  # probability p is stored as round(p * 250): 0..250, 250 = certain
 NODATA = 255  # nothing seen at this cell (the top class and the probability bands alike)
@@ -26,6 +41,10 @@ CLASSES_TAG = "classes"
 WEIGHTS_DIGEST = "weights_sha256"
 # The provenance tag naming the run whose weights made a map (from the run or its export).
 RUN_DIR_TAG = "run_dir"
+# Tags naming a file or folder (the scene, the model's run, checkpoint or export, a change
+# map's two maps): kept relative to the map (:func:`linked_tags`), never a path of the
+# machine that made it.
+PATH_TAGS = ("scene", RUN_DIR_TAG, "checkpoint", "export", "from_map", "to_map")
 PROBABILITIES_SUFFIX = ".probabilities.tif"
 AREAS_SUFFIX = ".areas.csv"  # a scene map's km² per class
 TRANSITIONS_SUFFIX = ".transitions.csv"  # a change map's km² per transition
@@ -44,6 +63,15 @@ def areas_path(map_path: Path | str) -> Path:
 def transitions_path(map_path: Path | str) -> Path:
     """The transitions table of the change map ``map_path`` (what marks a change map)."""
     return Path(f"{map_path}{TRANSITIONS_SUFFIX}")
+
+
+def linked_tags(tags: Mapping[str, str], folder: Path | str) -> dict[str, str]:
+    """``tags`` as a map in ``folder`` (where it will lie) keeps them: the paths of
+    :data:`PATH_TAGS` relative to that folder (:func:`~bigearthnet.core.display.linked_path`),
+    the rest as they are. A map's tags are compared as so written (a region reuses a scene
+    map by them)."""
+    return {key: linked_path(value, folder) if key in PATH_TAGS else value
+            for key, value in tags.items()}  # fmt: skip
 
 
 def classes_tags(classes: Sequence[str]) -> dict[str, str]:
@@ -75,12 +103,13 @@ def unscaled(stored: np.ndarray) -> np.ndarray:
 
 
 def check_complete(map_path: Path) -> str | None:
-    """None when ``map_path`` and its probabilities companion are both there, readable to
-    their last pixel and name the same classes; else what is wrong, in words."""
+    """None when ``map_path``, its probabilities companion and its sidecars (category
+    names, QGIS style) are there, the two images readable to their last pixel and naming
+    the same classes; else what is wrong, in words."""
     import rasterio
 
     companion = probabilities_path(map_path)
-    for path in (map_path, companion):
+    for path in (map_path, companion, *sidecars(map_path)):
         if not path.is_file():
             return f"{path.name} is missing"
     try:
@@ -95,3 +124,106 @@ def check_complete(map_path: Path) -> str | None:
     except (rasterio.RasterioIOError, ValueError) as err:
         return f"damaged ({first_line(err)})"
     return None
+
+
+def class_categories(classes: Sequence[str]) -> list[StyleEntry]:
+    """The classes as categories: value = index, the project's CORINE colour, the name."""
+    colours = constants.class_colours(len(classes))
+    return [StyleEntry(value, tuple(int(v) for v in colours[value]), name)  # type: ignore[arg-type]
+            for value, name in enumerate(classes)]  # fmt: skip
+
+
+def write_class_map(
+    path: Path,
+    top: np.ndarray | Mosaic,
+    grid: Mapping[str, Any],
+    classes: Sequence[str],
+    tags: Mapping[str, str],
+    *,
+    probabilities: np.ndarray | Mosaic | None = None,
+) -> None:
+    """``path``: the top class ((rows, cols) uint8, :data:`NODATA` where unseen; or a
+    one-band :class:`~.cog.Mosaic` of parts) of ``classes``, tagged with them; with
+    ``probabilities`` ((C, rows, cols) as stored: :func:`scaled`; or a mosaic) its companion
+    first. An older map of the name goes first, so until the
+    new one is renamed in nothing looks complete."""
+    path.unlink(missing_ok=True)
+    all_tags = {**tags, **classes_tags(classes)}
+    if probabilities is not None:
+        write_cog(probabilities_path(path), probabilities, grid, all_tags,
+                  _describe_probabilities(classes), NODATA)  # fmt: skip
+    write_categories(path, top, grid, all_tags, class_categories(classes), "top class index")
+
+
+def write_categories(
+    path: Path,
+    values: np.ndarray | Mosaic,
+    grid: Mapping[str, Any],
+    tags: Mapping[str, str],
+    categories: Sequence[StyleEntry],
+    what: str,
+) -> None:
+    """A map of ``categories`` ((rows, cols) uint8 ``values``, or a one-band mosaic;
+    :data:`NODATA` = nodata) as GIS tools take it: the category names and the QGIS style
+    first, the COG with the colour table last (its presence says the sidecars are there)."""
+    names = {entry.value: entry.label for entry in categories}
+    write_category_names(path, [names.get(v, "") for v in range(max(names, default=-1) + 1)])
+    write_style(path, categories)
+
+    def describe(dst) -> None:
+        dst.write_colormap(1, {entry.value: (*entry.colour, 255) for entry in categories})
+        dst.update_tags(1, **{str(value): name for value, name in names.items()})
+        dst.set_band_description(1, f"{what} ({NODATA} = nodata)")
+
+    bands = values if isinstance(values, Mosaic) else values[None].astype(np.uint8)
+    write_cog(path, bands, grid, tags, describe, NODATA)
+
+
+def _describe_probabilities(classes: Sequence[str]):
+    """A probability file: one band per class, round(p x 250) with its scale."""
+
+    def describe(dst) -> None:
+        for c, name in enumerate(classes, start=1):
+            dst.set_band_description(c, f"P({name}) x {PROB_SCALE}")
+        dst.scales = (1.0 / PROB_SCALE,) * len(classes)
+        dst.offsets = (0.0,) * len(classes)
+
+    return describe
+
+
+def write_category_names(path: Path, names: Sequence[str]) -> None:
+    """Name band 1's values (value i -> ``names[i]``) in GDAL's sidecar ``<path>.aux.xml``.
+
+    GeoTIFF has no tag for category names; GDAL keeps them, like raster attribute tables,
+    in this "PAM" file beside the image, and reads them back with the file: QGIS labels the
+    colour table's entries with them, ``gdalinfo`` lists them. Any older sidecar is replaced.
+    """
+    dataset = ET.Element("PAMDataset")
+    band = ET.SubElement(dataset, "PAMRasterBand", band="1")
+    categories = ET.SubElement(band, "CategoryNames")
+    for name in names:
+        ET.SubElement(categories, "Category").text = name
+    ET.indent(dataset)
+    with atomic_path(sidecar_path(path)) as tmp:
+        ET.ElementTree(dataset).write(tmp, encoding="UTF-8", xml_declaration=False)
+
+
+def read_category_names(path: Path) -> list[str]:
+    """Band 1's category names from ``<path>.aux.xml`` ([] when there are none)."""
+    sidecar = sidecar_path(path)
+    if not sidecar.exists():
+        return []
+    band = ET.parse(sidecar).getroot().find("PAMRasterBand[@band='1']")
+    found = band.findall("CategoryNames/Category") if band is not None else []
+    return [category.text or "" for category in found]
+
+
+def sidecars(path: Path) -> tuple[Path, Path]:
+    """The files a map of categories has beside it (:func:`write_categories`): its category
+    names and its QGIS style."""
+    return sidecar_path(path), style_path(path)
+
+
+def sidecar_path(path: Path) -> Path:
+    """Where GDAL looks for an image's auxiliary metadata (PAM)."""
+    return Path(f"{path}.aux.xml")

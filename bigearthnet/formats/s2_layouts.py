@@ -29,11 +29,19 @@ of :mod:`bigearthnet.synthetic.scene_forms`.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 from bigearthnet.core import constants
 
 SCL = "SCL"
+# What L2A values mean (decided per scene by bigearthnet.maps.radiometry; written by the test
+# writers of bigearthnet.synthetic): DN = 10,000 x reflectance, stored + 1,000 from baseline 04.00.
+REFLECTANCE_SCALE = 1e-4  # reflectance per DN, BigEarthNet's and every L2A product's
+BOA_ADD_OFFSET = -1000  # DN added to stored values from processing baseline 04.00 on
+OFFSET_BASELINE = (4, 0)  # the first processing baseline storing DN + 1,000
+# The L2A product metadata numbers its bands 0..12 in this order (B10 has no L2A image).
+PRODUCT_BAND_IDS = constants.L1C_BANDS
 # The standard product name: the first date is the acquisition, the T-field the MGRS tile.
 PRODUCT_NAME = re.compile(
     r"S2[ABCD]_MSIL2A_(?P<date>\d{8})T\d{6}_N\d{4}_R\d{3}_T(?P<tile>\d{2}[A-Z]{3})_"
@@ -112,3 +120,37 @@ def offset_applied_of(properties: dict) -> tuple[object, str]:
         if key in properties:
             return properties[key], key
     return None, ""
+
+
+# --- tile and date, as every form states them
+# An MGRS tile as Sentinel-2 names it: UTM zone 01-60, latitude band C-X, a 100 km square of
+# two letters; no I or O. (Real rows stop at V; the synthetic regions name squares past it.)
+# Product names write it with a T (``T33UXP``).
+MGRS_TILE = re.compile(r"T?(0[1-9]|[1-5]\d|60)([C-HJ-NP-X][A-HJ-NP-Z]{2})")
+
+
+def mgrs_tile(text: object) -> str | None:
+    """``text`` as an MGRS tile without the T (``T33UXP``, ``33uxp`` -> ``33UXP``); None
+    when it is none (a date, a folder name, zone 61)."""
+    match = MGRS_TILE.fullmatch(str(text).strip().upper())
+    return "".join(match.groups()) if match else None
+
+
+def tile_of(properties: dict) -> str | None:
+    """The MGRS tile a STAC item's (or a Zarr product's ``stac_discovery``) properties
+    state: ``s2:mgrs_tile``, ``grid:code`` (``MGRS-33UXP``) or the ``mgrs:`` fields."""
+    stated = properties.get("s2:mgrs_tile") or str(properties.get("grid:code") or "")
+    if not stated and "mgrs:utm_zone" in properties:
+        zone = properties["mgrs:utm_zone"]
+        stated = f"{int(zone):02d}" if str(zone).isdigit() else str(zone)
+        stated += f"{properties.get('mgrs:latitude_band', '')}"
+        stated += f"{properties.get('mgrs:grid_square', '')}"
+    return mgrs_tile(str(stated).removeprefix("MGRS-")) if stated else None
+
+
+def utc_date(when: dt.datetime) -> dt.date:
+    """The UTC date of ``when``. One without a zone is UTC already (RFC 3339 intends it;
+    the machine's own zone would move a scene acquired near midnight to another day)."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.astimezone(dt.timezone.utc).date()

@@ -133,18 +133,18 @@ class LoadedModel:
     def outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
         """uint16 images -> the model's probabilities as a TensorFlow computation (the one
         formula evaluation, maps and the exported serving signature all run): the sigmoid
-        scores per class under ``models.HEAD``, and with the dense head the softmax per
+        scores per class under ``models.PATCH_HEAD``, and with the dense head the softmax per
         pixel under ``models.PIXEL_HEAD``."""
         x = normalize(images, self.mean, self.std)  # exactly the training normalisation
         logits, pixel_logits = models.split_outputs(self.model(x, training=False))
-        out = {models.HEAD: tf.sigmoid(tf.cast(logits, tf.float32))}
+        out = {models.PATCH_HEAD: tf.sigmoid(tf.cast(logits, tf.float32))}
         if pixel_logits is not None:
             out[models.PIXEL_HEAD] = tf.nn.softmax(tf.cast(pixel_logits, tf.float32))
         return out
 
     def scores(self, images: tf.Tensor) -> tf.Tensor:
         """uint16 images -> sigmoid scores per class (TensorFlow)."""
-        return self.outputs(images)[models.HEAD]
+        return self.outputs(images)[models.PATCH_HEAD]
 
     def pixel_probabilities(self, images: tf.Tensor) -> tf.Tensor:
         """uint16 images -> the dense head's class probabilities per pixel (TensorFlow)."""

@@ -15,7 +15,9 @@ Output ``CHANGE.tif``, a Cloud-Optimized GeoTIFF (uint16) on A's grid:
 - :data:`CHANGE_NODATA` where either map has no data.
 
 Beside it: ``CHANGE.tif.transitions.csv`` (from, to, cells, km^2 of every transition found,
-the stable ones included) and ``CHANGE.png`` (a preview of the largest transitions).
+the stable ones included), ``CHANGE.qml`` (its QGIS style: no change, uncertain and every
+transition found as ``from -> to``, in the colours of the preview) and ``CHANGE.png`` (a
+preview of the largest transitions). The map is written last.
 """
 
 from __future__ import annotations
@@ -33,18 +35,23 @@ from bigearthnet.formats.class_map import (
     NODATA,
     PROB_SCALE,
     classes_tags,
+    linked_tags,
     probabilities_path,
     read_classes,
     transitions_path,
 )
+from bigearthnet.formats.cog import write_cog
+from bigearthnet.formats.qgis_style import StyleEntry, write_style
 from bigearthnet.maps.patches import MapError
-from bigearthnet.maps.preview import LegendEntry, write_preview
-from bigearthnet.maps.scene_output import write_cog
+from bigearthnet.maps.preview import UNCHANGED, LegendEntry, sampled_colours, write_preview
+from bigearthnet.maps.scene_output import preview_path, require_map_path
 
 CODE_BASE = 100  # from * CODE_BASE + to: readable as two 2-digit class indices
 NO_CHANGE = 0
 UNCERTAIN = 65534
 CHANGE_NODATA = 65535
+DISTINCT = 20  # transitions in colours of their own (tab20); the rest share OTHER_CHANGE
+UNSURE, OTHER_CHANGE = (150, 150, 150), (120, 0, 0)
 TRANSITION_FIELDS = ("from_index", "from_class", "to_index", "to_class", "changed", "cells", "km2")
 
 
@@ -163,7 +170,8 @@ class ChangeOptions:
 
     before: Path = option(help="the map of the earlier date", positional=True, metavar="A.tif")
     after: Path = option(help="the map of the later date", positional=True, metavar="B.tif")
-    out: Path = option(help="the change map to write", metavar="CHANGE.tif")
+    out: Path = option(help="the change map to write", check=require_map_path,
+                       metavar="CHANGE.tif")  # fmt: skip
     min_prob: float | None = option(
         None, "count a cell only where both dates' top-class probability is at least P, in "
         "(0, 1] (reads A.tif.probabilities.tif and B.tif.probabilities.tif); default: every "
@@ -186,7 +194,7 @@ def map_change(opts: ChangeOptions) -> ChangeSummary:
     codes = transition_codes(a, b, min_prob=min_prob)
     cell_km2 = abs(a.transform.a * a.transform.e) / 1e6
     rows = transition_rows(a, b, codes, cell_km2=cell_km2)
-    tags = {
+    tags = {  # the two maps named relative to this one (linked_tags, below)
         "from_map": str(path_a),
         "to_map": str(path_b),
         "min_prob": "" if min_prob is None else f"{min_prob:g}",
@@ -200,9 +208,11 @@ def map_change(opts: ChangeOptions) -> ChangeSummary:
 
     out.parent.mkdir(parents=True, exist_ok=True)
     grid = {"crs": a.crs, "transform": a.transform}
-    write_cog(out, codes[None], grid, tags, describe, nodata=CHANGE_NODATA)
+    styles = transition_styles(rows)
     write_csv(transitions_path(out), TRANSITION_FIELDS, rows)
-    _preview(out.with_suffix(".png"), codes, rows, transform=a.transform)
+    _preview(preview_path(out), codes, rows, styles, transform=a.transform)
+    write_style(out, styles)
+    write_cog(out, codes[None], grid, linked_tags(tags, out.parent), describe, CHANGE_NODATA)
     changed = sum(int(r[5]) for r in rows if r[4] == "yes")
     stable = sum(int(r[5]) for r in rows if r[4] == "no")
     return ChangeSummary(
@@ -213,25 +223,34 @@ def map_change(opts: ChangeOptions) -> ChangeSummary:
     )
 
 
-def _preview(path: Path, codes: np.ndarray, rows: list[list], *, transform) -> None:
-    """Stable light grey, uncertain mid grey, nodata white; the largest transitions in
-    distinct colours, the rest dark red."""
-    from matplotlib import colormaps
-
-    rgb = np.full((*codes.shape, 3), 255, dtype=np.uint8)
-    rgb[codes == NO_CHANGE] = (225, 225, 225)
-    rgb[codes == UNCERTAIN] = (150, 150, 150)
-    changed = (codes != NO_CHANGE) & (codes != UNCERTAIN) & (codes != CHANGE_NODATA)
-    rgb[changed] = (120, 0, 0)
-    palette = colormaps["tab20"]
-    legend = [LegendEntry((225, 225, 225), "no change"), LegendEntry((150, 150, 150), "uncertain")]
-    cell_km2 = abs(transform.a * transform.e) / 1e6
+def transition_styles(rows: list[list]) -> list[StyleEntry]:
+    """The change map's categories: no change (light grey), uncertain (mid grey), and each
+    transition found, the 20 largest in distinct colours, the rest dark red."""
     changes = [r for r in rows if r[4] == "yes"]
-    for i, row in enumerate(changes[:20]):
-        colour = tuple(int(255 * v) for v in palette(i)[:3])
-        rgb[codes == row[0] * CODE_BASE + row[2]] = colour
-        legend.append(LegendEntry(colour, f"{row[1]} -> {row[3]} ({row[5] * cell_km2:,.2f} km²)"))
-    if len(changes) > 20:
-        legend.append(LegendEntry((120, 0, 0), f"{len(changes) - 20} other transitions"))
-    title = f"land-cover change: {int(changed.sum())} changed cells"
+    colours = sampled_colours("tab20", min(len(changes), DISTINCT))
+    styles = [StyleEntry(NO_CHANGE, UNCHANGED, "no change"),
+              StyleEntry(UNCERTAIN, UNSURE, "uncertain (below --min-prob)")]  # fmt: skip
+    for i, row in enumerate(changes):
+        colour = colours[i] if i < DISTINCT else OTHER_CHANGE
+        styles.append(StyleEntry(row[0] * CODE_BASE + row[2], colour, f"{row[1]} -> {row[3]}"))
+    return styles
+
+
+def _preview(path: Path, codes: np.ndarray, rows: list[list], styles: list[StyleEntry], *,
+             transform) -> None:  # fmt: skip
+    """The change map in its style's colours (nodata white), the largest transitions with
+    their km² in the legend."""
+    rgb = np.full((*codes.shape, 3), 255, dtype=np.uint8)
+    for style in styles:
+        rgb[codes == style.value] = style.colour
+    cell_km2 = abs(transform.a * transform.e) / 1e6
+    km2 = {r[0] * CODE_BASE + r[2]: r[5] * cell_km2 for r in rows if r[4] == "yes"}
+    legend = [LegendEntry(s.colour, s.label) for s in styles[:2]] + [
+        LegendEntry(s.colour, f"{s.label} ({km2[s.value]:,.2f} km²)")
+        for s in styles[2 : 2 + DISTINCT]
+    ]
+    if len(km2) > DISTINCT:
+        legend.append(LegendEntry(OTHER_CHANGE, f"{len(km2) - DISTINCT} other transitions"))
+    changed = int(np.isin(codes, list(km2)).sum())
+    title = f"land-cover change: {changed} changed cells"
     write_preview(path, rgb, transform=transform, title=title, legend=legend)

@@ -16,15 +16,15 @@ so no prediction is overwritten.
 Geometry. Origin ``x0 = min ulx``, ``y0 = max uly`` of the file's patches, pixel size
 1200 m: a patch lands at ``col = (ulx - x0) / 1200``, ``row = (y0 - uly) / 1200``.
 
-Bands (uint8, nodata 255 = no patch there):
+Each file is a class map (:func:`bigearthnet.formats.class_map.write_class_map`), as a
+scene map is: ``<name>.tif``, a Cloud-Optimized GeoTIFF of the most probable class (uint8,
+0..C-1 in the official order of the run's label set, 255 = no patch there) with the CORINE
+colour table, the class names as GDAL category names (``<name>.tif.aux.xml``), band tags and
+the ``classes`` tag, and ``<name>.qml``, its QGIS style; ``<name>.tif.probabilities.tif``,
+one band per class, p stored as ``round(p * 250)`` (resolution 0.004) with a GDAL scale of
+1/250, so GIS tools that apply scale/offset show probabilities directly.
 
-* band 1: index of the most probable class (0..C-1 in the official order of the run's
-  label set; the names are in the band's metadata and the ``classes`` tag);
-* bands 2..C+1: probability of class 0..C-1 as ``round(p * 250)``, i.e. 0..250 where
-  250 means 1.0 (resolution 0.004). The GDAL scale of these bands is 1/250, so GIS tools
-  that apply scale/offset show probabilities directly.
-
-Beside each GeoTIFF: ``<name>.png``, a colour preview of band 1 with a legend of the
+Beside each map: ``<name>.png``, a colour preview of the top class with a legend of the
 classes present (a fixed CORINE colour per class). ``patches.csv`` lists every patch with
 its file, row, column and top class.
 """
@@ -43,9 +43,9 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
-from bigearthnet.core.errors import InputError, require_positive_int
-from bigearthnet.formats.class_map import NODATA, PROB_SCALE, classes_tags, read_classes
-from bigearthnet.preprocessing.resample import METHODS
+from bigearthnet.core.errors import InputError, require_folder_path, require_positive_int
+from bigearthnet.formats.class_map import NODATA, linked_tags, scaled, write_class_map
+from bigearthnet.preprocessing.archive_input import ArchiveInput
 
 if TYPE_CHECKING:
     from bigearthnet.formats.shards import Manifest
@@ -59,33 +59,21 @@ class MapError(InputError):
     """Bad input for the map command; printed as one line, exit code 2."""
 
 
-@dataclass(frozen=True)
-class PatchMapOptions:
-    """What ``bigearthnet-map [patches]`` maps and how, declared once: the archive or the
-    shards to read, and the output."""
+@dataclass(frozen=True, kw_only=True)
+class PatchMapOptions(ArchiveInput):
+    """What ``bigearthnet-map [patches]`` maps and how, declared once: the archive
+    (:class:`~bigearthnet.preprocessing.archive_input.ArchiveInput`) or the shards to read,
+    and the output."""
 
-    out: Path = option(help="output folder: <tile>.tif, <tile>.png, patches.csv",
+    out: Path = option(help="output folder: <tile>.tif (+ .tif.probabilities.tif, .qml), "
+                       "<tile>.png, patches.csv", check=require_folder_path,
                        metavar="DIR")  # fmt: skip
-    archive: Path | None = option(None, "BigEarthNet-S2 archive root (v1 or v2)", metavar="DIR")
     shards: Path | None = option(
         None, "folder of shards made by bigearthnet-preprocess", metavar="DIR"
     )
     split: tuple[str, ...] | None = option(
         None, "with --shards: the split(s) to map (default: all)", choices=constants.SPLITS
     )
-    version: str = option("auto", "with --archive: its layout (auto: detected)",
-                          choices=("auto", "v1", "v2"))  # fmt: skip
-    resampling: str | None = option(
-        None, "with --archive: upsampling of the 20/60 m bands (default: the one of the run's "
-        "training data, else bilinear)", choices=METHODS,
-    )  # fmt: skip
-    include_snow_cloud: bool = option(
-        False, "with a v2 --archive: also map the patches of the snow/cloud/shadow table"
-    )
-    s1_archive: Path | None = option(
-        None, "with --archive and a model of Sentinel-1 bands: where S1 is (v1: the "
-        "BigEarthNet-S1-v1.0 folder; v2 default: ARCHIVE/BigEarthNet-S1)", metavar="DIR",
-    )  # fmt: skip
     batch_size: int = option(64, "patches per batch", check=require_positive_int, metavar="N")
     progress: bool = option(True, "a progress bar")
 
@@ -289,50 +277,18 @@ def plan_files(places: list[Place]) -> list[MapFile]:
 # --------------------------------------------------------------------------- writing
 
 
-def raster_bands(map_file: MapFile, scores: np.ndarray) -> np.ndarray:
-    """(1 + C, H, W) uint8: top class, then probabilities x 250; 255 where no patch."""
-    num_classes = scores.shape[1]
-    bands = np.full((1 + num_classes, *map_file.shape), NODATA, dtype=np.uint8)
-    mine = scores[map_file.indices]
-    bands[0, map_file.rows, map_file.cols] = mine.argmax(axis=1)
-    scaled = np.rint(np.clip(mine, 0.0, 1.0) * PROB_SCALE).astype(np.uint8)
-    bands[1:, map_file.rows, map_file.cols] = scaled.T
-    return bands
-
-
-def write_geotiff(path: Path, map_file: MapFile, bands: np.ndarray, tags: dict) -> None:
-    """One GeoTIFF, written under a temporary name and renamed."""
-    import rasterio
-    from rasterio.crs import CRS
-
-    from bigearthnet.core.util import atomic_path
-
-    classes = read_classes(tags, path)
-    height, width = map_file.shape
-    profile = {
-        "driver": "GTiff",
-        "height": height,
-        "width": width,
-        "count": len(bands),
-        "dtype": "uint8",
-        "crs": CRS.from_user_input(map_file.crs),
-        "transform": map_file.transform,
-        "nodata": NODATA,
-        "compress": "deflate",
-    }
-    with atomic_path(path) as tmp, rasterio.open(tmp, "w", **profile) as dst:
-        dst.write(bands)
-        dst.update_tags(**tags)
-        dst.set_band_description(1, "top class index (255 = no patch)")
-        dst.update_tags(1, **{str(c): name for c, name in enumerate(classes)})
-        for c, name in enumerate(classes, start=2):
-            dst.set_band_description(c, f"P({name}) x {PROB_SCALE}")
-        dst.scales = (1.0,) + (1.0 / PROB_SCALE,) * len(classes)
-        dst.offsets = (0.0,) * len(bands)
+def file_bands(map_file: MapFile, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The file's (H, W) top class and (C, H, W) probabilities as stored; NODATA where no
+    patch lies."""
+    probabilities = np.full((scores.shape[1], *map_file.shape), np.nan, dtype=np.float32)
+    probabilities[:, map_file.rows, map_file.cols] = scores[map_file.indices].T
+    top = np.full(map_file.shape, NODATA, dtype=np.uint8)
+    top[map_file.rows, map_file.cols] = scores[map_file.indices].argmax(axis=1)
+    return top, scaled(probabilities)
 
 
 def write_preview(path: Path, map_file: MapFile, top: np.ndarray, classes: list[str]) -> None:
-    """Colour PNG of band 1 with a legend of the classes present."""
+    """Colour PNG of the top class with a legend of the classes present."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch as LegendPatch
 
@@ -388,20 +344,20 @@ def patch_rows(files: list[MapFile], places: list[Place], scores: np.ndarray, cl
 
 
 def write_maps(out: Path, places: list[Place], scores: np.ndarray, loaded) -> list[MapFile]:
-    """Every GeoTIFF, its preview and patches.csv into ``out``."""
+    """Every class map, its preview and patches.csv into ``out``."""
+    from rasterio.crs import CRS
+
     from bigearthnet.core.util import write_csv
 
     out.mkdir(parents=True, exist_ok=True)
     classes = loaded.class_names
-    tags = {
-        **classes_tags(classes),
-        "probability_scale": f"bands 2..: round(p * {PROB_SCALE}), {NODATA} = nodata",
-        **loaded.provenance,
-    }
+    tags = linked_tags(loaded.provenance, out)  # the run, relative to the maps
     files = plan_files(places)
     for map_file in files:
-        bands = raster_bands(map_file, scores)
-        write_geotiff(out / f"{map_file.name}.tif", map_file, bands, tags)
-        write_preview(out / f"{map_file.name}.png", map_file, bands[0], classes)
+        top, probabilities = file_bands(map_file, scores)
+        path = out / f"{map_file.name}.tif"
+        write_preview(path.with_suffix(".png"), map_file, top, classes)
+        grid = {"crs": CRS.from_user_input(map_file.crs), "transform": map_file.transform}
+        write_class_map(path, top, grid, classes, tags, probabilities=probabilities)
     write_csv(out / "patches.csv", PATCH_FIELDS, patch_rows(files, places, scores, classes))
     return files

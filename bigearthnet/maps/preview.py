@@ -13,6 +13,7 @@ import numpy as np
 from bigearthnet.evaluation.plots import save_figure
 
 MAX_LEGEND = 24  # a legend longer than this is cut (the CSV beside the map has them all)
+UNCHANGED = (225, 225, 225)  # light grey: no change, in change maps and their styles
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,19 @@ class LegendEntry:
 
     def hex(self) -> str:
         return "#" + "".join(f"{int(v):02x}" for v in self.colour[:3])
+
+
+def sampled_colours(colormap: str, count: int) -> list[tuple[int, int, int]]:
+    """``count`` colours of a matplotlib colour map, evenly spaced from its start to its end
+    (a qualitative one, ``tab20``, gives its colours in order)."""
+    from matplotlib import colormaps
+
+    cmap = colormaps[colormap]
+    if cmap.N <= 20:  # qualitative: its own colours, in turn
+        points = [i % cmap.N for i in range(count)]
+    else:
+        points = [round(i * (cmap.N - 1) / max(count - 1, 1)) for i in range(count)]
+    return [tuple(int(round(255 * v)) for v in cmap(point)[:3]) for point in points]  # type: ignore[misc]
 
 
 def scale_bar_length(width_m: float) -> float:

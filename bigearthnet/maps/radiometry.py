@@ -70,14 +70,14 @@ from pathlib import Path
 import numpy as np
 
 from bigearthnet.core.errors import InputError
+from bigearthnet.formats.s2_layouts import (
+    BOA_ADD_OFFSET,
+    OFFSET_BASELINE,
+    PRODUCT_BAND_IDS,
+    REFLECTANCE_SCALE,
+)
 
 OFFSET_CHOICES = (0, -1000)  # --boa-offset: DN added to the stored values
-REFLECTANCE_SCALE = 1e-4  # reflectance per DN, BigEarthNet's and every L2A product's
-BOA_ADD_OFFSET = -1000  # DN added to stored values from processing baseline 04.00 on
-OFFSET_BASELINE = (4, 0)  # the first processing baseline storing DN + 1,000
-# The L2A product metadata numbers its bands 0..12 in this order (B10 has no L2A image).
-PRODUCT_BAND_IDS = ("B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09",
-                    "B10", "B11", "B12")  # fmt: skip
 # The pixels' consent (module docstring).
 PIXEL_BANDS = ("B02", "B04")
 PERCENTILE = 1.0  # of each band's valid stored values

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from bigearthnet.core import constants, distributed
 from bigearthnet.core.progress import progress_bar
-from bigearthnet.formats.class_map import classes_tags
+from bigearthnet.formats.class_map import classes_tags, linked_tags
 from bigearthnet.maps.inputs import scene_digest
 from bigearthnet.maps.radiometry import dispute
 from bigearthnet.maps.scene_input import Scene, SceneError
@@ -39,7 +39,9 @@ def scene_map_tags(
     (:meth:`~bigearthnet.maps.scene_input.Scene.values_tags`: the reflectance offset applied,
     the metadata's and the pixels' readings, which won). A map whose tags equal these was
     made as this call would make it; any other is remade (a region rerun reuses maps by
-    this)."""
+    this). The map keeps the paths among them relative to its folder
+    (:func:`~bigearthnet.formats.class_map.linked_tags`): its tags name no folder of the
+    machine that made it, and the digests say what the files are wherever they lie."""
     return {
         "scene": str(Path(scene_dir).resolve()),
         "scene_inputs": scene_digest(scene_dir),
@@ -116,7 +118,7 @@ def map_scene(scene_dir: Path, out: Path, opts: SceneMapOptions, loaded: Predict
                 crs=scene.crs,
                 transform=scene.transform @ Affine.scale(stride),
                 classes=loaded.class_names,
-                tags=tags,
+                tags=linked_tags(tags, out.parent),
             )
             log.info(
                 "scene map %s: %d windows on %d rank(s), %d x %d cells of %d m, %.0f windows/s; "

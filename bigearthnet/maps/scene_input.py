@@ -5,8 +5,11 @@ Inputs, in any form :mod:`bigearthnet.maps.inputs` opens: an L2A ``.SAFE`` produ
 EOPF Zarr product, a STAC item with COG assets, a folder of band GeoTIFFs or one band stack.
 Each band's reflectance offset is decided from the scene's metadata, checked against a sparse
 sample of its own pixels (:meth:`Scene.sample`), by :mod:`bigearthnet.maps.radiometry` and
-applied, so values match the archive's. Pixels without
-data are 0 in B02 (L2A fills nodata with 0 in every band); with ``mask_clouds`` the scene
+applied, so values match the archive's. A pixel has no data where any band the model reads
+holds the nodata its scene declares (a STAC asset's ``raster:bands`` nodata, a band file's
+GDAL nodata, a Zarr array's ``_FillValue`` or ``fill_value``; 0 where nothing is declared:
+L2A fills nodata with 0); it is told before the offset is applied, and is 0 in that band
+after. With ``mask_clouds`` the scene
 classification band (SCL, 20 m) also removes cloud shadows, clouds, cirrus and snow
 (:data:`SCL_MASKED`).
 
@@ -66,6 +69,8 @@ def parse_bbox(text: str) -> tuple[float, float, float, float]:
         minx, miny, maxx, maxy = (float(v) for v in text.split(","))
     except ValueError:
         raise InputError(f"--bbox wants minx,miny,maxx,maxy (four numbers), got {text!r}") from None
+    if not all(math.isfinite(v) for v in (minx, miny, maxx, maxy)):
+        raise InputError(f"--bbox {text}: every coordinate must be a finite number")
     if not (minx < maxx and miny < maxy):
         raise InputError(f"--bbox {text}: min must be below max on both axes")
     return minx, miny, maxx, maxy
@@ -200,19 +205,29 @@ class Scene:
         (``self.bands``), or ``only`` these (B02 among them); offsets applied, unless
         ``stored``: the values as the files store them."""
         bands = {}
+        invalid = np.zeros((WINDOW, self.width if width is None else width), dtype=bool)
         for band in only or self.bands:
-            data = self._read(self.source.bands[band], row, col, width)
+            reader = self.source.bands[band]
+            data = self._read(reader, row, col, width)
+            missing = self._nodata(band, data)
+            invalid |= missing.repeat(reader.factor, axis=0).repeat(reader.factor, axis=1)
             offset = 0 if stored else self.offsets.get(band, 0)
-            if offset:
-                shifted = data.astype(np.int32) + offset
-                data = np.where(data == 0, 0, np.clip(shifted, 1, 65535)).astype(np.uint16)
-            bands[band] = data
-        invalid = bands["B02"] == 0
+            if offset:  # never onto 0 either: 0 would read as nodata downstream
+                data = np.clip(data.astype(np.int32) + offset, 1, 65535).astype(np.uint16)
+            bands[band] = np.where(missing, 0, data).astype(data.dtype, copy=False)
         if self.scl is not None:
             scl = self._read(self.scl, row, col, width)
             masked = np.isin(scl, list(SCL_MASKED))
             invalid |= masked.repeat(SCL_FACTOR, axis=0).repeat(SCL_FACTOR, axis=1)
         return Strip(bands, invalid)
+
+    def _nodata(self, band: str, stored: np.ndarray) -> np.ndarray:
+        """Where ``band``'s stored values are a nodata value its scene declares (0 when it
+        declares none)."""
+        missing = np.zeros(stored.shape, dtype=bool)
+        for value in self.source.nodata.get(band) or (0,):
+            missing |= stored == value
+        return missing
 
     def _read(
         self, reader: BandReader, row: int, col: int = 0, width: int | None = None

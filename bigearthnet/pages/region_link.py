@@ -27,9 +27,9 @@ def series_run(folder: Path) -> Path | None:
         return None
     if not value:
         return None
-    # A relative path is as the map command was given it: from where it ran (where the
-    # pages are written, in the same command or the next), else from the series' folder.
-    for path in (Path(value), folder / value):
+    # A relative path is from the map's folder (maps keep their run so: linked_tags); in
+    # maps made before, as the command was given it: from where it ran, or the series'.
+    for path in (maps[0].parent / value, Path(value), folder / value):
         if (path / run_folder.CONFIG).is_file():
             return path
     return None

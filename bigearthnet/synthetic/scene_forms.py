@@ -26,7 +26,7 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.formats import s2_layouts as layout
-from bigearthnet.maps.radiometry import BOA_ADD_OFFSET, REFLECTANCE_SCALE
+from bigearthnet.formats.s2_layouts import BOA_ADD_OFFSET, REFLECTANCE_SCALE
 
 FORM_LAYOUTS = ("zarr", "zarr-zip", "zarr-v2", "stac", "stac-pc")
 BASELINE = "04.00"

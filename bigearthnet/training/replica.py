@@ -14,8 +14,8 @@ The public surface is small: :meth:`Replica.train_step` (one batch -> :class:`St
 use_schedule` (a new LR schedule after an elastic resize) and the state to checkpoint or
 broadcast. Large-batch optimizers and per-step gradient statistics plug in here.
 
-With a pixel-loss weight (``--pixel-loss-weight``, resolved by ``TrainConfig.
-with_pixel_head``) the model has the dense head, every batch brings its reference maps
+With a pixel-loss weight (``--pixel-loss-weight``, resolved by
+:func:`bigearthnet.core.dense_head.with_pixel_head`) the model has the dense head, every batch brings its reference maps
 (moved and mixed with the images: :mod:`bigearthnet.data.augment`) and the loss adds the
 weighted per-pixel cross-entropy, a mean over the global batch's labelled pixels
 (:mod:`bigearthnet.training.losses`).
@@ -43,7 +43,7 @@ from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import image_shape
 from bigearthnet.training import optimizers
 from bigearthnet.training.gns import NoiseSample, NoiseScaleMonitor, adascale_gain
-from bigearthnet.training.initial import load_initial_weights
+from bigearthnet.training.initial import InitialWeights, start_from
 from bigearthnet.training.losses import bce_loss, pixel_loss_sum
 from bigearthnet.training.precise_bn import PreciseBatchNorm
 from bigearthnet.training.schedules import GainedSchedule, LRSchedule, WarmupSchedule
@@ -87,6 +87,7 @@ class Replica:
         *,
         inputs: ModelInputs,
         schedule: LRSchedule,
+        start: InitialWeights | None = None,
     ) -> None:
         self.cfg = cfg
         self.inputs = inputs  # channels, normalisation, classes: in every checkpoint record
@@ -113,8 +114,8 @@ class Replica:
             dropout=cfg.dropout,
             dense_head=self.dense_head,
         )
-        if cfg.init_weights:  # before the optimizer: --freeze-backbone sets what trains
-            load_initial_weights(self.model, cfg)
+        # Before the optimizer: --freeze-backbone sets what trains.
+        start_from(self.model, start, cfg)
         self.schedule = schedule
         # AdaScale's gain (--lr-scaling adascale), set after every update; 1 otherwise.
         self.lr_gain = tf.Variable(1.0, trainable=False, dtype=tf.float32, name="lr_gain")

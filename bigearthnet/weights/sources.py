@@ -25,9 +25,6 @@ from bigearthnet.core.errors import InputError
 SOURCES: tuple[str, ...] = ("reben", "ssl4eo", "timm", "torchvision")
 TORCH_BN_EPSILON = 1e-5  # timm's and torchvision's BatchNorm2d default
 
-L1C_BANDS: tuple[str, ...] = (
-    "B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09", "B10", "B11", "B12",
-)  # fmt: skip
 RGB_BANDS: tuple[str, ...] = ("B04", "B03", "B02")
 
 # ConfigILM BENv2_utils means/stds["120_bilinear"] (the statistics of reBEN's training data).
@@ -73,7 +70,9 @@ def source_facts(source: str, in_channels: int, file: str) -> SourceFacts:
                            "reBEN v2 statistics (ConfigILM 120_bilinear)",
                            tuple(sorted(constants.CLASSES_19)))  # fmt: skip
     if source == "ssl4eo":
-        channels = _channels_of({13: L1C_BANDS, 2: constants.S1_BANDS}, in_channels, file, source)
+        channels = _channels_of(
+            {13: constants.L1C_BANDS, 2: constants.S1_BANDS}, in_channels, file, source
+        )
         if channels == constants.S1_BANDS:
             return SourceFacts(channels, SSL4EO_S1_MEAN, SSL4EO_S1_STD, "bilinear",
                                "SSL4EO-S12 S1 statistics in dB", None)  # fmt: skip
@@ -100,7 +99,7 @@ def source_of_keys(prefix: str, in_channels: int) -> str | None:
     query encoder ``encoder_q`` of a 13-band (L1C) or 2-band (S1) stem."""
     if prefix.startswith("model.vision_encoder."):
         return "reben"
-    if "encoder_q" in prefix.split(".") and in_channels in (len(L1C_BANDS), 2):
+    if "encoder_q" in prefix.split(".") and in_channels in (len(constants.L1C_BANDS), 2):
         return "ssl4eo"
     return None
 

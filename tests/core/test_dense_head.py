@@ -8,15 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bigearthnet.core.config import (
-    DEFAULT_PIXEL_LOSS_WEIGHT,
-    RUN_CONFIG,
-    TrainConfig,
-    load_run_config,
-    save_yaml,
-)
+from bigearthnet.core.config import RUN_CONFIG, TrainConfig, load_run_config, save_yaml
 from bigearthnet.core.dense_head import has_dense_head, resume_note, with_pixel_head
 from bigearthnet.core.errors import ConfigError
+from bigearthnet.core.options import DEFAULT_PIXEL_LOSS_WEIGHT
 from bigearthnet.core.recipe import RECIPE_OPTIONS, changes
 
 

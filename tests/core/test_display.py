@@ -76,3 +76,23 @@ def test_paths_are_shown_relative_to_the_shared_folder_or_by_name(tmp_path: Path
         "the training data's manifest (shards: data folder does not exist)."
     )
     assert str(tmp_path) not in display.shown_text(f"{run}/efficiency.json: unreadable", run)
+
+
+def test_linked_paths_are_relative_unless_only_the_root_is_shared(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A path an output follows (a map's run) is kept relative to it, ``..`` included; a
+    relative path is read from the working folder; where the two share nothing but the
+    root, the name alone (a relative path would spell the absolute one out)."""
+    run, maps = tmp_path / "runs" / "r1", tmp_path / "work" / "maps"
+    assert display.linked_path(run, maps) == "../../runs/r1"
+    assert display.linked_path(maps / "a.tif", maps) == "a.tif"
+    monkeypatch.chdir(tmp_path)
+    assert display.linked_path("runs/r1", maps) == "../../runs/r1"
+    assert display.linked_path(run, "/") == "r1"  # only the root in common
+    assert display.linked_path("https://x.org/item.json", maps) == "https://x.org/item.json"
+    reason = f"{run}/B01.tif: CRS EPSG:32632 differs from B02's"
+    assert (
+        display.linked_text(reason, maps)
+        == "../../runs/r1/B01.tif: CRS EPSG:32632 differs from B02's"
+    )

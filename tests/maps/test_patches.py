@@ -1,4 +1,5 @@
-"""bigearthnet-map: every patch lands on the pixel its GeoTIFF says, one CRS per file."""
+"""bigearthnet-map: every patch lands on the pixel its GeoTIFF says, one CRS per file, each
+file a class map a GIS opens as such (colour table, class names, QGIS style, COG)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rasterio
+from gis import assert_no_machine_paths, open_as_gis_user
 from PIL import Image
 
 from bigearthnet.cli import map as map_cli
-from bigearthnet.formats.class_map import NODATA, PROB_SCALE
+from bigearthnet.core import constants
+from bigearthnet.formats.class_map import NODATA, PROB_SCALE, check_complete, probabilities_path
 from bigearthnet.formats.shards import read_manifest
 from bigearthnet.inference.trained_run import load_model
 from bigearthnet.maps.patches import Place, plan_files
 from bigearthnet.preprocessing.archive import list_patches, read_patch
 from bigearthnet.preprocessing.assembly import assemble
+
+
+def class_maps(out: Path) -> list[Path]:
+    """The class maps of ``out`` (not their probabilities companions)."""
+    return sorted(p for p in out.glob("*.tif") if not p.name.endswith(".probabilities.tif"))
 
 
 def read_index(out: Path) -> dict[str, dict]:
@@ -55,9 +63,11 @@ def test_each_patch_lies_where_its_geotiff_says(real_map: Path, real_v1: Path, r
             row, col = tif.index(ulx + 600, uly - 600)  # the patch centre
             assert (row, col) == (int(index[name]["row"]), int(index[name]["col"]))
             assert tif.xy(row, col, offset="ul") == pytest.approx((ulx, uly))
-            pixel = tif.read(window=((row, row + 1), (col, col + 1)))[:, 0, 0]
-        assert pixel[0] == int(np.argmax(scores)) != NODATA
-        np.testing.assert_allclose(pixel[1:], np.rint(scores * PROB_SCALE), atol=1)
+            top = tif.read(1, window=((row, row + 1), (col, col + 1)))[0, 0]
+        with rasterio.open(probabilities_path(real_map / index[name]["file"])) as companion:
+            stored = companion.read(window=((row, row + 1), (col, col + 1)))[:, 0, 0]
+        assert top == int(np.argmax(scores)) != NODATA
+        np.testing.assert_allclose(stored, np.rint(scores * PROB_SCALE), atol=1)
 
 
 def test_one_crs_per_file_and_no_extra_pixels(real_map: Path, real_v1: Path) -> None:
@@ -71,14 +81,12 @@ def test_one_crs_per_file_and_no_extra_pixels(real_map: Path, real_v1: Path) -> 
         "EPSG:32634",
         "EPSG:32635",
     }
-    tifs = sorted(real_map.glob("*.tif"))
+    tifs = class_maps(real_map)
     assert sorted(t.name for t in tifs) == sorted(crs_of_file)
     valid = 0
     for tif_path in tifs:
         with rasterio.open(tif_path) as tif:
             top = tif.read(1)
-            assert tif.count == 1 + 19 and tif.dtypes[0] == "uint8"
-            assert tif.scales[1] == pytest.approx(1 / PROB_SCALE)
             members = [r for r in index.values() if r["file"] == tif_path.name]
             # Origin = min ulx, max uly of the file's patches.
             assert tif.transform.c == min(float(r["ulx"]) for r in members)
@@ -87,8 +95,30 @@ def test_one_crs_per_file_and_no_extra_pixels(real_map: Path, real_v1: Path) -> 
     assert valid == len(index)
 
 
+def test_each_file_is_a_class_map_a_gis_opens(real_map: Path) -> None:
+    """Issue 47: 20 uint8 bands in strips, no colour table nor names: QGIS showed an RGB mix.
+    Now a class COG (palette, names, nodata), its QGIS style and probabilities companion."""
+    for tif_path in class_maps(real_map):
+        labels = open_as_gis_user(tif_path)
+        assert [labels[v] for v in sorted(labels)] == list(constants.CLASSES_19)
+        assert check_complete(tif_path) is None
+        with rasterio.open(probabilities_path(tif_path)) as companion:
+            assert companion.count == 19 and companion.nodata == NODATA
+            assert companion.scales[0] == pytest.approx(1 / PROB_SCALE)
+
+
+def test_the_maps_name_no_folder_of_this_machine(
+    real_map: Path, trained_run: Path, tmp_path_factory
+) -> None:
+    """Issue 47: the maps' tags held the run's absolute paths; now relative to the maps."""
+    assert_no_machine_paths(real_map, tmp_path_factory.getbasetemp())
+    with rasterio.open(class_maps(real_map)[0]) as tif:
+        run_dir = tif.tags()["run_dir"]
+    assert not Path(run_dir).is_absolute() and (real_map / run_dir).resolve() == trained_run
+
+
 def test_previews_are_valid_pngs(real_map: Path) -> None:
-    for tif_path in real_map.glob("*.tif"):
+    for tif_path in class_maps(real_map):
         png = tif_path.with_suffix(".png")
         with Image.open(png) as image:
             assert image.format == "PNG" and min(image.size) > 100
@@ -120,7 +150,7 @@ def test_map_from_shards(trained_run: Path, shards_v1: Path, tmp_path: Path) -> 
     assert map_cli.main([*argv, "--out", str(tmp_path), "--no-progress"]) == 0
     index = read_index(tmp_path)
     assert len(index) == read_manifest(shards_v1).count("test")
-    for tif_path in tmp_path.glob("*.tif"):
+    for tif_path in class_maps(tmp_path):
         with rasterio.open(tif_path) as tif:
             members = [r for r in index.values() if r["file"] == tif_path.name]
             assert {r["crs"] for r in members} == {tif.crs.to_string()}

@@ -44,9 +44,10 @@ def safe_map(scenes, trained_run, tmp_path_factory) -> tuple[np.ndarray, np.ndar
 
 
 def _map(scene: Path, run: Path, out: Path, *extra: str, masked: bool = True) -> int:
-    """Map ``scene``; clouds masked by SCL (``masked``: float stacks and folders have none)."""
+    """Map ``scene``; clouds masked by SCL as by default (``masked``: float stacks and
+    folders have none)."""
     argv = ["scene", str(scene), "--run-dir", str(run), "--out", str(out), "--no-progress",
-            *(("--mask-clouds",) if masked else ()), *extra]  # fmt: skip
+            *(() if masked else ("--no-mask-clouds",)), *extra]  # fmt: skip
     return map_main(argv)
 
 
@@ -266,10 +267,10 @@ def test_a_region_keeps_both_readings(scenes, trained_run, tmp_path, capsys, ran
     record = read_consistency(out)
     won = {Path(entry.path).name: entry.radiometry_won for entry in record.scenes}
     assert won == {first.name: "metadata", "later.json": "pixels"}
-    (note,) = record.radiometry_notes
-    assert note.startswith(f"{later}: its pixels say DN +0")
+    (note,) = record.radiometry_notes  # the scene as the record names it: relative
+    assert note.startswith("../later.json: its pixels say DN +0")
     printed = capsys.readouterr().out
-    assert f"[region] radiometry: {later}: its pixels say DN +0" in printed
+    assert "[region] radiometry: ../later.json: its pixels say DN +0" in printed
     listed = [s for p in (out / "stac").glob("*/*.json")
               for s in json.loads(p.read_text())["properties"]["bigearthnet:scenes"]]  # fmt: skip
     assert {s["radiometry_won"] for s in listed} == {"metadata", "pixels"}

@@ -19,7 +19,7 @@ from rio_cogeo.cogeo import cog_validate
 
 from bigearthnet.cli.map import main as map_main
 from bigearthnet.cli.synth import main as synth_main
-from bigearthnet.maps.region import products
+from bigearthnet.maps.region import blocks
 from bigearthnet.synthetic.region import RegionSpec, generate_region
 from bigearthnet.synthetic.region_score import score_series
 
@@ -33,12 +33,13 @@ def region(tmp_path_factory) -> Path:
     generate_region(root, SPEC)
     scenes = sorted((root / "scenes").iterdir())
     first = scenes[0].name
-    # A second scene of the same tile and date, a truncated scene and one dated 2005.
+    # A second scene of the same tile and date, a truncated scene and one dated 2017, three
+    # years before the others (a date before Sentinel-2, 2005, is refused: test_region_inputs).
     shutil.copytree(scenes[0], root / "scenes" / first.replace("T130116", "T130117"))
     broken = root / "scenes" / first.replace("T130116", "T140000").replace("T32UQU", "T32UQX")
     shutil.copytree(scenes[0], broken)
     (broken / "B02.tif").write_bytes((broken / "B02.tif").read_bytes()[:300])
-    shutil.copytree(scenes[0], root / "scenes" / first.replace("2020", "2005"))
+    shutil.copytree(scenes[0], root / "scenes" / first.replace("2020", "2017"))
     return root
 
 
@@ -88,7 +89,7 @@ def test_a_region_series(region, trained_run, tmp_path, capsys, monkeypatch):
         assert valid, (path, errors)
     # A rerun reuses every scene map and builds the same products, here decoding the series
     # a grid row at a time.
-    monkeypatch.setattr(products, "BLOCK_VALUES", 1)
+    monkeypatch.setattr(blocks, "BLOCK_VALUES", 1)
     maps = {p: p.stat().st_mtime_ns for p in (out / "scenes").glob("*.tif")}
     before = {p.name: _read(p) for p in (out / "consistent").glob("*.tif")}
     areas_before = (out / "areas.csv").read_bytes()

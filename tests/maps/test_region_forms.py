@@ -10,8 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import rasterio
+from gis import assert_no_machine_paths, open_as_gis_user
+from rio_cogeo.cogeo import cog_validate
 
 from bigearthnet.cli.map import main as map_main
+from bigearthnet.core import constants
+from bigearthnet.formats.class_map import PROBABILITIES_SUFFIX
 from bigearthnet.formats.region_folder import read_consistency
 from bigearthnet.synthetic.region import RegionSpec, generate_region
 from bigearthnet.synthetic.region_score import score_series
@@ -69,6 +73,23 @@ def test_a_series_of_mixed_forms_equals_the_all_safe_series(regions, trained_run
     item = json.loads(next((outs["mixed"] / "stac").glob("*/*.json")).read_text())
     listed = item["properties"]["bigearthnet:scenes"]
     assert listed and all(entry["radiometry"].startswith("DN ") for entry in listed)
+    # Issue 47: every map of categories opens in a GIS as such, each with its QGIS style.
+    for path in sorted(outs["mixed"].glob("*/*.tif")):  # scenes/, periods/, consistent/
+        if path.name.endswith(PROBABILITIES_SUFFIX):
+            assert cog_validate(str(path), quiet=True)[:2] == (True, []), path
+            continue
+        labels = open_as_gis_user(path)
+        assert [labels[v] for v in sorted(labels)] == list(constants.CLASSES_19), path
+    first = open_as_gis_user(outs["mixed"] / "first_change.tif")
+    assert first[0] == "no lasting change"
+    assert first[1] == f"first lasting change: {record.periods[0]}"
+    assert open_as_gis_user(outs["mixed"] / "changes.tif")[1] == "1 class change"
+    # ... and names no folder of this machine: scenes and run relative to the region.
+    assert_no_machine_paths(outs["mixed"], tmp_path.parent.parent)
+    assert record.scenes[0].path.startswith("../../")
+    with rasterio.open(outs["mixed"] / "periods" / f"{record.periods[0]}.tif") as src:
+        run_dir = src.tags()["run_dir"]
+    assert (outs["mixed"] / "periods" / run_dir).resolve() == trained_run.resolve()
 
 
 def test_a_folder_of_items_is_a_scene_list(regions, trained_run, tmp_path):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from bigearthnet.core.errors import InputError
+from bigearthnet.formats import s2_layouts as layout
 from bigearthnet.maps.region import periods, series
 
 PRODUCT = "/data/S2B_MSIL2A_20201201T100559_N0400_R022_T32UQU_20201201T130116.SAFE"
@@ -21,6 +22,20 @@ def test_tile_and_date_from_the_product_name():
     assert (acq.tile, acq.date, acq.utm_zone) == ("32UQU", dt.date(2020, 12, 1), 32)
     with pytest.raises(InputError, match="--scenes-csv"):
         periods.from_product_name("/data/scene.tif")
+
+
+def test_tiles_and_dates_out_of_range_are_refused():
+    """A tile is an MGRS tile (the T of product names dropped), a date in Sentinel-2's
+    years; items state tiles in several ways."""
+    assert [layout.mgrs_tile(t) for t in ("T32UQU", "33uxp", "61UXP", "33UIO", "2020-03-15")] == [
+        "32UQU", "33UXP", None, None, None]  # fmt: skip
+    mgrs = {"mgrs:utm_zone": 33, "mgrs:latitude_band": "U", "mgrs:grid_square": "XP"}
+    tiles = [{"s2:mgrs_tile": "33UXP"}, {"grid:code": "MGRS-33UXP"}, mgrs]
+    assert {layout.tile_of(properties) for properties in tiles} == {"33UXP"}
+    for tile, day in (("99ZZZ", dt.date(2020, 1, 1)), ("33UXP", dt.date(2015, 6, 22)),
+                      ("33UXP", dt.date.today() + dt.timedelta(days=3))):  # fmt: skip
+        with pytest.raises(InputError, match="x.SAFE: (tile|dated)"):
+            periods.Acquisition("x.SAFE", tile, day)
 
 
 @pytest.mark.parametrize(
@@ -36,7 +51,37 @@ def test_tile_and_date_from_the_product_name():
 )
 def test_periods(day, kind, label):
     assert periods.period_of(day, kind) == label
-    assert periods.period_start(label) <= day
+    assert periods.parse_period(label)[0] == kind
+    assert periods.period_start(label) <= day <= periods.period_end(label)
+
+
+@pytest.mark.parametrize(
+    ("label", "first", "last"),
+    [
+        ("2021-02-03", "2021-02-03", "2021-02-03"),
+        ("2024-02", "2024-02-01", "2024-02-29"),  # a leap year's February
+        ("2023-02", "2023-02-01", "2023-02-28"),
+        ("2020-DJF", "2020-12-01", "2021-02-28"),  # a winter runs into the next year
+        ("2023-DJF", "2023-12-01", "2024-02-29"),
+        ("2021-SON", "2021-09-01", "2021-11-30"),
+        ("2021", "2021-01-01", "2021-12-31"),
+    ],
+)
+def test_period_bounds(label, first, last):
+    assert periods.period_start(label) == dt.date.fromisoformat(first)
+    assert periods.period_end(label) == dt.date.fromisoformat(last)
+    # Every day of the period, and no other, is labelled so.
+    kind = periods.parse_period(label)[0]
+    before = periods.period_start(label) - dt.timedelta(days=1)
+    after = periods.period_end(label) + dt.timedelta(days=1)
+    assert periods.period_of(periods.period_end(label), kind) == label
+    assert label not in (periods.period_of(before, kind), periods.period_of(after, kind))
+
+
+@pytest.mark.parametrize("label", ["2021-13", "2021-XYZ", "21", "2021-02-30", "July"])
+def test_what_is_no_period_label(label):
+    with pytest.raises(ValueError):
+        periods.period_end(label)
 
 
 def test_groups_are_in_time_order_and_duplicates_found():
@@ -156,3 +201,42 @@ def test_one_confident_observation_never_outweighs_two_switches():
     labels = series.viterbi(scores)
     assert labels[:, 0].tolist() == [3, 3, 3, 3, 3]
     assert labels[:, 1].tolist() == [3, 3, 7, 7, 3]
+
+
+def _consistency_per_cell(labels: np.ndarray, observed: np.ndarray, lasting: int = 2):
+    """The rule of :func:`series.consistency` written cell by cell, as it was before it was
+    vectorised: (flicker triples, triples, changes, first lasting change)."""
+    flicker = triples = 0
+    changes, first = [], []
+    for cell in range(labels.shape[1]):
+        times = np.flatnonzero(observed[:, cell])
+        seq = labels[times, cell]
+        if len(seq) >= 3:
+            flicker += int(np.sum((seq[:-2] == seq[2:]) & (seq[:-2] != seq[1:-1])))
+            triples += len(seq) - 2
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+        changes.append(len(starts) - 1 if len(seq) else 0)
+        found, settled = -1, None
+        for start, length in zip(starts, np.diff(np.r_[starts, len(seq)])):
+            if length < lasting:
+                continue
+            if settled is not None and seq[start] != settled:
+                found = int(times[start])
+                break
+            settled = seq[start]
+        first.append(found)
+    return flicker, triples, changes, first
+
+
+@pytest.mark.parametrize("periods_, classes, seen", [(8, 3, 0.8), (5, 2, 0.5), (1, 4, 1.0)])
+def test_the_vectorised_figures_equal_the_rule_cell_by_cell(periods_, classes, seen):
+    """Few classes and gaps make every case frequent: runs of every length, switches at
+    the ends, cells never or once observed."""
+    rng = np.random.default_rng(periods_)
+    labels = rng.integers(0, classes, (periods_, 4000))
+    observed = rng.random(labels.shape) < seen
+    found = series.consistency(labels, observed)
+    flicker, triples, changes, first = _consistency_per_cell(labels, observed)
+    assert (found.flicker_triples, found.triples) == (flicker, triples)
+    np.testing.assert_array_equal(found.changes, changes)
+    np.testing.assert_array_equal(found.first_lasting, first)

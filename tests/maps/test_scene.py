@@ -7,22 +7,22 @@ import os
 import shutil
 import subprocess
 import sys
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
 import rasterio
+from gis import assert_no_machine_paths, gdal_category_names, open_as_gis_user
 from helpers import TINY_RECIPE, preprocess
 from rasterio.shutil import copy as copy_dataset
 
 import train
 from bigearthnet.cli.map import main as map_main
+from bigearthnet.core import constants
 from bigearthnet.formats.shards import read_manifest
 from bigearthnet.maps.change import CHANGE_NODATA, NO_CHANGE, UNCERTAIN
 from bigearthnet.maps.scene_input import Scene
-from bigearthnet.maps.scene_output import read_category_names
 from bigearthnet.maps.windows import strip_windows
 from bigearthnet.synthetic.scene import SceneTruth, write_scene
 
@@ -72,10 +72,14 @@ def test_scene_map_finds_the_known_land_cover(layout, scene_model, tmp_path):
     argv = ["scene", str(scene), "--run-dir", str(scene_model), "--out", str(out)]
     assert map_main([*argv, "--stride", "60", "--no-progress"]) == 0
     with rasterio.open(out) as src:
-        top = src.read(1)
+        top, tags = src.read(1), src.tags()
         assert src.crs.to_epsg() == 32633 and src.res == (600.0, 600.0)
         assert src.colormap(1)[TRUTH.classes[1][1]][:3] != (0, 0, 0)
         assert src.tags(1)["0"] == "Urban fabric" and src.nodata == 255
+    # Issue 47: no folder of this machine in the tags; the scene and run relative to the map.
+    assert tags["scene"] == scene.name and tags["clouds_masked"] == "True"
+    assert (tmp_path / tags["run_dir"]).resolve() == scene_model.resolve()
+    assert_no_machine_paths(tmp_path, tmp_path.parent.parent)
     assert agreement(top, 60) >= 0.9, top
     assert (top[[0, 0, -1, -1], [0, -1, 0, -1]] == 255).all()  # corner cells: mostly border
     with rasterio.open(f"{out}.probabilities.tif") as src:
@@ -84,17 +88,9 @@ def test_scene_map_finds_the_known_land_cover(layout, scene_model, tmp_path):
     assert areas[0] == "class,cells,km2" and len(areas) == 1 + 19 + 1
     assert (tmp_path / "map.png").stat().st_size > 10_000  # preview with legend, scale bar
     assert not list(tmp_path.glob(".*"))  # no temporary file left
+    labels = open_as_gis_user(out)  # COG, colour table, category names, QGIS style
+    assert [labels[v] for v in sorted(labels)] == list(constants.CLASSES_19)
     assert gdal_category_names(out)[:2] == ["Urban fabric", "Industrial or commercial units"]
-
-
-def gdal_category_names(path: Path) -> list[str]:
-    """Band 1's category names as GDAL itself reads them (its VRT copy writes them out)."""
-    vrt = path.parent / "gdal-view" / "map.vrt"
-    vrt.parent.mkdir()
-    copy_dataset(path, vrt, driver="VRT")
-    names = [c.text for c in ET.parse(vrt).getroot().iterfind(".//CategoryNames/Category")]
-    assert names == read_category_names(path)  # the project's reader agrees with GDAL
-    return names
 
 
 def test_safe_offset_gives_the_values_of_the_band_geotiffs(tmp_path):
@@ -151,7 +147,7 @@ def _copy_scene(tmp_path: Path) -> Path:
         ("corrupt band", "cannot read this band"),
         ("truncated band", "B05.tif: no georeferencing (CRS or geotransform)"),
         ("corrupt jp2", "_B04_10m.jp2: cannot read"),
-        ("no scl", "--mask-clouds needs the scene classification band (SCL)"),
+        ("no scl", "scene classification band (SCL); --no-mask-clouds maps it"),  # default on
         ("bbox outside", "lies outside the scene"),
         ("stack order", "stack.tif: 12 bands, but the band order names 3"),
         ("bad bbox", "--bbox: wants minx,miny,maxx,maxy"),
@@ -182,7 +178,6 @@ def test_bad_scenes_are_one_line_exit_2(damage, message, scene_model, tmp_path, 
         b04.write_bytes(data[: len(data) // 3])  # a download cut short
     elif damage == "no scl":
         (scene / "SCL.tif").unlink()
-        extra = ["--mask-clouds"]
     elif damage == "bbox outside":
         extra = ["--bbox", "0,0,1000,1000"]
     elif damage == "bad bbox":
@@ -192,7 +187,7 @@ def test_bad_scenes_are_one_line_exit_2(damage, message, scene_model, tmp_path, 
     else:
         scene = tmp_path / "stack.tif"
         write_scene(scene, SceneTruth(240, 240, 0, ((3,),)), layout="stack", difficulty="simple")
-        extra = ["--band-order", "B02,B03,B04"]
+        extra = ["--band-order", "B02,B03,B04", "--no-mask-clouds"]
     out = tmp_path / "map.tif"
     argv = ["scene", str(scene), "--run-dir", str(scene_model), "--out", str(out), "--no-progress"]
     assert map_main([*argv, *extra]) == 2
@@ -206,13 +201,14 @@ CLOUDED = SceneTruth(
 )
 
 
-def test_clouds_are_nodata_with_mask_clouds(scene_model, tmp_path):
-    """A cloud over the centre block: with --mask-clouds its cells are nodata (SCL says
-    cloud), the other blocks are still mapped; without, the cloud gets a class."""
+def test_clouds_are_nodata_unless_no_mask_clouds(scene_model, tmp_path):
+    """A cloud over the centre block: by default its cells are nodata (SCL says cloud), as
+    in a region's scene maps; the other blocks are still mapped; with --no-mask-clouds the
+    cloud gets a class."""
     scene = tmp_path / "x.SAFE"
     write_scene(scene, CLOUDED, seed=3, layout="safe", difficulty="simple")
-    masked = map_scene(scene, scene_model, tmp_path / "masked.tif", "--mask-clouds")
-    plain = map_scene(scene, scene_model, tmp_path / "plain.tif")
+    masked = map_scene(scene, scene_model, tmp_path / "masked.tif")
+    plain = map_scene(scene, scene_model, tmp_path / "plain.tif", "--no-mask-clouds")
     cloud_cells = (slice(4, 8), slice(4, 8))  # 600 m cells 4..7 lie in px 240..480
     assert (masked[cloud_cells] == 255).all()
     assert (plain[cloud_cells] != 255).all()
@@ -239,7 +235,26 @@ def test_bbox_maps_part_of_the_scene_on_the_same_grid(scene_model, tmp_path):
 def test_a_band_stack_geotiff_is_mapped(scene_model, tmp_path):
     stack = tmp_path / "stack.tif"
     write_scene(stack, TRUTH, seed=1, layout="stack", difficulty="simple")
-    assert agreement(map_scene(stack, scene_model, tmp_path / "map.tif"), 60) >= 0.9
+    top = map_scene(stack, scene_model, tmp_path / "map.tif", "--no-mask-clouds")
+    assert agreement(top, 60) >= 0.9
+
+
+@pytest.mark.bad_input
+def test_a_band_stack_is_not_mapped_unmasked_by_default(
+    scene_model, tmp_path, reported_errors, bad_input_row
+):
+    """Issue 47: clouds are masked by default (scene and region alike); a stack has no SCL,
+    so it is refused naming --no-mask-clouds, never mapped unmasked as if masked."""
+    stack = tmp_path / "stack.tif"
+    write_scene(stack, TRUTH, seed=1, layout="stack", difficulty="simple")
+    out = tmp_path / "map.tif"
+    argv = ["scene", str(stack), "--run-dir", str(scene_model), "--out", str(out)]
+    code = map_main([*argv, "--no-progress"])
+    assert code == 2 and not out.exists()
+    line = reported_errors()[-1]
+    assert str(stack) in line and "scene classification band (SCL)" in line, line
+    bad_input_row("a band stack (no SCL), clouds masked by default", "bigearthnet-map scene",
+                  code, "refused, one line naming it; mapped with --no-mask-clouds")  # fmt: skip
 
 
 CHANGED = SceneTruth(
@@ -264,6 +279,10 @@ def test_change_map_finds_the_changed_block(scene_model, tmp_path):
     with rasterio.open(out) as src:
         codes = src.read(1)
         assert src.nodata == CHANGE_NODATA and src.res == (600.0, 600.0)
+    labels = open_as_gis_user(out, nodata=CHANGE_NODATA)  # a COG with its QGIS style
+    with rasterio.open(out) as src:
+        assert (src.tags()["from_map"], src.tags()["to_map"]) == ("a.tif", "b.tif")
+    assert labels[16] == "Urban fabric -> Coastal wetlands" and labels[NO_CHANGE] == "no change"
     block = [(r, c) for r, c, _ in interior_cells(codes.shape, 60) if r < 4 and c < 4]
     assert all(codes[r, c] == 16 for r, c in block), codes
     others = [codes[r, c] for r, c, _ in interior_cells(codes.shape, 60) if (r, c) not in block]
@@ -366,15 +385,16 @@ def test_a_stack_named_the_earth_engine_way_is_read_by_its_names(
                 dst.write(src.read(source + 1), index)
                 dst.set_band_description(index, names[source].replace("B0", "B"))
             dst.scales, dst.offsets = (1e-4,) * dst.count, (0.0,) * dst.count
-    reference = map_scene(stack, scene_model, tmp_path / "stack-map.tif")
-    np.testing.assert_array_equal(map_scene(shuffled, scene_model, tmp_path / "ee-map.tif"),
+    plain = "--no-mask-clouds"  # a stack has no SCL
+    reference = map_scene(stack, scene_model, tmp_path / "stack-map.tif", plain)
+    np.testing.assert_array_equal(map_scene(shuffled, scene_model, tmp_path / "ee-map.tif", plain),
                                   reference)  # fmt: skip
     unnamed = tmp_path / "unnamed.tif"
     with rasterio.open(stack) as src, rasterio.open(unnamed, "w", **src.profile) as dst:
         dst.write(src.read())
     out = tmp_path / "unnamed-map.tif"
     argv = ["scene", str(unnamed), "--run-dir", str(scene_model), "--out", str(out)]
-    code = map_main([*argv, "--no-progress", "--boa-offset", "0"])
+    code = map_main([*argv, "--no-progress", "--boa-offset", "0", "--no-mask-clouds"])
     assert code == 2 and not out.exists()
     assert "its bands are not named" in reported_errors()[-1]
     bad_input_row("a band stack described B2, B8A, ... in reverse order", "bigearthnet-map scene",

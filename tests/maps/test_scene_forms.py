@@ -4,15 +4,30 @@ offset decided from the form's own metadata, and the same map (bigearthnet.maps.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import os
+import shutil
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import rasterio
+import zarr
+from helpers import copy_scene, declare_nodata
 
 from bigearthnet.cli.map import main as map_main
-from bigearthnet.maps.inputs import open_scene_source, require_l2a, stac_item
+from bigearthnet.formats import s2_layouts as layout
+from bigearthnet.maps.inputs import (
+    open_scene_source,
+    require_l2a,
+    scene_digest,
+    scene_files,
+    stac_item,
+    tile_and_date,
+)
+from bigearthnet.maps.inputs.refs import local_path, split_ref
 from bigearthnet.maps.scene_input import Scene, SceneError
 from bigearthnet.synthetic.scene import PRODUCT, SceneTruth, write_scene
 
@@ -118,3 +133,144 @@ def test_a_level_1c_item_or_product_is_refused(scenes, tmp_path: Path) -> None:
     with pytest.raises(SceneError, match="Level-1C"):
         require_l2a(l1c)
     require_l2a(scenes["zarr"])  # L2A: no error
+
+
+def _strips_equal(path: Path, reference: Path, rows=(0, 60)) -> None:
+    with Scene(path) as scene, Scene(reference) as expected:
+        for row in rows:
+            mine, theirs = scene.strip(row), expected.strip(row)
+            np.testing.assert_array_equal(mine.invalid, theirs.invalid, err_msg=str(path))
+            for band, values in mine.bands.items():
+                np.testing.assert_array_equal(values, theirs.bands[band], err_msg=band)
+
+
+def test_a_hash_in_a_folder_name_is_part_of_the_path(scenes, tmp_path: Path) -> None:
+    """D13: any path holding '#' was taken as FILE#ID. A path that exists is that path; a
+    saved search under such a folder is still FILE#ID (split at the last '#')."""
+    folder = tmp_path / "H#2"
+    for form in ("safe", "tif", "zarr", "stac"):
+        item = copy_scene(scenes[form], folder / form)
+        assert stac_item.is_stac(item) == (form == "stac")
+        if form == "safe":  # opened as what it is (decoding its JPEG 2000 costs 1 s)
+            with Scene(item) as scene:
+                assert scene.radiometry.describe() == EVIDENCE[form]
+        else:
+            _strips_equal(item, scenes[form], rows=(0,))
+    search = item.with_name("search#1.json")  # beside the item: the same relative hrefs
+    search.write_text(json.dumps({"type": "FeatureCollection",
+                                  "features": [json.loads(item.read_text())]}))  # fmt: skip
+    assert split_ref(f"{search}#{PRODUCT}") == (search, PRODUCT)
+    assert split_ref(f"{folder}/nowhere.json#x") == (Path(f"{folder}/nowhere.json#x"), None)
+    assert stac_item.items_in(search) == [f"{search}#{PRODUCT}"]
+    _strips_equal(Path(f"{search}#{PRODUCT}"), scenes["stac"], rows=(0,))
+
+
+def test_file_urls_are_local_paths(scenes, tmp_path: Path) -> None:
+    """D04, D05: assets named by file:// URLs (percent-encoded) are the scene's files: the
+    --out check sees them, the identity digest stats them, and they are read."""
+    item_file = copy_scene(scenes["stac"], tmp_path / "a b#1")
+    item = json.loads(item_file.read_text())
+    for asset in item["assets"].values():
+        asset["href"] = (item_file.parent / asset["href"]).resolve().as_uri()
+    assert "%20" in item["assets"]["blue"]["href"] and "%23" in item["assets"]["blue"]["href"]
+    urls = item_file.with_name("urls.json")
+    urls.write_text(json.dumps(item))
+    blue = item_file.parent.parent / "assets" / PRODUCT / "blue.tif"
+    assert scene_files(urls)[f"the asset {blue} of {urls}"] == blue
+    before = scene_digest(urls)
+    os.utime(blue, ns=(blue.stat().st_atime_ns, blue.stat().st_mtime_ns + 10**9))
+    assert scene_digest(urls) != before  # a replaced asset remakes the map
+    _strips_equal(urls, scenes["stac"], rows=(0,))
+    assert local_path("file://localhost/data/a%20b.tif") == Path("/data/a b.tif")
+    for remote in ("https://x.org/a.tif", "s3://b/a.tif", "file://host/a.tif", "/vsis3/b/a.tif"):
+        assert local_path(remote) is None, remote
+
+
+def test_an_item_is_read_as_stored_without_following_its_links(scenes, tmp_path) -> None:
+    """D10: items as the APIs deliver them link to the API (root, self, parent,
+    collection); the identity digest resolved the root link and crashed offline. The digest
+    is the document as read: a changed property changes it."""
+    item = json.loads(scenes["stac"].read_text())
+    api = "https://stac.invalid/v1"  # .invalid never resolves (RFC 2606)
+    item["links"] = [{"rel": rel, "href": f"{api}/{rel}"} for rel in
+                     ("root", "self", "parent", "collection")]  # fmt: skip
+    linked = scenes["stac"].with_name("linked.json")
+    linked.write_text(json.dumps(item))
+    first = scene_digest(linked)
+    assert stac_item.tile_and_date(str(linked))[0] == "33UXP" and not stac_item.is_level_1c(
+        str(linked)
+    )
+    _strips_equal(linked, scenes["stac"], rows=(0,))
+    item["properties"]["s2:processing_baseline"] = "05.10"
+    linked.write_text(json.dumps(item))
+    assert scene_digest(linked) != first
+    linked.unlink()
+
+
+@pytest.fixture
+def los_angeles(monkeypatch):
+    """The machine's local time zone: UTC-7 in summer."""
+    monkeypatch.setenv("TZ", "America/Los_Angeles")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_a_datetime_without_a_zone_is_utc(scenes, tmp_path, los_angeles) -> None:
+    """D09: 22:40 without a zone was read in the machine's zone, a day later in UTC."""
+    item = json.loads(scenes["stac"].read_text())
+    item["properties"]["datetime"] = "2020-05-31T22:40:00"
+    naive = scenes["stac"].with_name("naive.json")
+    naive.write_text(json.dumps(item))
+    assert stac_item.tile_and_date(str(naive)) == ("33UXP", dt.date(2020, 5, 31))
+    naive.unlink()
+    product = tmp_path / scenes["zarr"].name
+    shutil.copytree(scenes["zarr"], product)
+    root = zarr.open_group(product, mode="r+")
+    stated = dict(root.attrs[layout.ZARR_METADATA])
+    stated["properties"] = dict(stated["properties"], datetime="2020-05-31T22:40:00")
+    root.attrs[layout.ZARR_METADATA] = stated
+    assert tile_and_date(product) == ("33UXP", dt.date(2020, 5, 31))
+
+
+def test_catalogs_as_pystac_saves_them_are_lists_of_items(scenes, tmp_path) -> None:
+    """D22: --stac-items of a saved catalog folder (catalog.json, <id>/<id>.json) or of
+    item files beside their collection.json: the items, each once; a JSON file that is
+    none of these is named."""
+    import pystac
+
+    item = pystac.Item.from_file(str(scenes["stac"]))
+    for asset in item.assets.values():
+        asset.href = asset.get_absolute_href()
+    catalog = pystac.Catalog(id="saved", description="a saved search")
+    catalog.add_item(item)
+    catalog.normalize_hrefs(str(tmp_path / "cat"))
+    catalog.save(catalog_type=pystac.CatalogType.SELF_CONTAINED)
+    saved = str(tmp_path / "cat" / PRODUCT / f"{PRODUCT}.json")
+    assert stac_item.items_in(tmp_path / "cat") == [saved]
+    assert stac_item.items_in(tmp_path / "cat" / "catalog.json") == [saved]
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    shutil.copy(saved, flat / f"{PRODUCT}.json")
+    collection = {"type": "Collection", "id": "c", "stac_version": "1.0.0", "description": "",
+                  "license": "other", "links": [{"rel": "item", "href": f"./{PRODUCT}.json"}],
+                  "extent": {"spatial": {"bbox": [[0, 0, 1, 1]]},
+                             "temporal": {"interval": [[None, None]]}}}  # fmt: skip
+    (flat / "collection.json").write_text(json.dumps(collection))
+    assert stac_item.items_in(flat) == [str(flat / f"{PRODUCT}.json")]
+    (flat / "notes.json").write_text("{}")
+    with pytest.raises(SceneError, match="notes.json: neither a STAC item"):
+        stac_item.items_in(flat)
+
+
+@pytest.mark.parametrize("form", ["stac", "zarr", "tif"])
+def test_declared_nodata_is_nodata(form, scenes, tmp_path) -> None:
+    """D03: nodata 65535 (raster:bands, _FillValue, GDAL nodata) over the border was read
+    as data (and, less the offset, as 64535). Read as the scene declares it, the strips
+    equal those of the 0-filled scene: the same pixels without data, 0 in every band."""
+    copy = copy_scene(scenes[form], tmp_path)
+    declare_nodata(form, copy, 65535)
+    with Scene(copy) as scene:
+        assert 65535 in scene.source.nodata["B02"] and scene.strip(0).invalid.any()
+    _strips_equal(copy, scenes[form])

@@ -8,8 +8,8 @@ import tensorflow as tf
 
 from bigearthnet.core.constants import BANDS, PATCH_SIZE
 from bigearthnet.models import (
-    HEAD,
     MODELS,
+    PATCH_HEAD,
     PIXEL_HEAD,
     available_models,
     count_parameters,
@@ -195,7 +195,7 @@ def test_the_dense_head_adds_named_per_pixel_logits_and_nothing_else(name):
     dense = get_model(name, input_shape=shape, num_classes=43, dense_head=True)
     assert not has_dense_head(plain) and has_dense_head(dense)
     out = dense(np.zeros((2, *shape), "float32"), training=False)
-    assert sorted(out) == sorted([HEAD, PIXEL_HEAD])
+    assert sorted(out) == sorted([PATCH_HEAD, PIXEL_HEAD])
     logits, pixels = split_outputs(out)
     assert logits.shape == (2, 43) and pixels.shape == (2, 64, 64, 19)
     assert pixels.dtype == tf.float32
@@ -206,7 +206,7 @@ def test_the_dense_head_adds_named_per_pixel_logits_and_nothing_else(name):
     assert sorted(shared) == sorted(plain_layers)  # the encoder and classifier, unchanged
     added = {layer.name for layer in dense.layers} - {name for name, _ in plain_layers}
     assert added and all(is_head_layer(layer) for layer in added)
-    assert not any(is_head_layer(layer) for layer, _ in plain_layers if layer != HEAD)
+    assert not any(is_head_layer(layer) for layer, _ in plain_layers if layer != PATCH_HEAD)
 
 
 def test_the_dense_head_learns_where_each_class_is():

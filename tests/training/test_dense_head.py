@@ -14,7 +14,8 @@ import pytest
 from helpers import REPO, TINY_RECIPE, elastic_command, horovodrun, python_script, train_argv
 
 import train
-from bigearthnet.core.config import DEFAULT_PIXEL_LOSS_WEIGHT, load_run_config
+from bigearthnet.core.config import load_run_config
+from bigearthnet.core.options import DEFAULT_PIXEL_LOSS_WEIGHT
 from bigearthnet.formats import checkpoints
 from bigearthnet.formats.history import read_history
 

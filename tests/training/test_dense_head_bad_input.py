@@ -27,7 +27,7 @@ def test_a_weight_out_of_range_is_refused(
     run = tmp_path / "run"
     code = train.main([*train_argv(shards_v2, run, 1), "--pixel-loss-weight", value])
     assert code == 2 and not run.exists()
-    one_line(reported_errors(), "--pixel-loss-weight must be a finite number >= 0", value)
+    one_line(reported_errors(), "--pixel-loss-weight: must be a finite number >= 0", value)
     bad_input_row(f"`--pixel-loss-weight {value}`", "train.py", code,
                   "refused before any rank starts")  # fmt: skip
 

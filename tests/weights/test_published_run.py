@@ -87,14 +87,33 @@ def test_a_published_classifier_is_a_run(published, shards_v1, tmp_path):
     )
 
 
-def test_init_weights_with_a_frozen_backbone(published, shards_v1, tmp_path):
+def _counted(monkeypatch, module, name: str) -> list:
+    """Calls of ``module.name`` from now on (the function still runs)."""
+    calls: list = []
+    real = getattr(module, name)
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counting)
+    return calls
+
+
+def test_init_weights_with_a_frozen_backbone(published, shards_v1, tmp_path, monkeypatch):
+    from bigearthnet.training import initial
+
     weights = tmp_path / "weights"
     src = published["root"] / "backbone.safetensors"  # type: ignore[operator]
     assert weights_main(["import", str(src), "--out", str(weights)]) == 0
     run = tmp_path / "run"
     flags = ("--model", "resnet18", "--init-weights", str(weights), "--freeze-backbone",
              "--max-steps-per-epoch", "2")  # fmt: skip
+    records = _counted(monkeypatch, weights_record, "read_record")
+    loads = _counted(monkeypatch, initial, "load_folder")
     assert train.main(train_argv(shards_v1, run, 1, *flags)) == 0
+    # resolved once: weights.json read once, the network loaded once (this one rank)
+    assert len(loads) == 1 and len([r for r in records if Path(r[0]) == weights]) == 1
     start = models.get_model("resnet18", (120, 120, 12), 19)
     start.load_weights(str(weights / weights_record.WEIGHTS_FILE), by_name=True, skip_mismatch=True)
     trained = load_model(run).model
@@ -110,11 +129,16 @@ def test_init_weights_with_a_frozen_backbone(published, shards_v1, tmp_path):
     assert record.inputs.mean != tuple(read_manifest(shards_v1).band_mean or ())
 
 
-def test_init_from_another_run(trained_run, shards_v1, tmp_path):
-    """A run folder as --init-weights: its best checkpoint, its normalisation."""
+def test_init_from_another_run(trained_run, shards_v1, tmp_path, monkeypatch):
+    """A run folder as --init-weights: its best checkpoint, its normalisation; its model
+    restored once (it was twice per rank)."""
+    from bigearthnet.training import initial
+
     run = tmp_path / "run"
     flags = ("--init-weights", str(trained_run), "--freeze-backbone", "--max-steps-per-epoch", "2")
+    loads = _counted(monkeypatch, initial, "load_model")
     assert train.main(train_argv(shards_v1, run, 1, *flags)) == 0
+    assert len(loads) == 1
     before, after = load_model(trained_run), load_model(run)
     for layer in before.model.layers:
         if layer.weights and layer.name != "logits":
@@ -253,14 +277,14 @@ def _decoder(model: tf.keras.Model) -> dict[str, list[np.ndarray]]:
     """The dense head's weights, by layer."""
     heads = (layer for layer in model.layers if models.is_head_layer(layer.name))
     return {layer.name: layer.get_weights() for layer in heads
-            if layer.weights and layer.name != models.HEAD}  # fmt: skip
+            if layer.weights and layer.name != models.PATCH_HEAD}  # fmt: skip
 
 
 def test_published_weights_start_the_encoder_of_a_model_with_the_dense_head(published, tmp_path):
     """--init-weights of a published ResNet (no decoder there): every encoder layer takes
     it, the decoder keeps its random start; --freeze-backbone leaves the heads trainable."""
     from bigearthnet.core.config import TrainConfig
-    from bigearthnet.training.initial import load_initial_weights
+    from bigearthnet.training.initial import InitialWeights, start_from
 
     weights = tmp_path / "weights"
     src = published["root"] / "backbone.safetensors"  # type: ignore[operator]
@@ -272,7 +296,8 @@ def test_published_weights_start_the_encoder_of_a_model_with_the_dense_head(publ
     random_start = _decoder(model)
     cfg = TrainConfig(data="d", run_dir=str(tmp_path / "run"), model="resnet18",
                       init_weights=str(weights), freeze_backbone=True)  # fmt: skip
-    load_initial_weights(model, cfg)
+    record = weights_record.read(weights)
+    start_from(model, InitialWeights(weights, record, record.model_inputs()), cfg)
     for layer in source.layers:
         if layer.weights and layer.name != "logits":
             for a, b in zip(layer.get_weights(), model.get_layer(layer.name).get_weights()):
@@ -289,14 +314,14 @@ def test_a_run_folder_starts_the_dense_head_where_it_has_one(source, request, tm
     """--init-weights RUN into a model with the dense head: the run's decoder when it has one
     (a run with the head), a random one when not."""
     from bigearthnet.core.config import TrainConfig
-    from bigearthnet.training.initial import load_initial_weights
+    from bigearthnet.training.initial import InitialWeights, start_from
 
     run = request.getfixturevalue(source)
     model = models.get_model("tiny", (120, 120, 12), 19, dense_head=True)
     random_start = _decoder(model)
     cfg = TrainConfig(data="d", run_dir=str(tmp_path / "new"), model="tiny",
                       init_weights=str(run))  # fmt: skip
-    load_initial_weights(model, cfg)
+    start_from(model, InitialWeights(run, None, load_model(run).inputs), cfg)
     started = _decoder(model)
     expected = _decoder(load_model(run).model) if source == "trained_head_run" else random_start
     for name, weights in expected.items():

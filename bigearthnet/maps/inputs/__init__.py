@@ -9,13 +9,17 @@ grids, SCL, and what the metadata say of the values, from which
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 from collections.abc import Sequence
 from pathlib import Path
 
 from bigearthnet.core import constants
 from bigearthnet.core.util import stat_digest
+from bigearthnet.formats.s2_layouts import PRODUCT_NAME
 from bigearthnet.maps.inputs import files, stac_item, zarr_product
 from bigearthnet.maps.inputs.bands import SceneError, SceneSource
+from bigearthnet.maps.inputs.refs import split_ref
 
 FORMS = ("SAFE", "band GeoTIFFs", "band stack", "EOPF Zarr", "STAC item")
 
@@ -69,13 +73,47 @@ def require_l2a(scene: Path | str) -> None:
         )
 
 
+def tile_and_date(scene: Path | str) -> tuple[str, dt.date] | None:
+    """The MGRS tile and acquisition date (UTC) ``scene`` states: a STAC item's properties
+    (SceneError when they lack them), a Zarr product's ``stac_discovery``, a product name in
+    its path, a SAFE product's band file names (a renamed product folder); None when it
+    states none."""
+    if stac_item.is_stac(scene):
+        return stac_item.tile_and_date(str(scene))
+    path = Path(scene)
+    if zarr_product.is_zarr(path):
+        # An unreadable product: its name may say; mapping it names the damage.
+        with contextlib.suppress(SceneError):
+            if (stated := zarr_product.tile_and_date(path)) is not None:
+                return stated
+    named = PRODUCT_NAME.search(str(path))
+    if named is not None:
+        return named["tile"], dt.datetime.strptime(named["date"], "%Y%m%d").date()
+    return files.safe_tile_and_date(path) if path.is_dir() else None
+
+
 def scene_digest(scene: Path | str) -> str:
     """What the scene's files are, without reading them (sizes, mtimes; a STAC item's
-    content and assets): a scene map made from other files is remade."""
+    document and local assets): a scene map made from other files is remade."""
     if stac_item.is_stac(scene):
         return stac_item.digest(str(scene))
-    return stat_digest(scene)
+    try:
+        return stat_digest(scene)
+    except OSError as err:
+        raise SceneError(f"{scene}: unreadable ({err.strerror})") from None
+
+
+def scene_files(scene: Path | str) -> dict[str, Path]:
+    """Every local file ``scene`` is read from, named for a message: the scene itself (a
+    product folder, a stack, an item's file or saved search) and a STAC item's local
+    assets (path or ``file://`` hrefs)."""
+    file, _ = split_ref(scene)
+    files = {f"SCENE {scene}": file}
+    if stac_item.is_stac(scene):
+        for path in stac_item.asset_files(str(scene)):
+            files[f"the asset {path} of {scene}"] = path
+    return files
 
 
 __all__ = ["FORMS", "SceneError", "SceneSource", "open_scene_source", "require_l2a",
-           "scene_digest"]  # fmt: skip
+           "scene_digest", "scene_files", "tile_and_date"]  # fmt: skip

@@ -4,6 +4,7 @@ grid, the scene classification band if asked for, and what the metadata say of t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,9 @@ from bigearthnet.core.util import first_line
 from bigearthnet.maps.radiometry import SceneMetadata
 
 SCL_FACTOR = 2  # SCL is delivered at 20 m
+# Clouds are masked by default (maps.scene_options): a scene without SCL says what to do.
+NO_SCL = ("clouds are masked (the default), which needs the scene classification band (SCL); "
+          "--no-mask-clouds maps it unmasked")  # fmt: skip
 
 
 class SceneError(InputError):
@@ -56,6 +60,10 @@ class RasterBand:
     def scale_offset(self) -> tuple[float, float]:
         """The band's GDAL scale and offset (1 and 0 when it states none)."""
         return self.dataset.scales[self.index - 1], self.dataset.offsets[self.index - 1]
+
+    def nodata(self) -> tuple[float, ...]:
+        """The band's GDAL nodata value, () when it states none."""
+        return nodata_values([self.dataset.nodatavals[self.index - 1]])
 
 
 class ArrayBand:
@@ -104,10 +112,25 @@ def _chunk_span(start: int, size: int, chunk: int, total: int) -> tuple[int, int
     return start // chunk * chunk, min(-(-(start + size) // chunk) * chunk, total)
 
 
+def nodata_values(declared) -> tuple[float, ...]:
+    """The finite numbers among the nodata values a scene's metadata declare (``None``,
+    ``"nan"`` and the like dropped): what a band's pixels hold where it has no data."""
+    found = []
+    for value in declared:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(number) and number not in found:
+            found.append(number)
+    return tuple(found)
+
+
 @dataclass
 class SceneSource:
     """An open scene: its bands (band name -> reader), SCL or None, what its metadata say,
-    and how to close what it opened."""
+    how to close what it opened, and each band's declared nodata values (band -> values;
+    none declared: the pixels without data are 0, as L2A fills them)."""
 
     path: Path
     form: str  # "SAFE", "band GeoTIFFs", "band stack", "EOPF Zarr", "STAC item"
@@ -115,6 +138,7 @@ class SceneSource:
     scl: BandReader | None
     metadata: SceneMetadata
     closers: list[Callable[[], None]] = field(default_factory=list)
+    nodata: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
 
     def close(self) -> None:
         for close in self.closers:

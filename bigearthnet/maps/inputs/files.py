@@ -5,6 +5,7 @@ by their descriptions (``B02`` or Earth Engine's ``B2``), never taken in an assu
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,11 +14,21 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.core.util import first_line
-from bigearthnet.maps.inputs.bands import SCL_FACTOR, Opened, RasterBand, SceneError, SceneSource
+from bigearthnet.formats.s2_layouts import mgrs_tile
+from bigearthnet.maps.inputs.bands import (
+    NO_SCL,
+    SCL_FACTOR,
+    Opened,
+    RasterBand,
+    SceneError,
+    SceneSource,
+)
 from bigearthnet.maps.radiometry import SceneMetadata, read_product_metadata
 
 BAND_FACTOR = {b: constants.BAND_RESOLUTION_M[b] // 10 for b in constants.BANDS}
 PRODUCT_METADATA = "MTD_MSIL2A.xml"
+# A SAFE product's band files: T33UXP_20200801T100559_B02_10m.jp2 (tile, sensing time).
+SAFE_BAND = re.compile(r"^T(?P<tile>\w{5})_(?P<date>\d{8})T\d{6}_B02_10m\.jp2$")
 
 
 def open_folder(scene: Path, bands: tuple[str, ...], mask_clouds: bool) -> SceneSource:
@@ -29,13 +40,25 @@ def open_folder(scene: Path, bands: tuple[str, ...], mask_clouds: bool) -> Scene
         raise SceneError(f"{scene}: no image of band(s) {', '.join(missing)}")
     scl_file = _band_file(scene, jp2, "SCL", 20) if mask_clouds else None
     if mask_clouds and scl_file is None:
-        raise SceneError(f"{scene}: --mask-clouds needs the scene classification band (SCL)")
+        raise SceneError(f"{scene}: {NO_SCL}")
     opened = Opened()
     readers = {b: opened.band(str(f), 1, BAND_FACTOR[b]) for b, f in sorted(found.items())}  # type: ignore[misc]
     scl = opened.band(str(scl_file), 1, SCL_FACTOR) if scl_file else None
     metadata = _metadata(scene, readers)
     form = "SAFE" if jp2 else "band GeoTIFFs"
-    return SceneSource(scene, form, dict(readers), scl, metadata, [opened.close])
+    return SceneSource(scene, form, dict(readers), scl, metadata, [opened.close],
+                       nodata=_gdal_nodata(readers))  # fmt: skip
+
+
+def safe_tile_and_date(scene: Path) -> tuple[str, dt.date] | None:
+    """The MGRS tile and acquisition date a SAFE product's band files are named by (a
+    product folder renamed keeps them); None for any other folder."""
+    for jp2 in sorted(scene.glob("GRANULE/*/IMG_DATA/R10m/*_B02_10m.jp2")):
+        named = SAFE_BAND.match(jp2.name)
+        tile = mgrs_tile(named["tile"]) if named else None
+        if named and tile:
+            return tile, dt.datetime.strptime(named["date"], "%Y%m%d").date()
+    return None
 
 
 def _metadata(scene: Path, readers: dict[str, RasterBand]) -> SceneMetadata:
@@ -71,7 +94,7 @@ def open_stack(
     import rasterio
 
     if mask_clouds:
-        raise SceneError(f"{file}: --mask-clouds needs the scene classification band (SCL)")
+        raise SceneError(f"{file}: {NO_SCL}")
     try:
         with rasterio.open(file) as src:
             count, descriptions, res = src.count, src.descriptions, src.res
@@ -99,7 +122,11 @@ def open_stack(
     opened = Opened()
     readers = {n: opened.band(str(file), i + 1, 1) for i, n in enumerate(names) if n in bands}
     return SceneSource(file, "band stack", readers, None, _metadata(file, readers),
-                       [opened.close])  # fmt: skip
+                       [opened.close], nodata=_gdal_nodata(readers))  # fmt: skip
+
+
+def _gdal_nodata(readers: dict[str, RasterBand]) -> dict[str, tuple[float, ...]]:
+    return {band: reader.nodata() for band, reader in readers.items()}
 
 
 def band_name(name: str) -> str:

@@ -1,15 +1,19 @@
 """Scenes as STAC items with one COG asset per band (read with pystac and rasterio).
 
 A scene is an item file, or ``FILE#ID``: the item ``ID`` of a FeatureCollection or
-ItemCollection saved in ``FILE`` (a search result). Asset hrefs are local paths, relative to
-the file, or URLs that GDAL reads when a network exists. Assets are found by Earth Search's
+ItemCollection saved in ``FILE`` (a search result; a ``#`` of a path that exists is part of
+its name: :mod:`.refs`). Asset hrefs are local paths, relative to the file, ``file://`` URLs
+(local paths too), or URLs that GDAL reads when a network exists. The item is read as the
+document it is: its ``links`` (a ``root`` or ``self`` on the catalogue's API) are never
+followed, so items as the APIs deliver them map offline. Assets are found by Earth Search's
 keys (``blue``, ``nir08``, ``scl``), Planetary-Computer-style keys (``B02``, ``B8A``,
 ``SCL``) or CDSE's (``B02_10m``, ``B8A_20m``, ``SCL_20m``)
 (:mod:`bigearthnet.formats.s2_layouts`). What the item says of the values is gathered for
 :mod:`bigearthnet.maps.radiometry`: Earth Search's ``earthsearch:boa_offset_applied``; each
 band's scale/offset from the asset's ``raster:scale``/``raster:offset`` (raster v2, STAC
 1.1), its ``raster:bands`` (STAC 1.0) or ``bands`` (1.1), else the COG's own tags; the
-processing baseline (``s2:processing_baseline``, ``processing:version``).
+processing baseline (``s2:processing_baseline``, ``processing:version``). Nodata is what the
+item (``nodata`` of ``raster:bands``/``bands`` or the asset) or the COG declares.
 """
 
 from __future__ import annotations
@@ -18,32 +22,37 @@ import datetime as dt
 import functools
 import hashlib
 import json
-import re
 from pathlib import Path
 
 from bigearthnet.core import constants
 from bigearthnet.core.util import first_line
 from bigearthnet.formats import s2_layouts as layout
-from bigearthnet.maps.inputs.bands import Opened, RasterBand, SceneError, SceneSource
+from bigearthnet.maps.inputs.bands import (
+    Opened,
+    RasterBand,
+    SceneError,
+    SceneSource,
+    nodata_values,
+)
+from bigearthnet.maps.inputs.refs import REF, absolute_href, local_path, openable, split_ref
 from bigearthnet.maps.radiometry import ScaleOffset, SceneMetadata
 
-REF = "#"  # FILE#ID: an item of a collection file
 FACTORS = {10: 1, 20: 2, 60: 6}
+CATALOG_TYPES = ("Catalog", "Collection")  # a saved catalog's documents, by their "type"
 
 
 def is_stac(ref: str | Path) -> bool:
     """An item file (``*.json``) or an item of a collection file (``FILE#ID``)."""
-    text = str(ref)
-    return REF in text or (text.endswith(".json") and Path(text).is_file())
+    file, item_id = split_ref(ref)
+    return item_id is not None or (file.suffix.lower() == ".json" and file.is_file())
 
 
-def load_item(ref: str | Path):
-    """The pystac Item ``ref`` names; SceneError naming the file when it is no item."""
-    import pystac
-
-    file, _, item_id = str(ref).partition(REF)
-    document = _read_json(Path(file))
-    if item_id:
+def item_document(ref: str | Path) -> tuple[Path, dict]:
+    """(the file, the item's JSON object as read) of ``ref``; SceneError naming the file
+    when it is no item."""
+    file, item_id = split_ref(ref)
+    document = _read_json(file)
+    if item_id is not None:
         features = document.get("features") if isinstance(document, dict) else None
         matches = [f for f in features or [] if isinstance(f, dict) and f.get("id") == item_id]
         if len(matches) != 1:
@@ -51,26 +60,58 @@ def load_item(ref: str | Path):
         document = matches[0]
     if not isinstance(document, dict) or document.get("type") != "Feature":
         raise SceneError(f"{file}: not a STAC item (a GeoJSON Feature)")
+    return file, document
+
+
+def load_item(ref: str | Path):
+    """The pystac Item ``ref`` names; SceneError naming the file when it is no item."""
+    import pystac
+
+    file, document = item_document(ref)
     try:
-        return pystac.Item.from_dict(document, href=str(Path(file).resolve()), migrate=True)
+        return pystac.Item.from_dict(document, href=str(file.resolve()), migrate=True)
     except Exception as err:  # pystac raises several types on a malformed item
         raise SceneError(f"{ref}: not a readable STAC item ({first_line(err)})") from None
 
 
 def items_in(path: Path) -> list[str]:
-    """``--stac-items``: the items of a FeatureCollection/ItemCollection file (as
-    ``FILE#ID``), of a folder of item files, or one item file."""
-    if path.is_dir():
+    """``--stac-items``: the items of ``path``, each an item file or ``FILE#ID``, each once.
+
+    ``path`` is an item file; a FeatureCollection/ItemCollection file (a saved search:
+    ``FILE#ID`` of each feature); a catalog or collection file, as pystac's ``save`` writes
+    them (its items, walked offline through its relative links); or a folder of such files
+    (a saved catalog's folder: its ``catalog.json``; item files beside a
+    ``collection.json``: the items once). A JSON file that is none of these is refused,
+    named: never silently left out."""
+    if not path.is_dir():
+        refs = _items_of_file(path)
+    else:
         files = sorted(path.glob("*.json"))
         if not files:
             raise SceneError(f"{path}: no STAC item files (*.json) in this folder")
-        return [str(file) for file in files]
+        refs = [ref for file in files for ref in _items_of_file(file)]
+    once: dict[str, str] = {}
+    for ref in refs:  # an item file also linked from a catalog beside it: once
+        file, item_id = split_ref(ref)
+        once.setdefault(f"{file.resolve()}{REF}{item_id or ''}", ref)
+    if not once:
+        raise SceneError(f"{path}: no STAC items")
+    return list(once.values())
+
+
+def _items_of_file(path: Path) -> list[str]:
     document = _read_json(path)
-    if isinstance(document, dict) and document.get("type") == "Feature":
+    kind = document.get("type") if isinstance(document, dict) else None
+    if kind == "Feature":
         return [str(path)]
+    if kind in CATALOG_TYPES:
+        return _items_of_catalog(path)
     features = document.get("features") if isinstance(document, dict) else None
     if not isinstance(features, list) or not features:
-        raise SceneError(f"{path}: neither a STAC item nor a collection of items (features)")
+        raise SceneError(
+            f"{path}: neither a STAC item, a saved search (features) nor a STAC catalog or "
+            "collection"
+        )
     found = [f.get("id") if isinstance(f, dict) else None for f in features]
     if not all(isinstance(i, str) and i for i in found):
         raise SceneError(f"{path}: a feature without an id")
@@ -81,19 +122,43 @@ def items_in(path: Path) -> list[str]:
     return [f"{path}{REF}{item_id}" for item_id in ids]
 
 
+def _items_of_catalog(path: Path) -> list[str]:
+    """The item files of a saved catalog or collection and of its children: pystac follows
+    its links (relative ones, as ``save`` writes them), reading only files of this machine
+    (:func:`.refs.local_path`; a link elsewhere is named). The catalog is named to pystac
+    by a ``file://`` URL: pystac parses hrefs as URLs, and a ``#`` in a path would end it."""
+    import pystac
+    from pystac.stac_io import DefaultStacIO
+
+    class LocalFiles(DefaultStacIO):
+        def read_text_from_href(self, href: str) -> str:
+            file = local_path(href)
+            if file is None:
+                raise SceneError(f"a link to {href}, not a file of this machine")
+            return file.read_text(encoding="utf-8")
+
+    try:
+        catalog = pystac.read_file(path.resolve().as_uri(), stac_io=LocalFiles())
+        if not isinstance(catalog, pystac.Catalog):
+            raise SceneError(f"a {type(catalog).__name__}, not a catalog")
+        hrefs = [item.get_self_href() or "" for item in catalog.get_items(recursive=True)]
+    except Exception as err:  # pystac raises many types on a broken link or document
+        raise SceneError(f"{path}: a STAC catalog whose items cannot be read "
+                         f"({first_line(err)})") from None  # fmt: skip
+    return [str(local_path(href)) for href in hrefs]
+
+
 def tile_and_date(ref: str) -> tuple[str, dt.date]:
-    """The MGRS tile and acquisition date an item's properties state."""
+    """The MGRS tile and acquisition date (UTC; a datetime without a zone is UTC) an item's
+    properties state."""
     item = load_item(ref)
-    props = item.properties
-    tile = props.get("s2:mgrs_tile") or str(props.get("grid:code", "")).removeprefix("MGRS-")
-    if not tile and "mgrs:utm_zone" in props:
-        tile = f"{int(props['mgrs:utm_zone']):02d}{props.get('mgrs:latitude_band', '')}"
-        tile += str(props.get("mgrs:grid_square", ""))
-    if not re.fullmatch(r"\d{2}[A-Z]{3}", str(tile)):
+    tile = layout.tile_of(item.properties)
+    if tile is None:
         raise SceneError(f"{ref}: no MGRS tile in its properties (s2:mgrs_tile, grid:code)")
-    if item.datetime is None:
+    when = item.datetime or item.common_metadata.start_datetime
+    if when is None:
         raise SceneError(f"{ref}: the item has no datetime")
-    return str(tile), item.datetime.astimezone(dt.timezone.utc).date()
+    return tile, layout.utc_date(when)
 
 
 def is_level_1c(ref: str) -> bool:
@@ -120,8 +185,9 @@ def open_stac(ref: str, bands: tuple[str, ...], mask_clouds: bool) -> SceneSourc
     except BaseException:
         opened.close()
         raise
+    nodata = {band: _nodata(item, band, reader) for band, reader in readers.items()}
     return SceneSource(Path(ref), "STAC item", dict(readers), scl, _metadata(item, readers),
-                       [opened.close])  # fmt: skip
+                       [opened.close], nodata)  # fmt: skip
 
 
 def _metadata(item, readers: dict[str, RasterBand]) -> SceneMetadata:
@@ -157,19 +223,33 @@ def asset_hrefs(ref: str, item=None) -> list[str]:
     """Every band asset's absolute href (for the scene's identity)."""
     item = item or load_item(ref)
     keys = [_asset_key(item, band) for band in (*constants.BANDS, layout.SCL)]
-    return [item.assets[key].get_absolute_href() or "" for key in keys if key is not None]
+    return [_asset_href(item, key) for key in keys if key is not None]
+
+
+def asset_files(ref: str) -> list[Path]:
+    """The local files of the band assets (path and ``file://`` hrefs; not remote URLs)."""
+    return [path for href in asset_hrefs(ref) if (path := local_path(href)) is not None]
 
 
 def digest(ref: str) -> str:
-    """A digest of what the scene is: the item as stored, and each local asset's size and
-    mtime (a URL asset by its href: the item's ``updated`` says when it changed)."""
-    item = load_item(ref)
-    hasher = hashlib.sha256(json.dumps(item.to_dict(), sort_keys=True).encode())
-    for href in asset_hrefs(ref, item):
-        path = Path(href)
-        stat = f"{path.stat().st_size}\0{path.stat().st_mtime_ns}" if path.is_file() else ""
-        hasher.update(f"{href}\0{stat}\n".encode())
+    """A digest of what the scene is: the item document as read (never as pystac would
+    rewrite it: ``Item.to_dict`` resolves the root link over the network), and each local
+    asset's size and mtime (a remote asset by its href: the item's ``updated`` says when
+    it changed)."""
+    _, document = item_document(ref)
+    hasher = hashlib.sha256(json.dumps(document, sort_keys=True).encode())
+    for href in asset_hrefs(ref):
+        path = local_path(href)
+        stat = path.stat() if path is not None and path.is_file() else None
+        stamp = f"{stat.st_size}\0{stat.st_mtime_ns}" if stat is not None else ""
+        hasher.update(f"{href}\0{stamp}\n".encode())
     return hasher.hexdigest()[:16]
+
+
+def _asset_href(item, key: str) -> str:
+    """The asset's href, a relative one joined to the item file's folder (by path: pystac's
+    own join reads a ``#`` in a folder's name as a URL fragment)."""
+    return absolute_href(item.assets[key].href, Path(item.get_self_href()))
 
 
 def _asset_key(item, band: str) -> str | None:
@@ -185,8 +265,8 @@ def _asset_band(ref: str, item, band: str, opened: Opened) -> RasterBand:
     if key is None:
         tried = ", ".join(layout.asset_key(band, style) for style in layout.STAC_STYLES)
         raise SceneError(f"{ref}: no asset of band {band} (keys {tried})")
-    href = item.assets[key].get_absolute_href()
-    reader = opened.band(href, 1, 1, name=f"{ref} asset {key} ({href})")
+    href = _asset_href(item, key)
+    reader = opened.band(openable(href), 1, 1, name=f"{ref} asset {key} ({href})")
     factor = FACTORS.get(round(abs(reader.transform.a)))
     if factor is None:
         opened.close()
@@ -209,6 +289,16 @@ def _declared(item, band: str) -> ScaleOffset:
     if scale is None and offset is None:
         return None
     return float(1.0 if scale is None else scale), float(0.0 if offset is None else offset)
+
+
+def _nodata(item, band: str, reader: RasterBand) -> tuple[float, ...]:
+    """The band's nodata as the item declares it (``raster:bands`` or STAC 1.1 ``bands``
+    entries, or ``nodata`` on the asset) and as its COG does (GDAL nodata)."""
+    key = _asset_key(item, band)
+    fields = item.assets[key].extra_fields if key else {}
+    entries = fields.get("raster:bands") or fields.get("bands") or []
+    declared = [entry.get("nodata") for entry in entries[:1] if isinstance(entry, dict)]
+    return nodata_values([*declared, fields.get("nodata"), *reader.nodata()])
 
 
 def _read_json(file: Path):

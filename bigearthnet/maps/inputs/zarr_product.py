@@ -5,6 +5,7 @@ values' scale/offset from each array's CF attributes (:mod:`bigearthnet.formats.
 
 from __future__ import annotations
 
+import datetime as dt
 import warnings
 from pathlib import Path
 
@@ -12,7 +13,13 @@ import numpy as np
 
 from bigearthnet.core.util import first_line
 from bigearthnet.formats import s2_layouts as layout
-from bigearthnet.maps.inputs.bands import SCL_FACTOR, ArrayBand, SceneError, SceneSource
+from bigearthnet.maps.inputs.bands import (
+    SCL_FACTOR,
+    ArrayBand,
+    SceneError,
+    SceneSource,
+    nodata_values,
+)
 from bigearthnet.maps.radiometry import SceneMetadata
 
 
@@ -47,7 +54,8 @@ def open_zarr(scene: Path, bands: tuple[str, ...], mask_clouds: bool) -> SceneSo
         product=_product_name(scene, root),
     )
     closers = [store.close] if store is not None else []
-    return SceneSource(scene, "EOPF Zarr", dict(readers), scl, metadata, closers)
+    nodata = {band: _fill_values(reader.array) for band, reader in readers.items()}
+    return SceneSource(scene, "EOPF Zarr", dict(readers), scl, metadata, closers, nodata)
 
 
 def product_properties(scene: Path) -> dict:
@@ -65,6 +73,21 @@ def _product_name(scene: Path, root) -> str:
     item = root.attrs.get(layout.ZARR_METADATA)
     found = item.get("id") if isinstance(item, dict) else None
     return str(found) if found else scene.name.removesuffix(".zip").removesuffix(".zarr")
+
+
+def tile_and_date(scene: Path) -> tuple[str, dt.date] | None:
+    """The MGRS tile and acquisition date (UTC) the product's ``stac_discovery`` states;
+    None when it states no tile or no datetime."""
+    from pystac.utils import str_to_datetime
+
+    properties = product_properties(scene)
+    tile, when = layout.tile_of(properties), properties.get("datetime")
+    if tile is None or not isinstance(when, str):
+        return None
+    try:
+        return tile, layout.utc_date(str_to_datetime(when))
+    except ValueError:
+        raise SceneError(f"{scene}: datetime {when!r} in {layout.ZARR_METADATA}") from None
 
 
 def _open_group(scene: Path):
@@ -150,3 +173,9 @@ def _scale_offset(array) -> tuple[float, float] | None:
     if "scale_factor" not in attrs and "add_offset" not in attrs:
         return None
     return float(attrs.get("scale_factor", 1.0)), float(attrs.get("add_offset", 0.0))
+
+
+def _fill_values(array) -> tuple[float, ...]:
+    """The array's nodata: its CF ``_FillValue`` and its Zarr ``fill_value`` (what chunks
+    never written read as)."""
+    return nodata_values([array.attrs.get("_FillValue"), getattr(array, "fill_value", None)])

@@ -4,12 +4,14 @@ can move or be served as it is.
 
 Each item spans its period (``start_datetime``/``end_datetime``) over the grid's footprint
 and carries the period's raw map, its probabilities and the consistent map as assets, the
-scenes it combines with each one's radiometric decision (``bigearthnet:scenes``), the
+scenes it combines with each one's radiometric decision (``bigearthnet:scenes``, their
+paths relative to the region folder, as in ``consistency.json``), the
 classes with their values, names and colours (classification extension v1.1.0, on the
 class-map assets), the grid (projection extension v2.0.0: code, shape, transform) and the
-model it came from. The collection's own assets are the change maps, the tables and
-``consistency.json``. Every document is validated offline against the published schemas
-(:mod:`bigearthnet.formats.stac_validation`) before it is written.
+model it came from (``bigearthnet:run_dir`` and ``:checkpoint`` relative to the region
+folder: no folder of the machine that made it). The collection's own assets are the change
+maps, the tables and ``consistency.json``. Every document is validated offline against the
+published schemas (:mod:`bigearthnet.formats.stac_validation`) before it is written.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """The time axis of a region series: each scene's tile and date, and the period it belongs to.
 
-Tile and date come from the standard Sentinel-2 product name
-(``S2B_MSIL2A_20200801T100559_N0400_R022_T33UXP_20200801T130116``: the first date is the
-acquisition, the ``T``-field the MGRS tile) or are given. Periods:
+Tile and date come from what the scene states (:func:`bigearthnet.maps.inputs.tile_and_date`:
+a STAC item's properties, a Zarr product's metadata, a SAFE's band files, the standard
+product name ``S2B_MSIL2A_20200801T100559_N0400_R022_T33UXP_20200801T130116``) or are given
+in a CSV (:func:`from_csv`). Every tile is an MGRS tile (``33UXP``) and every date lies in
+Sentinel-2's years, from its launch to today: a typo is refused, naming the scene or row,
+before any scene is mapped. Periods:
 
 * ``scene-date``: each acquisition date (``2020-08-01``);
 * ``month``: ``2020-08``;
@@ -16,12 +19,15 @@ order.
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
+from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
-from bigearthnet.formats.s2_layouts import PRODUCT_NAME
+from bigearthnet.formats.s2_layouts import PRODUCT_NAME, mgrs_tile
 
 PERIODS: tuple[str, ...] = ("scene-date", "month", "season", "year")
 SEASONS: dict[int, str] = {
@@ -33,15 +39,39 @@ SEASON_START: dict[str, int] = {"DJF": 12, "MAM": 3, "JJA": 6, "SON": 9}
 
 @dataclass(frozen=True)
 class Acquisition:
-    """One scene of the region: where it is on disk, its MGRS tile and its date."""
+    """One scene of the region: where it is on disk, its MGRS tile and its date; InputError
+    naming the scene for a tile that is no MGRS tile or a date outside Sentinel-2's years."""
 
     path: str
     tile: str  # MGRS tile, e.g. 33UXP
     date: dt.date
 
+    def __post_init__(self) -> None:
+        if mgrs_tile(self.tile) != self.tile:
+            raise InputError(f"{self.path}: tile {self.tile!r} is not an MGRS tile (like 33UXP)")
+        last = dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)
+        if not constants.SENTINEL2_FIRST_DAY <= self.date <= last:
+            raise InputError(
+                f"{self.path}: dated {self.date}, outside Sentinel-2's years "
+                f"({constants.SENTINEL2_FIRST_DAY} to today)"
+            )
+
     @property
     def utm_zone(self) -> int:
         return int(self.tile[:2])
+
+
+def of_scene(path: str) -> Acquisition:
+    """The tile and date ``path`` states (its metadata or product name); InputError without."""
+    from bigearthnet.maps.inputs import tile_and_date
+
+    found = tile_and_date(path)
+    if found is None:
+        raise InputError(
+            f"{path}: no Sentinel-2 L2A product name (S2x_MSIL2A_<date>..._T<tile>_...) "
+            "or metadata to take tile and date from; give them in --scenes-csv path,date,tile"
+        )
+    return Acquisition(path, *found)
 
 
 def from_product_name(path: str) -> Acquisition:
@@ -53,6 +83,54 @@ def from_product_name(path: str) -> Acquisition:
             "to take tile and date from; give them in --scenes-csv path,date,tile"
         )
     return Acquisition(path, found["tile"], dt.datetime.strptime(found["date"], "%Y%m%d").date())
+
+
+def from_csv(path: Path) -> list[Acquisition]:
+    """``--scenes-csv``: rows ``path,date[,tile]`` (a header row and a spreadsheet's BOM
+    allowed; paths relative to the CSV). Without a tile column a row's tile is what its
+    scene states, else the name of its folder or of the folder above when that is an MGRS
+    tile (``T32UQU/2020-03-15``, ``2020-03-15/T32UQU``); InputError naming the row else, or
+    for a tile that is no MGRS tile: never a folder name as a tile, which dropped scenes as
+    "second scenes" of one made-up tile."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            table = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
+    except OSError as err:
+        raise InputError(f"{path}: unreadable ({err.strerror})") from None
+    if table and [c.strip() for c in table[0][:2]] == ["path", "date"]:
+        table = table[1:]
+    rows = []
+    for number, row in enumerate(table, start=1):
+        try:
+            date = dt.date.fromisoformat(row[1].strip())
+        except (IndexError, ValueError):
+            raise InputError(f"{path}: row {number}: expected path,date[,tile]") from None
+        named = row[0].strip()
+        scene = named if named.startswith("/") else (path.parent / named).as_posix()
+        given = row[2].strip() if len(row) > 2 else ""
+        tile = _row_tile(scene, given)
+        if tile is None:
+            what = f"tile {given!r} is not an MGRS tile (like 33UXP)" if given else (
+                f"no tile column, and {named} states none (no product name or metadata, no "
+                "folder named by a tile): add its tile, path,date,tile")  # fmt: skip
+            raise InputError(f"{path}: row {number}: {what}")
+        try:
+            rows.append(Acquisition(scene, tile, date))
+        except InputError as err:
+            raise InputError(f"{path}: row {number}: {err}") from None
+    return rows
+
+
+def _row_tile(scene: str, given: str) -> str | None:
+    from bigearthnet.maps.inputs import tile_and_date
+
+    if given:
+        return mgrs_tile(given)
+    found = tile_and_date(scene)
+    if found is not None:
+        return found[0]
+    folder = Path(scene)
+    return mgrs_tile(folder.name) or mgrs_tile(folder.parent.name)
 
 
 def period_of(date: dt.date, kind: str) -> str:
@@ -70,23 +148,40 @@ def period_of(date: dt.date, kind: str) -> str:
     raise InputError(f"--period {kind!r}: expected one of {', '.join(PERIODS)}")
 
 
+# Each kind's label, as period_of writes it, and its length in months (0: one day).
+LABELS: dict[str, tuple[re.Pattern[str], int]] = {
+    "scene-date": (re.compile(r"(\d{4})-(\d{2})-(\d{2})"), 0),
+    "month": (re.compile(r"(\d{4})-(\d{2})"), 1),
+    "season": (re.compile(r"(\d{4})-(DJF|MAM|JJA|SON)"), 3),  # a winter by its December
+    "year": (re.compile(r"(\d{4})"), 12),
+}
+
+
+def parse_period(label: str) -> tuple[str, dt.date]:
+    """The kind of the period ``label`` and its first day: the one reader of the labels
+    :func:`period_of` writes; ValueError for any other text."""
+    for kind, (pattern, _) in LABELS.items():
+        match = pattern.fullmatch(label)
+        if match is None:
+            continue
+        year, *rest = match.groups()
+        if kind == "scene-date":
+            return kind, dt.date.fromisoformat(label)
+        if kind == "season":
+            return kind, dt.date(int(year), SEASON_START[rest[0]], 1)
+        return kind, dt.date(int(year), int(rest[0]) if rest else 1, 1)
+    raise ValueError(f"not a period label: {label!r}")
+
+
 def period_start(label: str) -> dt.date:
     """The first day of the period ``label`` (any kind)."""
-    if re.fullmatch(r"\d{4}-\d{2}-\d{2}", label):
-        return dt.date.fromisoformat(label)
-    if re.fullmatch(r"\d{4}-\d{2}", label):
-        return dt.date(int(label[:4]), int(label[5:]), 1)
-    if re.fullmatch(r"\d{4}-(DJF|MAM|JJA|SON)", label):
-        return dt.date(int(label[:4]), SEASON_START[label[5:]], 1)
-    if re.fullmatch(r"\d{4}", label):
-        return dt.date(int(label), 1, 1)
-    raise ValueError(f"not a period label: {label!r}")
+    return parse_period(label)[1]
 
 
 def period_end(label: str) -> dt.date:
     """The last day of the period ``label`` (any kind)."""
-    start = period_start(label)
-    months = {10: 0, 7: 1, 8: 3, 4: 12}[len(label)]  # day, month, season (2020-JJA), year
+    kind, start = parse_period(label)
+    months = LABELS[kind][1]
     if months == 0:
         return start
     month = start.month - 1 + months
