@@ -14,11 +14,10 @@ The public surface is small: :meth:`Replica.train_step` (one batch -> :class:`St
 use_schedule` (a new LR schedule after an elastic resize) and the state to checkpoint or
 broadcast. Large-batch optimizers and per-step gradient statistics plug in here.
 
-With a pixel-loss weight (``--pixel-loss-weight``, resolved by
-:func:`bigearthnet.core.dense_head.with_pixel_head`) the model has the dense head, every batch brings its reference maps
-(moved and mixed with the images: :mod:`bigearthnet.data.augment`) and the loss adds the
-weighted per-pixel cross-entropy, a mean over the global batch's labelled pixels
-(:mod:`bigearthnet.training.losses`).
+With a pixel-loss weight (:func:`bigearthnet.core.dense_head.with_pixel_head`) the model has
+the dense head, every batch brings its reference maps (moved and mixed with the images:
+:mod:`bigearthnet.data.augment`) and the loss adds the weighted per-pixel cross-entropy, a
+mean over the global batch's labelled pixels (:mod:`bigearthnet.training.losses`).
 """
 
 from __future__ import annotations
@@ -103,8 +102,7 @@ class Replica:
         tf.keras.mixed_precision.set_global_policy(PRECISION_POLICY[cfg.amp])
         self.loss_scaling = cfg.amp == "fp16"  # bfloat16 has float32's range: no scaling
         tf.keras.utils.set_random_seed(cfg.seed)
-        # the weight of the per-pixel loss; 0: no dense head (a run resolved it: the shards'
-        # maps decide the default)
+        # The per-pixel loss's weight, resolved from the shards (0: no dense head).
         self.pixel_weight = float(cfg.pixel_loss_weight or 0.0)
         self.model = models.get_model(
             cfg.model,
@@ -119,7 +117,7 @@ class Replica:
         self.schedule = schedule
         # AdaScale's gain (--lr-scaling adascale), set after every update; 1 otherwise.
         self.lr_gain = tf.Variable(1.0, trainable=False, dtype=tf.float32, name="lr_gain")
-        self.optimizer = _make_optimizer(cfg, self._lr(schedule))
+        self.optimizer = optimizers.for_run(cfg, self._lr(schedule))
         self._accumulated = (
             [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.model.trainable_variables]
             if cfg.backward_passes_per_step > 1
@@ -157,7 +155,7 @@ class Replica:
 
     def broadcast_state(self) -> None:
         """Every rank takes rank 0's weights and optimizer state."""
-        distributed.broadcast_variables(self.model.variables + _optimizer_variables(self.optimizer))
+        distributed.broadcast_variables(self.model.variables + optimizers.state_of(self.optimizer))
 
     def use_inputs(self, inputs: ModelInputs) -> None:
         """Normalise as ``inputs`` say (a resumed checkpoint's: a run keeps the statistics it
@@ -397,24 +395,6 @@ class Replica:
         )
 
 
-def _make_optimizer(cfg: TrainConfig, lr: WarmupSchedule) -> tf.keras.optimizers.Optimizer:
-    opt = optimizers.make(
-        cfg.optimizer,
-        learning_rate=lr,
-        momentum=cfg.momentum,
-        weight_decay=cfg.weight_decay,
-        trust_coefficient=cfg.trust_coefficient,
-    )
-    if cfg.amp == "fp16":  # float16 gradients underflow without a loss scale
-        opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
-    return opt
-
-
 def _squared_norm(tensors: list[tf.Tensor]) -> tf.Tensor:
     """sum of squares over all tensors, in float32 (gradients may come back as float16)."""
     return tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors])
-
-
-def _optimizer_variables(optimizer: tf.keras.optimizers.Optimizer) -> list:
-    variables = optimizer.variables
-    return list(variables() if callable(variables) else variables)
