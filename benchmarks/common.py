@@ -323,14 +323,16 @@ def eval_shards(work: Path) -> Path:
     return shards(synthetic_archive(work, 2000), work / "shards-2000", "--shard-size", "250")
 
 
-def train_shards(work: Path, ranks: int = 1) -> Path:
-    """Shards whose train split is exactly ``TRAIN_STEPS`` batches of ``TRAIN_BATCH``."""
+def train_shards(work: Path, ranks: int = 1, layout: str = "v1") -> Path:
+    """Shards whose train split is exactly ``TRAIN_STEPS`` batches of ``TRAIN_BATCH`` (of a
+    v2 archive with ``layout="v2"``: with reference maps)."""
     train = TRAIN_BATCH * TRAIN_STEPS
     total = round(train / TRAIN_SPLIT[0])
     ratios = ",".join(str(r) for r in TRAIN_SPLIT)
+    suffix = "" if layout == "v1" else f"-{layout}"
     out = shards(
-        synthetic_archive(work, total, seed=1),
-        work / f"shards-train-{total}",
+        synthetic_archive(work, total, seed=1, layout=layout),
+        work / f"shards-train-{total}{suffix}",
         "--split-ratios",
         ratios,
         "--shard-size",

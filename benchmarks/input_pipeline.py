@@ -36,7 +36,7 @@ def pipeline_rate(part, steps: int, rep: int, host_normalize=None) -> float:
     """Samples/s over ``EPOCHS`` epochs of the train.py pipeline (tensors materialised)."""
     start, samples = time.perf_counter(), 0
     for epoch in range(rep * EPOCHS, (rep + 1) * EPOCHS):
-        for images, _labels in part.dataset(steps, epoch=epoch, seed=0, shuffle=True):
+        for images, *_ in part.dataset(steps, epoch=epoch, seed=0, shuffle=True):
             if host_normalize is not None:
                 images = host_normalize(images.numpy())
             samples += int(images.shape[0])

@@ -22,7 +22,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("synthetic_archive.py", []),
     ("preprocess.py", []),
     ("input_pipeline.py", []),
-    ("train_throughput.py", ["--knobs", "xla"]),
+    ("train_throughput.py", ["--knobs", "xla", "dense"]),
     ("scaling.py", []),
     ("evaluation.py", []),
     ("export.py", []),

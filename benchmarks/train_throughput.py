@@ -11,7 +11,9 @@ Side by side, runs interleaved, the same model (ResNet-50 from the registry), ba
 Each run's rate is the median over its epochs after the first (which traces graphs and
 warms up). Knobs are measured the same way against the train.py default, in the first
 ``--knob-repeats`` repetitions: XLA (``--xla``) and mixed precision
-(``--amp``; float16 has no fast path on this CPU, it is a GPU knob).
+(``--amp``; float16 has no fast path on this CPU, it is a GPU knob). ``dense`` (P3-dense)
+pairs two runs of its own on the same v2 shards with reference maps: the dense head on
+(their default) and off (``--pixel-loss-weight 0``).
 
 ``--other-python`` (``make bench-stacks``): the same two runs with the other TensorFlow
 stack's interpreter too (e.g. ``.venv-tf2.18/bin/python``), interleaved with this one's:
@@ -29,7 +31,8 @@ from pathlib import Path
 import common
 from common import Figure
 
-KNOBS = {"xla": ["--xla"], "amp": ["--amp"]}
+KNOBS = {"xla": ["--xla"], "amp": ["--amp"], "dense": []}
+DENSE = {"dense head": [], "dense head off": ["--pixel-loss-weight", "0"]}  # on v2 shards
 
 
 def keras_rate(data: Path, threads: int = 1, python: str = common.PYTHON) -> float:
@@ -54,7 +57,7 @@ def keras_worker(data: Path, threads: int) -> None:
     manifest = read_manifest(data)
     part = RankData(data, manifest, "train", labels=19, cache="memory", verify=False)
     mean, std = band_stats(manifest)
-    images, labels = part.take(np.arange(len(part)))
+    images, labels, *_ = part.take(np.arange(len(part)))
     x = tf.constant((images.astype(np.float32) - mean) / std)
     y = tf.constant(labels.astype(np.float32))
     tf.keras.utils.set_random_seed(42)
@@ -99,10 +102,10 @@ def run(args, work: Path) -> list[Figure]:
     data = common.train_shards(work)
     results: dict[str, list[dict]] = {}
 
-    def train_variant(name: str, extra: list[str], python: str = common.PYTHON):
+    def train_variant(name: str, extra: list[str], python: str = common.PYTHON, shards=data):
         def measure(rep: int) -> float:
-            run_dir = work / f"p3-{name}-{rep}"
-            out = common.train_run(data, run_dir, 1, extra, f"train.py {name}", python=python)
+            run_dir = work / f"p3-{name.replace(' ', '-')}-{rep}"
+            out = common.train_run(shards, run_dir, 1, extra, f"train.py {name}", python=python)
             results.setdefault(name, []).append(out)
             return out["samples_per_s"]
 
@@ -113,10 +116,17 @@ def run(args, work: Path) -> list[Figure]:
     if other:
         variants["train.py other"] = train_variant("other", [], python=other)
         variants["keras fit other"] = lambda rep: keras_rate(data, python=other)
+    limit = {}
     for knob in args.knobs:
-        variants[knob] = train_variant(knob, KNOBS[knob])
+        if knob == "dense":
+            maps = common.train_shards(work, layout="v2")
+            for name, extra in DENSE.items():
+                variants[name] = train_variant(name, extra, shards=maps)
+                limit[name] = args.knob_repeats
+        else:
+            variants[knob] = train_variant(knob, KNOBS[knob])
+            limit[knob] = args.knob_repeats
     common.say(f"P3: ResNet-50, batch {common.TRAIN_BATCH}, 1 rank x 1 thread, knobs {args.knobs}")
-    limit = {knob: args.knob_repeats for knob in args.knobs}
     rates = common.interleave(variants, args.repeats, common.say, limit=limit)
     details = {name: values for name, values in rates.items()}
     figures = [
@@ -138,7 +148,22 @@ def run(args, work: Path) -> list[Figure]:
     }
     if other:
         figures += stack_figures(rates, this=stack_of(common.PYTHON), other=stack_of(other))
-    for knob in args.knobs:
+    if "dense" in args.knobs:
+        figures.append(
+            Figure(
+                "P3-dense",
+                "train.py samples/s with the dense head / without it (--pixel-loss-weight 0), "
+                "1 rank, ResNet-50, batch 8, v2 shards with maps",
+                common.paired_ratio(rates["dense head"], rates["dense head off"]),
+                "x",
+                ">=",
+                0.8,
+                "the decoder (1x1 laterals, one 3x3 conv at stride 4, 64 channels) and the "
+                "per-pixel softmax cross-entropy over 120 x 120 x 19 logits, forward and back",
+                {name: rates[name] for name in DENSE},
+            )
+        )
+    for knob in (k for k in args.knobs if k != "dense"):
         figures.append(
             common.knob_figure(
                 f"K-{knob}",

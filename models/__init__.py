@@ -6,8 +6,13 @@ images to ``(batch, num_classes)`` float32 logits; apply a sigmoid for probabili
 
 >>> model = get_model("resnet50", num_classes=43, dropout=0.2, weight_decay=1e-4)
 
-Common keyword arguments: ``dropout`` (before the head, default 0) and ``weight_decay``
-(L2 on conv/dense kernels, default 0).
+Common keyword arguments: ``dropout`` (before the head, default 0), ``weight_decay`` (L2 on
+conv/dense kernels, default 0) and ``dense_head`` (default False). With ``dense_head=True``
+a decoder over the encoder's features (``models/dense.py``) adds per-pixel logits of the
+19 classes at the input's size, and the model's output is a dict of two named outputs:
+``{PATCH_HEAD: (batch, num_classes), PIXEL_HEAD: (batch, H, W, 19)}`` (:func:`split_outputs`
+takes either form apart). Without it the model is exactly the classifier alone: the same
+layers, the same checkpoints.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bigearthnet.core.constants import BANDS, PATCH_SIZE
+from bigearthnet.core.constants import BANDS, CLASSES_19, PATCH_SIZE
 
 # No TensorFlow here, not even for type hints (import-linter counts those): the registry's
 # names answer on login nodes. A model is a tf.keras.Model, typed Any below.
@@ -26,16 +31,24 @@ __all__ = [
     "DEFAULT_INPUT_SHAPE",
     "MODELS",
     "PATCH_HEAD",
+    "PIXEL_HEAD",
     "available_models",
     "count_parameters",
     "get_model",
+    "has_dense_head",
+    "split_outputs",
 ]
 
 DEFAULT_INPUT_SHAPE: tuple[int, int, int] = (PATCH_SIZE, PATCH_SIZE, len(BANDS))
-# The models' heads, by Keras layer name: imported weights fill a head by it, and
-# --init-weights keeps every layer but a head (its class count may differ). Each registry
-# model ends in the patch head; a dense (per-pixel) head is to be named beside it.
+# The models' heads, by Keras layer name, and their named outputs: imported weights fill a
+# head by it, and --init-weights keeps every layer but a head (its class count may differ).
+# Here, the lowest layer that names them: inference and export (which cannot import
+# training) read them too. Each registry model ends in the patch head; with the dense head
+# it also gives the per-pixel logits, PIXEL_HEAD.
 PATCH_HEAD = "logits"  # Dense: a patch's (batch, classes) float32 multi-label logits
+PIXEL_HEAD = "pixel_logits"  # (batch, H, W, 19) float32 per-pixel logits (models/dense.py)
+DECODER_PREFIX = "decoder_"  # every layer of the dense head but PIXEL_HEAD
+PIXEL_CLASSES = len(CLASSES_19)  # the reference maps' classes, whatever the label set
 
 
 def _builder(module: str, name: str) -> Callable[..., KerasModel]:
@@ -84,3 +97,21 @@ def get_model(
 def count_parameters(model: KerasModel) -> int:
     """Number of weights as Keras counts them: trainable + non-trainable (e.g. BN statistics)."""
     return int(model.count_params())
+
+
+def split_outputs(outputs: Any) -> tuple[Any, Any | None]:
+    """(multi-label logits, per-pixel logits or None) of a registry model's output."""
+    if isinstance(outputs, dict):
+        return outputs[PATCH_HEAD], outputs[PIXEL_HEAD]
+    return outputs, None
+
+
+def has_dense_head(model: KerasModel) -> bool:
+    """Whether ``model`` was built with the dense head."""
+    return any(layer.name == PIXEL_HEAD for layer in model.layers)
+
+
+def is_head_layer(name: str) -> bool:
+    """Whether the layer ``name`` belongs to a head (the classifier, or the dense head's
+    decoder), not to the encoder: what ``--freeze-backbone`` leaves trainable."""
+    return name in (PATCH_HEAD, PIXEL_HEAD) or name.startswith(DECODER_PREFIX)

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from bigearthnet.models import DEFAULT_INPUT_SHAPE, PATCH_HEAD
+from bigearthnet.models import DEFAULT_INPUT_SHAPE, PATCH_HEAD, PIXEL_CLASSES, PIXEL_HEAD
 
 layers = tf.keras.layers
 STEM_WIDTH = 64
@@ -45,6 +45,8 @@ LAYOUTS: dict[str, tuple[tuple[int, ...], bool]] = {
     "resnet50": ((3, 4, 6, 3), True),
 }
 """Registry name -> (blocks per stage, bottleneck): what an imported state dict is matched to."""
+# The dense head's width over the four stages (stride 4 to 32): benchmarks/README.md, P3-dense.
+DECODER_WIDTH = 64
 
 
 def l2_regularizer(weight_decay: float) -> tf.keras.regularizers.Regularizer | None:
@@ -124,6 +126,7 @@ def build_resnet(
     stem_width: int = STEM_WIDTH,
     widths: Sequence[int] = STAGE_WIDTHS,
     head: bool = True,
+    dense_head: bool = False,
 ) -> tf.keras.Model:
     """Build a ResNet that maps ``(batch, *input_shape)`` images to ``(batch, num_classes)`` logits.
 
@@ -131,7 +134,8 @@ def build_resnet(
     every conv and dense kernel (not biases or BN parameters), see :func:`l2_regularizer`.
     ``stem_width`` and ``widths`` (the stages' inner widths) are the registry's 64 and
     (64, 128, 256, 512) except for narrow networks of the same layout (the weight import's
-    test fixture); ``head=False`` ends at the pooled features (weights without a classifier).
+    test fixture); ``head=False`` ends at the pooled features (weights without a classifier);
+    ``dense_head`` adds the per-pixel logits over the four stages' outputs (``models/dense.py``).
     """
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
@@ -145,17 +149,39 @@ def build_resnet(
     x = _conv_bn(inputs, stem_width, 7, 2, "conv1", regularizer)
     x = layers.ZeroPadding2D(1, name="pool1_pad")(x)  # zeros are safe: inputs are post-ReLU
     x = layers.MaxPooling2D(3, strides=2, name="pool1_pool")(x)
+    stages = []
     for stage, (width, n_blocks) in enumerate(zip(widths, blocks_per_stage)):
         for block in range(n_blocks):
             stride = 2 if stage > 0 and block == 0 else 1
             block_name = f"conv{stage + 2}_block{block + 1}"
             x = _residual_block(x, width, stride, bottleneck, block_name, regularizer)
+        stages.append(x)
     x = layers.GlobalAveragePooling2D(name="avg_pool")(x)
     if not head:
         return tf.keras.Model(inputs, x, name=name)
-    return tf.keras.Model(
-        inputs, classification_head(x, num_classes, dropout, regularizer), name=name
-    )
+    logits = classification_head(x, num_classes, dropout, regularizer)
+    return with_outputs(inputs, logits, stages if dense_head else None, regularizer, name,
+                        width=DECODER_WIDTH)  # fmt: skip
+
+
+def with_outputs(
+    inputs: tf.Tensor,
+    logits: tf.Tensor,
+    features: Sequence[tf.Tensor] | None,
+    regularizer: tf.keras.regularizers.Regularizer | None,
+    name: str,
+    *,
+    width: int,
+) -> tf.keras.Model:
+    """The model of ``logits`` alone, or (``features``: the encoder's maps, finest first)
+    with the dense head's per-pixel logits too, the two outputs named."""
+    if features is None:
+        return tf.keras.Model(inputs, logits, name=name)
+    from bigearthnet.models.dense import dense_head
+
+    size = (inputs.shape[1], inputs.shape[2])
+    pixels = dense_head(features, size, PIXEL_CLASSES, width=width, regularizer=regularizer)
+    return tf.keras.Model(inputs, {PATCH_HEAD: logits, PIXEL_HEAD: pixels}, name=name)
 
 
 def classification_head(
@@ -180,6 +206,7 @@ def resnet18(
     name: str = "resnet18",
     dropout: float = 0.0,
     weight_decay: float = 0.0,
+    dense_head: bool = False,
 ) -> tf.keras.Model:
     """ResNet-18: basic blocks, stages [2, 2, 2, 2], 512 pooled features."""
     return build_resnet(
@@ -189,6 +216,7 @@ def resnet18(
         name=name,
         dropout=dropout,
         weight_decay=weight_decay,
+        dense_head=dense_head,
     )
 
 
@@ -199,6 +227,7 @@ def resnet50(
     name: str = "resnet50",
     dropout: float = 0.0,
     weight_decay: float = 0.0,
+    dense_head: bool = False,
 ) -> tf.keras.Model:
     """ResNet-50: bottleneck blocks, stages [3, 4, 6, 3], 2048 pooled features."""
     return build_resnet(
@@ -208,4 +237,5 @@ def resnet50(
         name=name,
         dropout=dropout,
         weight_decay=weight_decay,
+        dense_head=dense_head,
     )

@@ -90,12 +90,33 @@ def shards_v1(synth_v1: Path, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def shards_v2(synth_v2: Path, tmp_path_factory) -> Path:
+    """``synth_v2`` preprocessed: 19-class labels and reference maps (train 34, val 11, test
+    11; one shard per split)."""
+    out = tmp_path_factory.mktemp("shards") / "v2"
+    assert preprocess(synth_v2, out) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
 def trained_run(shards_v1: Path, tmp_path_factory) -> Path:
     """A tiny model trained 6 epochs on ``shards_v1`` (single process, no test evaluation)."""
     import train
 
     run = tmp_path_factory.mktemp("runs") / "tiny"
     assert train.main(train_argv(shards_v1, run, 6)) == 0
+    return run
+
+
+@pytest.fixture(scope="session")
+def trained_head_run(shards_v2: Path, tmp_path_factory) -> Path:
+    """A tiny model with the dense head trained 4 epochs on ``shards_v2`` (their maps turn
+    the head on by default; single process, no test evaluation): every test of a model
+    with two outputs shares it."""
+    import train
+
+    run = tmp_path_factory.mktemp("runs") / "tiny-dense"
+    assert train.main(train_argv(shards_v2, run, 4)) == 0
     return run
 
 

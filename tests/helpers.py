@@ -247,9 +247,33 @@ def pooled_linear(input_shape, num_classes, *, name: str = "pooled_linear", **_)
     return tf.keras.Model(inputs, logits, name=name)
 
 
-def pooled_linear_replica(*, batch_size: int, passes: int, lr: float, gns_decay: float = 0.99):
-    """A :class:`~bigearthnet.training.replica.Replica` of :func:`pooled_linear` (registered for the
-    call) with plain SGD, no augmentation: its update is a fixed function of its batches."""
+def pixel_linear(input_shape, num_classes, *, name: str = "pixel_linear", dense_head=False, **_):
+    """:func:`pooled_linear` with a dense head of its own (a 1x1 conv of the pixels, no
+    BatchNorm either): a 2-rank step is then exactly a 1-rank step on the whole batch."""
+    import tensorflow as tf
+
+    from bigearthnet import models
+
+    inputs = tf.keras.Input(shape=(None, None, input_shape[-1]))
+    pooled = tf.keras.layers.GlobalAveragePooling2D()(inputs)
+    logits = tf.keras.layers.Dense(num_classes, name=models.PATCH_HEAD)(pooled)
+    if not dense_head:
+        return tf.keras.Model(inputs, logits, name=name)
+    pixels = tf.keras.layers.Conv2D(models.PIXEL_CLASSES, 1, name=models.PIXEL_HEAD)(inputs)
+    return tf.keras.Model(inputs, {models.PATCH_HEAD: logits, models.PIXEL_HEAD: pixels}, name=name)
+
+
+def pooled_linear_replica(
+    *,
+    batch_size: int,
+    passes: int,
+    lr: float,
+    gns_decay: float = 0.99,
+    pixel_loss_weight: float = 0.0,
+):
+    """A :class:`~bigearthnet.training.replica.Replica` of :func:`pooled_linear` (with
+    ``pixel_loss_weight``: :func:`pixel_linear`; registered for the call) with plain SGD, no
+    augmentation: its update is a fixed function of its batches."""
     from bigearthnet import models
     from bigearthnet.core.config import TrainConfig
     from bigearthnet.formats.model_inputs import ModelInputs
@@ -257,10 +281,11 @@ def pooled_linear_replica(*, batch_size: int, passes: int, lr: float, gns_decay:
     from bigearthnet.training.schedules import LRSchedule
 
     models.MODELS.setdefault("pooled_linear", pooled_linear)
+    models.MODELS.setdefault("pixel_linear", pixel_linear)
     cfg = TrainConfig(
         data="d",
         run_dir="r",
-        model="pooled_linear",
+        model="pixel_linear" if pixel_loss_weight else "pooled_linear",
         batch_size=batch_size,
         backward_passes_per_step=passes,
         optimizer="sgd",
@@ -269,6 +294,7 @@ def pooled_linear_replica(*, batch_size: int, passes: int, lr: float, gns_decay:
         augment=False,
         gns_decay=gns_decay,
         seed=1,
+        pixel_loss_weight=pixel_loss_weight,
     )
     schedule = LRSchedule(
         base_lr=lr,

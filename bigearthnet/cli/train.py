@@ -82,16 +82,19 @@ def check_model(cfg: TrainConfig) -> None:
         )
 
 
-def check_inputs(cfg: TrainConfig) -> None:
+def check_inputs(cfg: TrainConfig) -> TrainConfig:
     """What every rank reads before TensorFlow loads (a mistake answers at once, not after
-    the start-up of every rank): the model in the registry, the shards' manifest, and a
-    --run-dir train.py may write into."""
+    the start-up of every rank): the model in the registry, the shards' manifest (and
+    whether they hold the reference maps a --pixel-loss-weight needs), and a --run-dir
+    train.py may write into. Returns ``cfg`` with the pixel-loss weight resolved."""
+    from bigearthnet.core.dense_head import with_pixel_head
     from bigearthnet.formats.run_folder import check_training_folder
     from bigearthnet.formats.shards import read_manifest
 
     check_model(cfg)
-    read_manifest(cfg.data)
+    cfg = with_pixel_head(cfg, read_manifest(cfg.data).map_count("train"))
     check_training_folder(cfg.run_dir)
+    return cfg
 
 
 def _train(args: argparse.Namespace, command: list[str]) -> int:
@@ -100,7 +103,7 @@ def _train(args: argparse.Namespace, command: list[str]) -> int:
         check_model(cfg)
         sys.stdout.write(config_yaml(cfg))
         return 0
-    check_inputs(cfg)
+    cfg = check_inputs(cfg)
     # TensorFlow's C++ INFO lines (oneDNN, CPU features) drown the rank logs; keep warnings.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     # From here on SIGUSR1/SIGTERM mean "checkpoint and stop" (requeue), never a crash:

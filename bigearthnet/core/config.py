@@ -12,6 +12,7 @@ same, and ``--config`` reads it back.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,7 +131,10 @@ def load_run_config(run_dir: str | Path) -> TrainConfig:
     path = run_dir / RUN_CONFIG
     if not path.is_file():
         raise ConfigError(f"{run_dir}: no {RUN_CONFIG} (not a training run folder)")
-    return declare.resolve(TrainConfig, argparse.Namespace(), [path])
+    config = declare.resolve(TrainConfig, argparse.Namespace(), [path])
+    if config.pixel_loss_weight is None:  # a run saved before the dense head: it had none
+        config = dataclasses.replace(config, pixel_loss_weight=0.0)
+    return config
 
 
 def default_threads() -> int | None:

@@ -158,6 +158,13 @@ def allreduce_mean(value: tf.Tensor, name: str) -> tf.Tensor:
     return hvd.allreduce(value, op=hvd.Average, name=name)
 
 
+def sum_over_ranks(value: tf.Tensor, name: str) -> tf.Tensor:
+    """Element-wise sum over ranks inside a tf.function (a step's counts, before the
+    forward pass that divides by them)."""
+    # Horovod: a sum, not a mean of per-rank means: ranks hold different counts.
+    return hvd.allreduce(value, op=hvd.Sum, name=name)
+
+
 def broadcast_variables(variables) -> None:
     # Horovod: start every replica from rank 0's weights and optimizer state (random init
     # or a restored checkpoint), otherwise the replicas drift apart from step one.

@@ -84,7 +84,7 @@ def require_probability(flag: str, value: float) -> float:
 def require_non_negative(flag: str, value: float) -> float:
     """``value`` if it is a finite number >= 0, else ConfigError naming ``flag``."""
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-        raise ConfigError(f"{flag} must be >= 0, got {value}")
+        raise ConfigError(f"{flag} must be a finite number >= 0, got {value}")
     return float(value)
 
 

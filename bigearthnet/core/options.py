@@ -31,7 +31,8 @@ from bigearthnet.core.errors import (
 from bigearthnet.core.optimizer_table import OPTIMIZERS as OPTIMIZER_TABLE
 from bigearthnet.core.optimizer_table import with_property
 
-__all__ = ["LENGTH", "OPTIMIZERS", "PRECISIONS", "RECIPE", "SCHEDULES", "SELECT_METRICS"]
+__all__ = ["DEFAULT_PIXEL_LOSS_WEIGHT", "LENGTH", "OPTIMIZERS", "PRECISIONS", "RECIPE", "SCHEDULES",
+           "SELECT_METRICS"]  # fmt: skip
 
 RECIPE, LENGTH = "recipe", "length"
 # Validation metrics a run can select its best checkpoint and stop early by (history.csv's
@@ -44,6 +45,10 @@ SELECT_METRICS = ("val_micro_f1", "val_macro_f1", "val_macro_map", "val_micro_ma
 OPTIMIZERS = tuple(OPTIMIZER_TABLE)
 SCHEDULES = ("cosine", "step", "constant")
 PRECISIONS = ("off", "fp16", "bf16")
+# --pixel-loss-weight where the shards hold reference maps and the option is not given
+# (core/dense_head resolves it): docs/training.md, "The dense head" (why 0.1: a sweep of
+# 0.03 to 3).
+DEFAULT_PIXEL_LOSS_WEIGHT = 0.1
 
 
 @group("data options")
@@ -160,6 +165,14 @@ class OptimisationOptions:
     )  # fmt: skip
     mixup_alpha: float = option(0.0, "mix-up Beta(alpha, alpha) parameter; 0 turns mix-up off",
                                 check=require_non_negative, identity=RECIPE)  # fmt: skip
+    pixel_loss_weight: float | None = option(
+        None, "the dense head (per-pixel logits of the 19 classes from a decoder over the "
+        "encoder) trains with the classifier: the loss is the labels' BCE + this weight x the "
+        "per-pixel cross-entropy, a mean over the labelled pixels of the global batch "
+        "(no-label pixels and patches without a map count for nothing); 0 turns the head "
+        f"off; default {DEFAULT_PIXEL_LOSS_WEIGHT:g} where the shards hold reference maps, "
+        "else 0", check=require_non_negative, identity=RECIPE,
+    )  # fmt: skip
     augment: bool = option(True, "random flips and 90-degree rotations of training batches",
                            identity=RECIPE)  # fmt: skip
     seed: int = option(42, "seed of weights, shuffling and augmentation", identity=RECIPE)

@@ -11,6 +11,16 @@ Why these two:
   It regularises large-batch training, where fewer updates per epoch leave less
   implicit noise.
 
+Reference maps (the dense head's targets, ``(B, H, W)`` class indices) move with their
+images: :func:`random_dihedral_with_maps` applies the same element of D4 to both, pixel for
+pixel, and :func:`mixup_with_maps` mixes the pixel targets as it mixes the labels, into
+:class:`PixelTargets`: per pixel the soft target ``lam * onehot(a) + (1 - lam) *
+onehot(b)``, where a side without a label ("no label", a row without a map) contributes
+nothing. A pixel labelled in only one of the pair so keeps that one's term with its weight
+(``lam`` or ``1 - lam``), and one labelled in neither has weight 0: the pixel loss is a
+mean over the targets' weight (:meth:`PixelTargets.weight_sum`), which without mix-up is the
+count of labelled pixels.
+
 Everything works on whole batches ``(B, H, W, C)`` with vectorised ops: a Python loop
 or ``map_fn`` per sample would serialise the input pipeline on the CPU.
 
@@ -25,9 +35,13 @@ Derive one seed per batch (and per Horovod rank) so batches differ, for example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import tensorflow as tf
+
+from bigearthnet.core.constants import CLASSES_19, NO_LABEL
+
+PIXEL_CLASSES = len(CLASSES_19)  # a map's classes: values from here on (NO_LABEL) are no label
 
 NUM_DIHEDRAL = 8
 """Size of the dihedral group D4 of the square."""
@@ -120,3 +134,76 @@ def mixup(
         return images, labels
     lam, perm = mixup_weights(tf.shape(images)[0], alpha, seed)
     return _mix(images, lam, perm), _mix(labels, lam, perm)
+
+
+# --------------------------------------------------------------------------- reference maps
+
+
+def labelled_maps(maps: Any, has_map: Any) -> tf.Tensor:
+    """``(B, H, W)`` int32 class indices: ``maps``, with every pixel of a row whose
+    ``has_map`` is 0 set to NO_LABEL (the shards store such rows so; this keeps a row
+    without a map out of the loss whatever its pixels hold)."""
+    maps = tf.cast(maps, tf.int32)
+    keep = tf.reshape(tf.cast(has_map, tf.bool), [-1, 1, 1])
+    return tf.where(keep, maps, NO_LABEL)
+
+
+def random_dihedral_with_maps(images: tf.Tensor, maps: tf.Tensor, seed: Any):
+    """:func:`random_dihedral` of ``images`` (the same element for the same seed), and that
+    element applied to each image's ``(H, W)`` map: a map follows its image pixel for pixel."""
+    images = tf.convert_to_tensor(images)
+    index = dihedral_index(tf.shape(images)[0], seed)
+    moved = apply_dihedral(tf.expand_dims(maps, -1), index)
+    return apply_dihedral(images, index), tf.squeeze(moved, -1)
+
+
+class PixelTargets(NamedTuple):
+    """The dense head's targets: per pixel ``lam * onehot(first) + (1 - lam) *
+    onehot(second)`` (``second`` None: ``onehot(first)``), held as index maps and a weight
+    per sample, never as one-hot tensors (19 times the memory); an index >= the classes
+    (NO_LABEL) is no label: its side contributes nothing."""
+
+    first: tf.Tensor  # (B, H, W) int32
+    second: tf.Tensor | None = None  # the mix-up partners' maps
+    lam: tf.Tensor | None = None  # (B,) float32, the weight of ``first``
+
+    def terms(self) -> list[tuple[tf.Tensor, tf.Tensor]]:
+        """(class index clipped into range, weight) per side; the weights (B, H, W) are 0
+        where the side has no label."""
+        sides = [(self.first, None if self.lam is None else self.lam)]
+        if self.second is not None and self.lam is not None:
+            sides.append((self.second, 1.0 - self.lam))
+        terms = []
+        for maps, lam in sides:
+            labelled = tf.cast(maps < PIXEL_CLASSES, tf.float32)
+            weight = labelled if lam is None else labelled * tf.reshape(lam, [-1, 1, 1])
+            terms.append((tf.minimum(maps, PIXEL_CLASSES - 1), weight))
+        return terms
+
+    def weight_sum(self) -> tf.Tensor:
+        """The targets' total weight: labelled pixels, each side by its mix-up weight."""
+        return tf.add_n([tf.reduce_sum(weight) for _, weight in self.terms()])
+
+
+def mixup_with_maps(
+    images: tf.Tensor, labels: tf.Tensor, maps: tf.Tensor, alpha: float, seed: Any
+) -> tuple[tf.Tensor, tf.Tensor, PixelTargets]:
+    """:func:`mixup` (the same pairs and weights for the same seed), and the pixel targets
+    of ``maps`` (int32, NO_LABEL for no label) mixed alike."""
+    images, labels = tf.cast(images, tf.float32), tf.cast(labels, tf.float32)
+    if alpha <= 0:
+        return images, labels, PixelTargets(maps)
+    lam, perm = mixup_weights(tf.shape(images)[0], alpha, seed)
+    targets = PixelTargets(maps, tf.gather(maps, perm), lam)
+    return _mix(images, lam, perm), _mix(labels, lam, perm), targets
+
+
+def labelled_weight(maps: tf.Tensor, alpha: float, seed: Any) -> tf.Tensor:
+    """The :meth:`PixelTargets.weight_sum` of :func:`mixup_with_maps` with these arguments,
+    without mixing anything (the dihedral moves pixels, never their count): what the step
+    sums over ranks before the forward pass, to divide the pixel loss by."""
+    per_row = tf.reduce_sum(tf.cast(maps < PIXEL_CLASSES, tf.float32), axis=[1, 2])
+    if alpha <= 0:
+        return tf.reduce_sum(per_row)
+    lam, perm = mixup_weights(tf.shape(maps)[0], alpha, seed)
+    return tf.reduce_sum(lam * per_row + (1.0 - lam) * tf.gather(per_row, perm))

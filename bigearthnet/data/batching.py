@@ -25,7 +25,7 @@ import tensorflow as tf
 from bigearthnet.core.batch import BatchPlan
 from bigearthnet.core.errors import ConfigError
 from bigearthnet.data.partition import partition_takes, rank_range
-from bigearthnet.data.rank_data import RankData
+from bigearthnet.data.rank_data import Batch, RankData
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,8 @@ class StepBatch:
     last: bool  # the epoch's last step
     apply: bool  # the optimizer updates after this step (gradient accumulation boundary)
     taken: int  # samples of the epoch this step consumes on all ranks together
+    maps: tf.Tensor | None = None  # uint8 (b, 120, 120) reference maps (the dense head's)
+    has_map: tf.Tensor | None = None  # uint8 (b,)
 
 
 class RankPartition:
@@ -72,15 +74,17 @@ class RankPartition:
             limit=self.limit,
             batch_size=self.plan.per_rank,
         )
-        for step, (images, labels) in enumerate(source, start=start_step):
+        for step, batch in enumerate(source, start=start_step):
             last = step == self.steps - 1
             yield StepBatch(
-                images,
-                labels,
+                batch.images,
+                batch.labels,
                 step=step,
                 last=last,
                 apply=(step + 1) % self.plan.passes == 0 or last,
                 taken=self.takes[step],
+                maps=batch.maps,
+                has_map=batch.has_map,
             )
 
 
@@ -118,15 +122,18 @@ class GlobalOrder:
                 # The world grew with fewer samples left than ranks: rather than an empty
                 # batch (a NaN mean loss), re-use one sample of rank 0's slice.
                 mine = parts[0][:1]
-            images, labels = self.data.take(np.sort(mine))
+            batch = Batch(*(None if v is None else tf.convert_to_tensor(v)
+                            for v in self.data.take(np.sort(mine))))  # fmt: skip
             consumed += take
             yield StepBatch(
-                tf.convert_to_tensor(images),
-                tf.convert_to_tensor(labels),
+                batch.images,
+                batch.labels,
                 step=step,
                 last=consumed >= total,
                 apply=True,
                 taken=take,
+                maps=batch.maps,
+                has_map=batch.has_map,
             )
             step += 1
 

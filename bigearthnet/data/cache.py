@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from bigearthnet.core import distributed
 from bigearthnet.core.errors import ConfigError
+from bigearthnet.formats.shard_maps import map_shape
 from bigearthnet.formats.shards import image_shape
 
 log = distributed.log
@@ -36,9 +37,12 @@ log = distributed.log
 DEVICE_SHARE = 0.7  # of the accelerator's free memory the cache may take: the rest is the
 
 
-def sample_bytes(channels: int) -> int:
-    """One uint16 image of ``channels`` channels: 345,600 bytes for the 12 S2 bands."""
-    return int(np.prod(image_shape(channels))) * 2
+def sample_bytes(channels: int, maps: bool = False) -> int:
+    """One uint16 image of ``channels`` channels: 345,600 bytes for the 12 S2 bands; with
+    ``maps`` (the dense head trains) its uint8 reference map and has_map flag too: 14,401
+    bytes more."""
+    image = int(np.prod(image_shape(channels))) * 2
+    return image + (int(np.prod(map_shape())) + 1 if maps else 0)
 
 
 CACHE_SHARE = 0.8  # of the node's available memory that the image caches may take
@@ -54,15 +58,18 @@ class CacheChoice:
     fell_back: bool = False  # --cache device did not fit: worth a warning
 
 
-def choose_rank_cache(requested: str, *, samples_per_rank: int, channels: int) -> CacheChoice:
-    """Where this rank's images live for the run (``--cache``), logged with the reason;
-    ConfigError when the cache asked for cannot be had."""
+def choose_rank_cache(
+    requested: str, *, samples_per_rank: int, channels: int, maps: bool = False
+) -> CacheChoice:
+    """Where this rank's images (and ``maps``: reference maps) live for the run
+    (``--cache``), logged with the reason; ConfigError when the cache asked for cannot be
+    had."""
     device = accelerator()
     choice = choose_cache(
         requested,
-        part_bytes=samples_per_rank * sample_bytes(channels),
+        part_bytes=samples_per_rank * sample_bytes(channels, maps),
         host_problem=cache_problem(
-            samples_per_rank, distributed.local_size(), memory_available(), channels
+            samples_per_rank, distributed.local_size(), memory_available(), channels, maps
         ),
         device=device,
         device_free=accelerator_free_bytes() if device else None,
@@ -106,18 +113,23 @@ def memory_available() -> int | None:
 
 
 def cache_problem(
-    samples_per_rank: int, ranks_on_node: int, available: int | None, channels: int
+    samples_per_rank: int,
+    ranks_on_node: int,
+    available: int | None,
+    channels: int,
+    maps: bool = False,
 ) -> str | None:
     """Why ``--cache memory`` would not fit on this node, or None when it fits (or the
     available memory is unknown): better a clear error at start-up than the OOM killer."""
-    image_bytes = sample_bytes(channels)
+    image_bytes = sample_bytes(channels, maps)
     need = samples_per_rank * image_bytes * ranks_on_node
     if available is None or need <= CACHE_SHARE * available:
         return None
     gb = 1024**3
     return (
         f"--cache memory needs {need / gb:.1f} GB on this node ({ranks_on_node} rank(s) x "
-        f"{samples_per_rank:,} images of {image_bytes / 1e6:.2f} MB) but only "
+        f"{samples_per_rank:,} {'patches with maps' if maps else 'images'} of "
+        f"{image_bytes / 1e6:.2f} MB) but only "
         f"{available / gb:.1f} GB are available; use --cache none (streaming from the "
         "shards), more nodes, or fewer ranks per node"
     )

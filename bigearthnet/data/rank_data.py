@@ -17,8 +17,11 @@ every epoch is what starved the seed study's GPUs). With ``cache="none"`` the pa
 streamed: blocks of ``CHUNK_ROWS`` contiguous rows in random order, shuffled within
 windows of ``WINDOW_BLOCKS`` blocks, so reads stay sequential and memory stays small.
 
-The pipeline yields uint16 images and uint8 labels; conversion to float, normalisation and
-augmentation happen in the training step on the device, so the host only moves uint16.
+The pipeline yields :class:`Batch` items: uint16 images and uint8 labels, and, for a part
+opened with ``maps=True`` (the dense head trains), each patch's reference map ``map19``
+(uint8 19-class indices, ``NO_LABEL`` where there is none) and ``has_map``, kept in the same
+place as the images (14,400 bytes a patch more); conversion to float, normalisation and
+augmentation happen in the training step on the device, so the host only moves integers.
 
 Speed. A background thread prepares the batches ``PREFETCH`` steps ahead of the training
 step. The memory cache is read into a 64-byte aligned array; ``--loader-threads`` threads
@@ -32,13 +35,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
 
 from bigearthnet.data.loader import Prefetcher, RowGather, aligned_empty, tensor_view
 from bigearthnet.data.partition import epoch_order, rank_range, split_batches
+from bigearthnet.formats.shard_maps import HAS_MAP_KEY, MAP_KEY, map_shape
 from bigearthnet.formats.shards import (
     CHUNK_ROWS,
     Manifest,
@@ -50,6 +54,15 @@ from bigearthnet.formats.shards import (
 )
 
 WINDOW_BLOCKS = 8  # streaming: 8 x 16 patches (44 MB) shuffled together
+
+
+class Batch(NamedTuple):
+    """One batch of a part: NumPy arrays, or tensors (:meth:`RankData.dataset`)."""
+
+    images: Any  # uint16 (b, 120, 120, channels)
+    labels: Any  # uint8 (b, classes)
+    maps: Any = None  # uint8 (b, 120, 120) map19 rows; None: the part carries no maps
+    has_map: Any = None  # uint8 (b,): 1 where the row's map is stored
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,7 @@ class RankData:
         device: str = "/CPU:0",
         threads: int = 1,
         verify: bool = True,
+        maps: bool = False,
     ):
         self.data_dir = Path(data_dir)
         self.split = split
@@ -83,6 +97,9 @@ class RankData:
             raise ShardError(
                 f"{self.data_dir}: --labels 43 but these shards hold 19-class labels only"
             )
+        if maps and not manifest.has_maps:
+            raise ShardError(f"{self.data_dir}: these shards hold no reference maps")
+        self.maps = maps
         self.files = _shard_files(self.data_dir, manifest, split)
         self.image_shape = manifest.image_shape
         self.total = sum(f.count for f in self.files)
@@ -94,16 +111,23 @@ class RankData:
             for entry in self._my_entries(manifest):
                 verify_shard(self.data_dir, entry)
         self._images: np.ndarray | None = None
+        self._maps: np.ndarray | None = None
         self._on_device: tf.Tensor | None = None
+        self._maps_on_device: tf.Tensor | None = None
         self._gather: RowGather | None = None
         self._labels = self._read_rows(self.label_key, self.start, self.stop)
+        self._has_map = self._read_rows(HAS_MAP_KEY, self.start, self.stop) if maps else None
         if cache in ("memory", "device"):
-            images = self._read_images_aligned()
+            images = self._read_aligned("images", self.image_shape, np.uint16)
             self._images = images
             self._gather = RowGather(images, threads=threads, empty=aligned_empty)
+            if maps:
+                self._maps = self._read_aligned(MAP_KEY, map_shape(), np.uint8)
             if cache == "device" and len(self):
                 with tf.device(device):  # one copy to the accelerator, for the whole run
                     self._on_device = tf.identity(tensor_view(images))
+                    if self._maps is not None:
+                        self._maps_on_device = tf.identity(tensor_view(self._maps))
 
     def __len__(self) -> int:
         return self.stop - self.start
@@ -116,21 +140,31 @@ class RankData:
         raw = self._read_rows("names", self.start, self.stop)
         return [n.decode() if isinstance(n, bytes) else str(n) for n in raw]
 
-    def take(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Images and labels at arbitrary positions of the part (elastic training's global
-        order): gathered from the cache, else read as sorted contiguous runs."""
+    def take(self, positions: np.ndarray) -> Batch:
+        """The rows at arbitrary positions of the part (elastic training's global order):
+        gathered from the cache, else read as sorted contiguous runs."""
         positions = np.asarray(positions)
         if self._images is not None:
-            return self._images[positions], self._labels[positions]
+            maps = self._maps[positions] if self._maps is not None else None
+            return Batch(self._images[positions], self._labels[positions], maps,
+                         self._row_has_map(positions))  # fmt: skip
+        images = self._read_positions("images", positions)
+        maps = self._read_positions(MAP_KEY, positions) if self.maps else None
+        return Batch(images, self._labels[positions], maps, self._row_has_map(positions))
+
+    def _row_has_map(self, positions: np.ndarray) -> np.ndarray | None:
+        return self._has_map[positions] if self._has_map is not None else None
+
+    def _read_positions(self, key: str, positions: np.ndarray) -> np.ndarray:
+        """Rows of ``key`` at ``positions`` (in that order), read as sorted contiguous runs."""
         order = np.argsort(positions)
-        ordered = positions[order]
-        runs = _contiguous_runs(ordered)
-        images = np.concatenate(
-            [self._read_rows("images", self.start + r[0], self.start + r[-1] + 1) for r in runs]
+        runs = _contiguous_runs(positions[order])
+        rows = np.concatenate(
+            [self._read_rows(key, self.start + r[0], self.start + r[-1] + 1) for r in runs]
         )
-        out = np.empty_like(images)
-        out[order] = images  # back to the requested order
-        return out, self._labels[positions]
+        out = np.empty_like(rows)
+        out[order] = rows  # back to the requested order
+        return out
 
     def _my_entries(self, manifest: Manifest) -> list[ShardEntry]:
         mine = []
@@ -147,19 +181,20 @@ class RankData:
             if lo < hi:
                 parts.append(read_rows(file.path, key, lo - file.start, hi - file.start))
         if not parts:
-            shape = self.image_shape if key == "images" else ()
+            shape = {"images": self.image_shape, MAP_KEY: map_shape()}.get(key, ())
             return np.zeros((0, *shape), dtype=np.uint16 if key == "images" else np.uint8)
         return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
-    def _read_images_aligned(self) -> np.ndarray:
-        """The part's images in one aligned array, read straight into it (no concatenation)."""
-        out = aligned_empty((len(self), *self.image_shape), np.uint16)
+    def _read_aligned(self, key: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """The part's rows of ``key`` in one aligned array, read straight into it (no
+        concatenation)."""
+        out = aligned_empty((len(self), *shape), dtype)
         pos = 0
         for file in self.files:
             lo, hi = max(self.start, file.start), min(self.stop, file.start + file.count)
             if lo < hi:
                 rows = out[pos : pos + hi - lo]  # a contiguous view: read straight into it
-                read_rows(file.path, "images", lo - file.start, hi - file.start, out=rows)
+                read_rows(file.path, key, lo - file.start, hi - file.start, out=rows)
                 pos += hi - lo
         return out
 
@@ -177,23 +212,28 @@ class RankData:
         tensors: bool = False,
         batch_size: int | None = None,
     ) -> Iterator:
-        """Yield (images uint16, labels uint8) for steps ``start_step..steps-1`` of an epoch;
+        """Yield :class:`Batch` items for steps ``start_step..steps-1`` of an epoch;
         all ``steps`` batches together cover the part exactly once - or, with ``limit``,
         the first ``limit`` samples of the epoch's order (a capped epoch). ``batch_size``:
         that many per batch, the last taking the rest (training); None: near-equal
         batches (validation, evaluation). ``tensors``: as
         tensors (what :meth:`dataset` hands the step): gathered on the device from the device
         cache, else by the row-copy threads from the memory cache."""
-        convert = tf.convert_to_tensor if tensors else np.asarray
+        convert = _converter(tensors)
         if self._images is None:  # streaming: read, then (tensors) one copy into a tensor
             cut = (steps, batch_size)
-            for images, labels in self._stream(cut, epoch, seed, shuffle, start_step, limit):
-                yield convert(images), convert(labels)
+            for batch in self._stream(cut, epoch, seed, shuffle, start_step, limit):
+                yield Batch(*map(convert, batch))
             return
         order = epoch_order(len(self), seed, epoch, self.rank, shuffle)[:limit]
         for idx in split_batches(order, steps, batch_size)[start_step:]:
             idx = np.sort(idx)  # sorted gathers are cache-friendlier; batch order is free
-            yield self._batch_images(idx, tensors=tensors), convert(self._labels[idx])
+            yield Batch(
+                self._batch_images(idx, tensors=tensors),
+                convert(self._labels[idx]),
+                self._batch_maps(idx, tensors=tensors),
+                convert(self._row_has_map(idx)),
+            )
 
     def _batch_images(self, idx: np.ndarray, *, tensors: bool):
         gather = self._gather
@@ -204,12 +244,22 @@ class RankData:
             return tf.gather(self._on_device, idx)
         return tensor_view(gather(idx))
 
+    def _batch_maps(self, idx: np.ndarray, *, tensors: bool):
+        """The batch's maps (None without): 14 KB a row, so copied whole rather than by the
+        row-copy threads."""
+        if self._maps is None or not tensors:
+            return None if self._maps is None else self._maps[idx]
+        if self._maps_on_device is not None:
+            return tf.gather(self._maps_on_device, idx)
+        return tf.convert_to_tensor(self._maps[idx])
+
     def _stream(self, cut, epoch, seed, shuffle, start_step, limit) -> Iterator:
         steps, batch_size = cut
         order = self._stream_order(epoch, seed, shuffle)[:limit]
         bounds = np.cumsum([0] + [len(b) for b in split_batches(order, steps, batch_size)])
         window_rows = WINDOW_BLOCKS * CHUNK_ROWS
-        loaded: dict[int, dict[int, np.ndarray]] = {}  # window -> {position: image}
+        # window -> {position: (image, map or None)}
+        loaded: dict[int, dict[int, tuple[np.ndarray, np.ndarray | None]]] = {}
         for step in range(start_step, steps):
             lo, hi = int(bounds[step]), int(bounds[step + 1])
             first, last = lo // window_rows, (hi - 1) // window_rows
@@ -219,8 +269,10 @@ class RankData:
                 if w not in loaded:
                     loaded[w] = self._load_window(order[w * window_rows : (w + 1) * window_rows])
             idx = order[lo:hi]
-            rows = {p: img for w in range(first, last + 1) for p, img in loaded[w].items()}
-            yield np.stack([rows[int(p)] for p in idx]), self._labels[idx]
+            rows = {p: row for w in range(first, last + 1) for p, row in loaded[w].items()}
+            images, maps = zip(*(rows[int(p)] for p in idx))
+            yield Batch(np.stack(images), self._labels[idx],
+                        np.stack(maps) if self.maps else None, self._row_has_map(idx))  # fmt: skip
 
     def _stream_order(self, epoch: int, seed: int, shuffle: bool) -> np.ndarray:
         positions = np.arange(len(self))
@@ -235,15 +287,17 @@ class RankData:
             windows.append(window[rng.permutation(len(window))])
         return np.concatenate(windows) if windows else positions
 
-    def _load_window(self, positions: np.ndarray) -> dict[int, np.ndarray]:
-        rows: dict[int, np.ndarray] = {}
+    def _load_window(self, positions: np.ndarray) -> dict[int, tuple[np.ndarray, Any]]:
+        rows: dict[int, tuple[np.ndarray, Any]] = {}
         for run in _contiguous_runs(np.sort(positions)):
-            data = self._read_rows("images", self.start + run[0], self.start + run[-1] + 1)
-            rows.update(zip(run.tolist(), data))
+            lo, hi = self.start + run[0], self.start + run[-1] + 1
+            images = self._read_rows("images", lo, hi)
+            maps = self._read_rows(MAP_KEY, lo, hi) if self.maps else [None] * len(images)
+            rows.update(zip(run.tolist(), zip(images, maps)))
         return rows
 
     def dataset(self, steps: int, **kwargs: Any) -> Prefetcher:
-        """The batches of :meth:`batches` (same arguments) as (uint16, uint8) tensors, made
+        """The batches of :meth:`batches` (same arguments) as tensors, made
         by a background thread ``PREFETCH`` steps ahead (reading overlaps the step);
         iterate it once."""
         return Prefetcher(self._host_tensors(steps, **kwargs))
@@ -253,6 +307,12 @@ class RankData:
         # GPU and copy a host cache there. From a host cache the step copies each batch over.
         with tf.device(self.device):
             yield from self.batches(steps, tensors=True, **kwargs)
+
+
+def _converter(tensors: bool):
+    """A batch field as a tensor (``tensors``) or an array; None stays None."""
+    convert = tf.convert_to_tensor if tensors else np.asarray
+    return lambda value: None if value is None else convert(value)
 
 
 def _contiguous_runs(sorted_positions: np.ndarray) -> list[np.ndarray]:

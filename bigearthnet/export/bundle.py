@@ -1,7 +1,8 @@
 """A trained run's checkpoint -> an export folder that needs nothing else:
 
-``savedmodel/``  (serving signature: uint16 patches -> probabilities), ``model.onnx`` (the same,
-checked with onnxruntime), ``model_card.md``, ``item.json`` (STAC + MLM) and ``export.json``
+``savedmodel/``  (serving signature: uint16 patches -> probabilities, and with the dense head
+per-pixel probabilities), ``model.onnx`` (the same, checked with onnxruntime),
+``model_card.md``, ``item.json`` (STAC + MLM) and ``export.json``
 (:mod:`bigearthnet.formats.exported`). Everything is written into a hidden folder beside
 ``OUT`` and renamed into place at the end (:func:`bigearthnet.core.folders.publishing`): an
 interrupted export leaves no folder that looks complete, and ``--force`` replaces only an
@@ -29,7 +30,7 @@ from bigearthnet.evaluation.summary import EvalSummary, read_metrics
 from bigearthnet.export.card import RunFacts, render_card
 from bigearthnet.export.onnx_model import OnnxModel, OnnxUnavailable, export_onnx
 from bigearthnet.export.options import FORMATS, OWNER, ExportOptions
-from bigearthnet.export.serving import ServingModule, probe_batch, save_savedmodel
+from bigearthnet.export.serving import ServingModule, probe_batch, save_savedmodel, serve
 from bigearthnet.export.stac import (
     build_item,
     training_footprint,
@@ -125,13 +126,17 @@ def _write_models(
     bytes of each model file written."""
     module = ServingModule(loaded)
     probe = probe_batch(loaded)
-    expected = loaded.predict(probe)
+    expected = {exported.OUTPUT_NAME: loaded.predict(probe)}
+    if loaded.has_dense_head:
+        expected[exported.PIXEL_OUTPUT_NAME] = loaded.predict_pixels(probe)
     sizes: dict[str, int] = {}
     saved = folder / exported.SAVEDMODEL_DIR
     save_savedmodel(module, saved)
     reloaded = tf.saved_model.load(str(saved)).signatures[exported.SIGNATURE]
-    reference = reloaded(**{exported.INPUT_NAME: tf.constant(probe)})[exported.OUTPUT_NAME]
-    drift = float(np.abs(reference.numpy() - expected).max())
+    reference = serve(reloaded, tf.constant(probe))
+    if set(reference) != set(expected):
+        raise RunFailed(f"the saved model gives {sorted(reference)}, not {sorted(expected)}")
+    drift = max(float(np.abs(reference[name] - expected[name]).max()) for name in expected)
     if drift > SAVEDMODEL_TOLERANCE:
         raise RunFailed(f"the saved model differs from the checkpoint's by {drift:.2e}")
     if "savedmodel" in formats:
@@ -139,7 +144,7 @@ def _write_models(
     onnx = None
     if "onnx" in formats:
         try:
-            onnx = export_onnx(module, folder / exported.ONNX_FILE, probe, reference.numpy())
+            onnx = export_onnx(module, folder / exported.ONNX_FILE, probe, reference)
             sizes["onnx"] = onnx.path.stat().st_size
         except OnnxUnavailable as err:
             notes.append(f"no ONNX model: {err} (TensorFlow {tf.__version__})")
@@ -185,6 +190,7 @@ def _export_info(
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         onnx_opset=onnx.opset if onnx is not None else None,
         onnx_max_abs_diff=onnx.max_abs_diff if onnx is not None else None,
+        pixel_class_names=tuple(loaded.pixel_class_names) if loaded.has_dense_head else None,
     )
 
 

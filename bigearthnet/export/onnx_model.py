@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from bigearthnet.export.serving import ServingModule
-from bigearthnet.formats.exported import INPUT_NAME, OUTPUT_NAME
+from bigearthnet.formats.exported import INPUT_NAME
 
 OPSET = 17  # supported by onnxruntime >= 1.14 and every tf2onnx we install
 TOLERANCE = 1e-4  # largest |ONNX - SavedModel| probability accepted at export time
@@ -46,22 +46,24 @@ def convert(module: ServingModule, path: Path, opset: int = OPSET) -> None:
         raise OnnxUnavailable(f"tf2onnx could not convert the model: {reason}") from None
 
 
-def run_onnx(path: Path, images: np.ndarray) -> np.ndarray:
-    """Probabilities of ``images`` from the ONNX model at ``path`` (onnxruntime, CPU)."""
+def run_onnx(path: Path, images: np.ndarray, names: list[str]) -> dict[str, np.ndarray]:
+    """The outputs ``names`` (probabilities, and per pixel with the dense head) of
+    ``images`` from the ONNX model at ``path`` (onnxruntime, CPU)."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    (probabilities,) = session.run([OUTPUT_NAME], {INPUT_NAME: images})
-    return np.asarray(probabilities)
+    return dict(zip(names, map(np.asarray, session.run(names, {INPUT_NAME: images}))))
 
 
 def export_onnx(
-    module: ServingModule, path: Path, probe: np.ndarray, reference: np.ndarray
+    module: ServingModule, path: Path, probe: np.ndarray, reference: dict[str, np.ndarray]
 ) -> OnnxModel:
-    """Convert, then check on ``probe`` against the SavedModel's ``reference`` output."""
+    """Convert, then check on ``probe`` against every named output of the SavedModel
+    (``reference``)."""
     convert(module, path)
     try:
-        max_diff = float(np.abs(run_onnx(path, probe) - reference).max())
+        outputs = run_onnx(path, probe, list(reference))
+        max_diff = max(float(np.abs(outputs[k] - reference[k]).max()) for k in reference)
     except Exception as err:  # onnxruntime could not load or run what tf2onnx wrote
         path.unlink(missing_ok=True)
         raise OnnxUnavailable(f"onnxruntime could not run the converted model: {err}") from None

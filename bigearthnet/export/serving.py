@@ -1,6 +1,8 @@
 """The serving model: raw uint16 patches in, probabilities out, the run's normalisation and
-the sigmoid inside (the formula of :meth:`LoadedModel.scores`, so it cannot drift from what
-evaluation computes). Saved as a SavedModel with one signature, ``serving_default``."""
+the sigmoid inside (the formula of :meth:`LoadedModel.outputs`, so it cannot drift from what
+evaluation computes); a model with the dense head also gives each pixel's class
+probabilities (softmax), a second named output. Saved as a SavedModel with one signature,
+``serving_default``."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from bigearthnet.formats.exported import INPUT_NAME, OUTPUT_NAME, SIGNATURE
+from bigearthnet import models
+from bigearthnet.formats.exported import INPUT_NAME, OUTPUT_NAME, PIXEL_OUTPUT_NAME, SIGNATURE
 from bigearthnet.inference.trained_run import LoadedModel
 
 
@@ -19,14 +22,24 @@ class ServingModule(tf.Module):
     def __init__(self, loaded: LoadedModel) -> None:
         super().__init__(name="bigearthnet_classifier")
         self.classifier = loaded.model  # tracked: the SavedModel saves its variables
-        self._scores = loaded.scores
+        self._outputs = loaded.outputs
         shape = (None, *loaded.record.input_shape)
         self.serve = tf.function(
             self._serve, input_signature=[tf.TensorSpec(shape, tf.uint16, name=INPUT_NAME)]
         )
 
     def _serve(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
-        return {OUTPUT_NAME: tf.identity(self._scores(images), name=OUTPUT_NAME)}
+        outputs = self._outputs(images)
+        named = {OUTPUT_NAME: outputs[models.PATCH_HEAD]}
+        if models.PIXEL_HEAD in outputs:
+            named[PIXEL_OUTPUT_NAME] = outputs[models.PIXEL_HEAD]
+        return {name: tf.identity(value, name=name) for name, value in named.items()}
+
+
+def serve(function, images: np.ndarray) -> dict[str, np.ndarray]:
+    """Every named output of a serving function (the module's, or a reloaded SavedModel's
+    signature) for ``images``."""
+    return {name: value.numpy() for name, value in function(**{INPUT_NAME: images}).items()}
 
 
 def save_savedmodel(module: ServingModule, folder: Path) -> None:

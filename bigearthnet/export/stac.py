@@ -99,23 +99,35 @@ def model_properties(info: ExportInfo, total_parameters: int) -> dict[str, Any]:
         resize_type=None,
         pre_processing_function=None,
     )
-    colours = constants.class_hex_colours(info.num_classes)
-    model_output = ModelOutput(
-        name="land-cover class probabilities",
-        tasks={"classification"},
-        result=ModelResult(
-            shape=[-1, info.num_classes], dim_order=["batch", "class"], data_type="float32"
-        ),
-        classes=[
-            MLMClassification(value=index, name=name, color_hint=colours[index])
-            for index, name in enumerate(info.class_names)
-        ],
-        post_processing_function=None,
-    )
+    outputs = [
+        ModelOutput(
+            name="land-cover class probabilities",
+            tasks={"classification"},
+            result=ModelResult(
+                shape=[-1, info.num_classes], dim_order=["batch", "class"], data_type="float32"
+            ),
+            classes=_classes(info.class_names),
+            post_processing_function=None,
+        )
+    ]
+    if info.pixel_class_names is not None:  # the dense head: a land-cover class per pixel
+        outputs.append(
+            ModelOutput(
+                name="land-cover class probabilities per pixel",
+                tasks={"semantic-segmentation"},
+                result=ModelResult(
+                    shape=[-1, *info.input_shape[:2], len(info.pixel_class_names)],
+                    dim_order=["batch", "height", "width", "class"],
+                    data_type="float32",
+                ),
+                classes=_classes(info.pixel_class_names),
+                post_processing_function=None,
+            )
+        )
     properties = MLModelProperties(
         name=info.name,
         architecture=ARCHITECTURES.get(info.model, info.model),
-        tasks={"classification"},
+        tasks=set().union(*(output.tasks for output in outputs)),
         framework="TensorFlow",
         framework_version=info.tensorflow,
         accelerator=None,
@@ -125,9 +137,17 @@ def model_properties(info: ExportInfo, total_parameters: int) -> dict[str, Any]:
         pretrained=info.source.init_weights is not None,
         pretrained_source=info.source.init_weights,
         input=[model_input],
-        output=[model_output],
+        output=outputs,
     )
     return properties.model_dump(by_alias=True, exclude_unset=False, exclude_defaults=False)
+
+
+def _classes(names: tuple[str, ...]) -> list[MLMClassification]:
+    colours = constants.class_hex_colours(len(names))
+    return [
+        MLMClassification(value=index, name=name, color_hint=colours[index])
+        for index, name in enumerate(names)
+    ]
 
 
 def _bands(info: ExportInfo) -> list[dict[str, Any]]:
@@ -185,8 +205,8 @@ def build_item(
         end_datetime=footprint.end.replace(tzinfo=utc),
         properties={
             "description": f"{ARCHITECTURES.get(info.model, info.model)} multi-label land-cover "
-            f"classifier of BigEarthNet Sentinel-2 patches, {info.num_classes} CORINE classes; "
-            f"footprint and period of its {extent}." + _synthetic_note(origin),
+            f"classifier of BigEarthNet Sentinel-2 patches, {info.num_classes} CORINE classes"
+            f"{_dense_note(info)}; footprint and period of its {extent}." + _synthetic_note(origin),
             "bands": bands,
         },
     )
@@ -195,6 +215,15 @@ def build_item(
     extension.apply(model_properties(info, total_parameters))
     _add_unmodelled_fields(item.properties, info)
     return item
+
+
+def _dense_note(info: ExportInfo) -> str:
+    if info.pixel_class_names is None:
+        return ""
+    return (
+        f", with a dense head: the {len(info.pixel_class_names)} classes' probabilities per "
+        "10 m pixel (semantic segmentation)"
+    )
 
 
 def _synthetic_note(origin: ArchiveOrigin | None) -> str:
@@ -210,6 +239,11 @@ def _add_unmodelled_fields(properties: dict[str, Any], info: ExportInfo) -> None
     """MLM fields stac-model's records drop: descriptions and the explicit nulls the
     specification recommends where a value is known not to apply."""
     model_input, model_output = properties["mlm:input"][0], properties["mlm:output"][0]
+    for output in properties["mlm:output"][1:]:  # the dense head's
+        output["description"] = (
+            "Semantic segmentation: the softmax probability of each class per pixel of the "
+            "patch (10 m), from the dense head; the most probable class is the pixel's land cover."
+        )
     model_input["description"] = (
         "Raw Sentinel-2 L2A values (surface reflectance x 10,000) as BigEarthNet stores them, "
         f"{info.resampling}-upsampled to 10 m, channels in the order of 'bands'. The model "

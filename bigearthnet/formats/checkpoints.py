@@ -10,7 +10,8 @@ pointer moved.
 A checkpoint is a ``tf.train.Checkpoint`` of the model and the optimizer (slots, iteration
 count - hence the LR schedule position). The pointer carries where training stood
 (:class:`Position`) and what ``evaluate.py`` needs to rebuild the model: its name, class
-count and input shape, and (:class:`~bigearthnet.formats.model_inputs.ModelInputs`) the
+count, input shape and whether it has the dense head, and
+(:class:`~bigearthnet.formats.model_inputs.ModelInputs`) the
 channels, normalisation, resampling and classes it was trained with, so a run predicts the
 same after its training data is gone.
 Only rank 0 writes; ranks that resume read rank 0's choice and receive its weights by
@@ -133,6 +134,9 @@ class CheckpointRecord:
     # classes): a run predicts the same whether its shards still exist or not. None: a
     # pointer written before it was recorded (inference.trained_run decides what then).
     inputs: ModelInputs | None = None
+    # Whether the model has the dense head (models.PIXEL_HEAD): rebuilt so to restore it.
+    # False in pointers written before the head existed, as those models had none.
+    dense_head: bool = False
     folder: str = ""
     tag: str = ""
 

@@ -24,10 +24,12 @@ CARD_FILE = "model_card.md"
 STAC_FILE = "item.json"
 FORMAT_VERSION = 1
 MLM_VERSION = "1.5.2"  # the STAC MLM extension version of item.json (stac-model 0.6.1's)
-# The serving signature, the same in the SavedModel and the ONNX model.
+# The serving signature, the same in the SavedModel and the ONNX model: a model with the
+# dense head has the second output, per pixel.
 SIGNATURE = "serving_default"
 INPUT_NAME = "images"
 OUTPUT_NAME = "probabilities"
+PIXEL_OUTPUT_NAME = "pixel_probabilities"
 
 
 class ExportError(InputError):
@@ -70,11 +72,18 @@ class ExportInfo:
     # per band: physical value = code * scale + offset (S1 dB); None: exports from before
     channel_scale: tuple[float, ...] | None = None
     channel_offset: tuple[float, ...] | None = None
+    # The dense head's classes, in the order of PIXEL_OUTPUT_NAME's last axis; None: a model
+    # without the dense head (and exports made before it existed)
+    pixel_class_names: tuple[str, ...] | None = None
     format_version: int = FORMAT_VERSION
 
     @property
     def num_classes(self) -> int:
         return len(self.class_names)
+
+    @property
+    def has_dense_head(self) -> bool:
+        return self.pixel_class_names is not None
 
 
 def write_export_info(folder: str | Path, info: ExportInfo) -> None:
@@ -115,7 +124,7 @@ def read_export_info(folder: str | Path) -> ExportInfo:
                 "source": ExportSource(**body["source"]),
                 **{
                     key: tuple(body[key])
-                    for key in ("channel_scale", "channel_offset")
+                    for key in ("channel_scale", "channel_offset", "pixel_class_names")
                     if body.get(key) is not None
                 },
             }

@@ -48,6 +48,10 @@ class HistoryRow:
     # the --epochs the run had when this epoch trained: the length its LR schedule spanned (a
     # resume may change it; None in rows written before it was recorded)
     planned_epochs: int | None = None
+    # the dense head's validation: pixel overall accuracy and mIoU against the reference maps,
+    # from pixel counts summed over ranks (None: a run without the dense head)
+    val_pixel_accuracy: float | None = None
+    val_pixel_miou: float | None = None
 
     def score(self, metric: str) -> float | None:
         """A validation metric by its history name (``val_micro_f1``, ``val_macro_map``...)."""

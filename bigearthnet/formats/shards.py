@@ -230,6 +230,12 @@ class Manifest:
         """Whether the shards hold reference maps (``map19``, ``has_map``)."""
         return self.reference_maps is not None
 
+    def map_count(self, split: str) -> int:
+        """Rows of ``split`` that hold a reference map (0 without maps)."""
+        if self.reference_maps is None:
+            return 0
+        return int(self.reference_maps.patches.get(split, 0))
+
     def split_shards(self, split: str) -> list[ShardEntry]:
         """The shards of one split, in index order."""
         return [s for s in self.shards if s.split == split]

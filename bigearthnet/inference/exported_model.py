@@ -1,6 +1,7 @@
 """An export folder (``bigearthnet-export``) as a model ready to predict, without the run
 folder it came from: the SavedModel's serving signature takes raw uint16 patches in the
-export's band order and returns probabilities, so nothing here normalises."""
+export's band order and returns probabilities (and, from a model with the dense head, each
+pixel's class probabilities), so nothing here normalises."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from bigearthnet.formats.exported import (
     INFO_FILE,
     INPUT_NAME,
     OUTPUT_NAME,
+    PIXEL_OUTPUT_NAME,
     SAVEDMODEL_DIR,
     SIGNATURE,
     ExportError,
     ExportInfo,
     read_export_info,
 )
+from bigearthnet.inference.trained_run import NoDenseHead
 
 
 class ExportedModel:
@@ -35,11 +38,16 @@ class ExportedModel:
             raise ExportError(f"{saved}: no saved_model.pb: the export is incomplete")
         self._saved = tf.saved_model.load(str(saved))
         self._serve = self._saved.signatures[SIGNATURE]
-        outputs = self._serve.structured_outputs[OUTPUT_NAME].shape[-1]
-        if outputs != self.num_classes:  # maps name every output by these names
+        outputs = self._serve.structured_outputs
+        if outputs[OUTPUT_NAME].shape[-1] != self.num_classes:  # maps name every output so
             raise ExportError(
                 f"{self.folder / INFO_FILE}: {self.num_classes} class names for a model of "
-                f"{outputs} outputs"
+                f"{outputs[OUTPUT_NAME].shape[-1]} outputs"
+            )
+        if (PIXEL_OUTPUT_NAME in outputs) != self.info.has_dense_head:
+            raise ExportError(
+                f"{self.folder / INFO_FILE}: its pixel_class_names and the SavedModel's "
+                f"{PIXEL_OUTPUT_NAME} output disagree on whether it has the dense head"
             )
 
     @property
@@ -53,6 +61,14 @@ class ExportedModel:
     @property
     def bands(self) -> tuple[str, ...]:
         return self.info.bands
+
+    @property
+    def has_dense_head(self) -> bool:
+        return self.info.has_dense_head
+
+    @property
+    def pixel_class_names(self) -> list[str]:
+        return list(self.info.pixel_class_names or ())
 
     @property
     def resampling(self) -> str:
@@ -78,3 +94,13 @@ class ExportedModel:
             return np.zeros((0, self.num_classes), dtype=np.float32)
         batch = tf.convert_to_tensor(np.asarray(images, dtype=np.uint16))
         return self._serve(**{INPUT_NAME: batch})[OUTPUT_NAME].numpy()
+
+    def predict_pixels(self, images: np.ndarray) -> np.ndarray:
+        """(N, H, W, C) uint16 -> (N, H, W, 19) float32 class probabilities per pixel."""
+        if not self.has_dense_head:
+            raise NoDenseHead(f"the model of {self.folder} has no dense head")
+        if len(images) == 0:
+            shape = (0, *np.shape(images)[1:3], len(self.pixel_class_names))
+            return np.zeros(shape, dtype=np.float32)
+        batch = tf.convert_to_tensor(np.asarray(images, dtype=np.uint16))
+        return self._serve(**{INPUT_NAME: batch})[PIXEL_OUTPUT_NAME].numpy()

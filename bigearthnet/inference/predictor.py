@@ -19,7 +19,9 @@ from bigearthnet.inference.run_checkpoint import RunCheckpoint, run_checkpoint
 
 
 class Predictor(Protocol):
-    """A classifier of uint16 patches in the order of ``bands``."""
+    """A classifier of uint16 patches in the order of ``bands``; with the dense head also a
+    land-cover map of each patch's pixels (``has_dense_head``, ``predict_pixels``: (N, H, W,
+    19) probabilities of ``pixel_class_names``)."""
 
     @property
     def num_classes(self) -> int: ...
@@ -36,7 +38,15 @@ class Predictor(Protocol):
     @property
     def provenance(self) -> dict[str, str]: ...
 
+    @property
+    def has_dense_head(self) -> bool: ...
+
+    @property
+    def pixel_class_names(self) -> list[str]: ...
+
     def predict(self, images: np.ndarray) -> np.ndarray: ...
+
+    def predict_pixels(self, images: np.ndarray) -> np.ndarray: ...
 
 
 class BandMismatch(InputError):

@@ -27,6 +27,7 @@ import tensorflow as tf
 from bigearthnet import models
 from bigearthnet.core import constants, distributed
 from bigearthnet.core.config import TrainConfig
+from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import files_digest
 from bigearthnet.data.normalization import model_inputs, normalize
 from bigearthnet.formats import checkpoints, weights_record
@@ -37,6 +38,10 @@ from bigearthnet.formats.shards import Manifest, ShardError, read_manifest
 from bigearthnet.inference.run_checkpoint import run_checkpoint
 
 log = distributed.log
+
+
+class NoDenseHead(InputError):
+    """Per-pixel predictions asked of a model without the dense head."""
 
 
 @dataclass
@@ -50,10 +55,12 @@ class LoadedModel:
     inputs: ModelInputs  # channels, normalisation, resampling, classes (the checkpoint's)
     run_dir: Path | None = None  # the folder it was loaded from (config.run_dir: trained in)
     _predict: Any = field(init=False, repr=False)
+    _predict_pixels: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         # Batches of different sizes (the last one) should not each trace a new graph.
         self._predict = tf.function(self.scores, reduce_retracing=True)
+        self._predict_pixels = tf.function(self.pixel_probabilities, reduce_retracing=True)
 
     @property
     def num_classes(self) -> int:
@@ -62,6 +69,16 @@ class LoadedModel:
     @property
     def class_names(self) -> list[str]:
         return list(self.inputs.classes)
+
+    @property
+    def has_dense_head(self) -> bool:
+        """Whether the model also gives per-pixel probabilities (:meth:`predict_pixels`)."""
+        return self.record.dense_head
+
+    @property
+    def pixel_class_names(self) -> list[str]:
+        """The dense head's classes, in the order of its outputs (the reference maps')."""
+        return list(constants.CLASSES_19)
 
     @property
     def bands(self) -> tuple[str, ...]:
@@ -113,17 +130,41 @@ class LoadedModel:
                 return f"{record.source} weights {record.file} (sha256 {record.sha256[:16]})"
         return f"the run {start}"
 
-    def scores(self, images: tf.Tensor) -> tf.Tensor:
-        """uint16 images -> sigmoid scores, as a TensorFlow computation (the one formula
-        evaluation, maps and the exported serving signature all run)."""
+    def outputs(self, images: tf.Tensor) -> dict[str, tf.Tensor]:
+        """uint16 images -> the model's probabilities as a TensorFlow computation (the one
+        formula evaluation, maps and the exported serving signature all run): the sigmoid
+        scores per class under ``models.PATCH_HEAD``, and with the dense head the softmax per
+        pixel under ``models.PIXEL_HEAD``."""
         x = normalize(images, self.mean, self.std)  # exactly the training normalisation
-        return tf.sigmoid(tf.cast(self.model(x, training=False), tf.float32))
+        logits, pixel_logits = models.split_outputs(self.model(x, training=False))
+        out = {models.PATCH_HEAD: tf.sigmoid(tf.cast(logits, tf.float32))}
+        if pixel_logits is not None:
+            out[models.PIXEL_HEAD] = tf.nn.softmax(tf.cast(pixel_logits, tf.float32))
+        return out
+
+    def scores(self, images: tf.Tensor) -> tf.Tensor:
+        """uint16 images -> sigmoid scores per class (TensorFlow)."""
+        return self.outputs(images)[models.PATCH_HEAD]
+
+    def pixel_probabilities(self, images: tf.Tensor) -> tf.Tensor:
+        """uint16 images -> the dense head's class probabilities per pixel (TensorFlow)."""
+        return self.outputs(images)[models.PIXEL_HEAD]
 
     def predict(self, images: np.ndarray) -> np.ndarray:
         """(N, 120, 120, channels) uint16 -> (N, C) float32 sigmoid scores."""
         if len(images) == 0:
             return np.zeros((0, self.num_classes), dtype=np.float32)
         return self._predict(tf.convert_to_tensor(images)).numpy()
+
+    def predict_pixels(self, images: np.ndarray) -> np.ndarray:
+        """(N, H, W, channels) uint16 -> (N, H, W, 19) float32 class probabilities per
+        pixel (the dense head's); NoDenseHead for a model without one."""
+        if not self.has_dense_head:
+            raise NoDenseHead(f"the model of {self.run_dir or self.prefix} has no dense head")
+        if len(images) == 0:
+            shape = (0, *np.shape(images)[1:3], len(self.pixel_class_names))
+            return np.zeros(shape, dtype=np.float32)
+        return self._predict_pixels(tf.convert_to_tensor(images)).numpy()
 
 
 def check_data_labels(record: CheckpointRecord, manifest: Manifest, data_dir: Path) -> None:
@@ -213,7 +254,9 @@ def load_model(
     config, prefix, record = run_checkpoint(run_dir, checkpoint)
     inputs = recorded_inputs(config, record, prefix, stats_from)
     with float32_layers():
-        model = models.get_model(record.model, record.input_shape, record.num_classes)
+        model = models.get_model(
+            record.model, record.input_shape, record.num_classes, dense_head=record.dense_head
+        )
     # partial: the checkpoint also holds the optimizer and epoch, which inference ignores.
     checkpoints.restore_path(prefix, {"model": model}, partial=True)
     return LoadedModel(model, record, prefix, config, inputs, run_dir)

@@ -17,7 +17,9 @@ from typing import NoReturn
 from bigearthnet.core import recipe
 from bigearthnet.core.batch import BatchPlan
 from bigearthnet.core.config import TrainConfig, add_arguments, resolve
+from bigearthnet.core.dense_head import with_pixel_head
 from bigearthnet.core.errors import ConfigError
+from bigearthnet.formats.shards import read_manifest
 from bigearthnet.scaling.study_outputs import StudyResult
 from bigearthnet.scaling.study_settings import StudySettings
 
@@ -184,11 +186,14 @@ def point_config(settings: StudySettings, point: StudyPoint, run_dir: Path) -> T
 
 
 def _resolved(command: list[str]) -> TrainConfig:
+    """The options train.py resolves from ``command`` (the pixel-loss weight for its data,
+    as train.py saves it in a point's config.yaml)."""
     parser = _RaisingParser(prog="train.py", add_help=False, allow_abbrev=False)
     add_arguments(parser)
     argv = command[command.index("bigearthnet.cli.train") + 1 :]
     try:
-        return resolve(parser.parse_args(argv), TrainConfig)
+        cfg = resolve(parser.parse_args(argv), TrainConfig)
+        return with_pixel_head(cfg, read_manifest(cfg.data).map_count("train"))
     except ConfigError as err:
         raise ConfigError(f"the train.py options after --: {err}") from None
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from bigearthnet.core import distributed
 from bigearthnet.core.config import TrainConfig
+from bigearthnet.core.dense_head import with_pixel_head
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import first_line
 from bigearthnet.formats.checkpoints import Position
@@ -68,11 +69,11 @@ class ElasticTrainer(RunHooks):
         *,
         then: Callable[[], None] = lambda: None,
     ) -> None:
-        self.cfg = cfg = keep_start(cfg)
+        manifest = read_manifest(cfg.data)
+        self.cfg = cfg = with_pixel_head(keep_start(cfg), manifest.map_count("train"))
         # Collective work after the last epoch (the test evaluation), run inside the elastic
         # function: a worker lost during it resets the world, which then runs it again.
         self.then = then
-        manifest = read_manifest(cfg.data)
         self.source = GlobalOrderSource(cfg, manifest)
         self.replica = build_replica(cfg, manifest, self.source)
         self.world_size = distributed.size()

@@ -81,6 +81,7 @@ class EpochEnd:
             input_shape=self.replica.input_shape,
             bands=self.replica.bands,
             inputs=self.replica.inputs,
+            dense_head=self.replica.dense_head,
             val_micro_f1=None if row is None else row.val_micro_f1,
             val_macro_f1=None if row is None else row.val_macro_f1,
             val_micro_map=None if row is None else row.val_micro_map,
@@ -125,6 +126,10 @@ class EpochEnd:
             samples=outcome.position.consumed,
             planned_epochs=self.cfg.epochs,
         )
+        pixels = val.pixels
+        if pixels is not None:
+            row = dataclasses.replace(row, val_pixel_accuracy=pixels.overall_accuracy,
+                                      val_pixel_miou=pixels.miou)  # fmt: skip
         return self._with_noise_scale(row)
 
     def _with_noise_scale(self, row: HistoryRow) -> HistoryRow:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
+from bigearthnet import models
 from bigearthnet.core import constants, distributed
 from bigearthnet.core.config import RUN_CONFIG, TrainConfig, load_run_config
 from bigearthnet.core.errors import ConfigError, InputError
@@ -127,12 +128,16 @@ def initial_weights(cfg: TrainConfig, manifest: Manifest) -> InitialWeights | No
 
 def start_from(model: tf.keras.Model, start: InitialWeights | None, cfg: TrainConfig) -> None:
     """Set ``model``'s weights from ``start`` (None: they stay as built, random or to be
-    restored): every layer but the head must fit (a head that does not stays random); with
-    ``cfg.freeze_backbone`` make every layer but the head untrainable."""
+    restored): every layer of the encoder must fit; the heads' layers (the patch head, the
+    dense head's decoder) are taken where the source has them alike and stay random
+    otherwise (a published ResNet starts the encoder of a model with the dense head, whose
+    decoder starts random). With ``cfg.freeze_backbone`` every layer but the heads' is made
+    untrainable."""
     if start is not None:
         source = start.network()
+        decoder = _decoder_from(model, source)
         for layer in model.layers:
-            if not layer.weights or layer.name == PATCH_HEAD:
+            if not layer.weights or models.is_head_layer(layer.name):
                 continue
             if not _same_shapes(layer, source, layer.name):
                 raise InputError(
@@ -143,11 +148,26 @@ def start_from(model: tf.keras.Model, start: InitialWeights | None, cfg: TrainCo
         head = _same_shapes(model.get_layer(PATCH_HEAD), source, PATCH_HEAD)
         if head:
             model.get_layer(PATCH_HEAD).set_weights(source.get_layer(PATCH_HEAD).get_weights())
-        log.info("initial weights from %s (%s)", start.path,
-                 "with its head" if head else "head initialised at random")  # fmt: skip
+        log.info("initial weights from %s (%s%s)", start.path,
+                 "with its head" if head else "head initialised at random",
+                 decoder)  # fmt: skip
     if cfg.freeze_backbone:
         for layer in model.layers:
-            layer.trainable = layer.name == PATCH_HEAD
+            layer.trainable = models.is_head_layer(layer.name)
+
+
+def _decoder_from(model: tf.keras.Model, source: tf.keras.Model) -> str:
+    """Copy the dense head's layers of ``source`` into ``model`` where both have it alike
+    (a run with the dense head); what happened, for the log ("" without a dense head)."""
+    if not models.has_dense_head(model):
+        return ""
+    layers = [layer for layer in model.layers if layer.weights and models.is_head_layer(layer.name)
+              and layer.name != PATCH_HEAD]  # fmt: skip
+    if not all(_same_shapes(layer, source, layer.name) for layer in layers):
+        return "; dense head initialised at random"
+    for layer in layers:
+        layer.set_weights(source.get_layer(layer.name).get_weights())
+    return "; with its dense head"
 
 
 def _same_shapes(layer: tf.keras.layers.Layer, source: tf.keras.Model, name: str) -> bool:

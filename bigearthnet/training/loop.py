@@ -20,8 +20,11 @@ import tensorflow as tf
 from bigearthnet.core import distributed
 from bigearthnet.core.errors import RunFailed
 from bigearthnet.core.signals import STOP
+from bigearthnet.data.augment import PIXEL_CLASSES
 from bigearthnet.data.batching import StepBatch
+from bigearthnet.data.rank_data import Batch
 from bigearthnet.evaluation import metrics
+from bigearthnet.evaluation.pixel_metrics import PixelScores, pixel_scores
 from bigearthnet.formats.checkpoints import Position
 from bigearthnet.training.replica import Replica, StepResult
 
@@ -93,6 +96,8 @@ def train_epoch(
             seed=step_seed(seed, rank=rank, epoch=epoch, step=batch.step),
             stop=batch.apply and STOP.requested,
             apply=batch.apply,
+            maps=batch.maps,
+            has_map=batch.has_map,
         )
         times.wait += t1 - t0
         times.step += time.perf_counter() - t1
@@ -118,33 +123,45 @@ def train_epoch(
 @dataclass(frozen=True)
 class Validation:
     """Validation of one epoch over all ranks: F1 from summed counts, mAP from gathered
-    scores."""
+    scores; with the dense head, pixel figures from the summed pixel confusion."""
 
-    loss: float
+    loss: float  # mean multi-label loss (+ the weighted mean pixel loss, with the head)
     micro_f1: float
     macro_f1: float
     micro_map: float | None = None  # None: no positive label in the split
     macro_map: float | None = None
     stop: bool = False  # some rank got a stop request (SIGUSR1/SIGTERM) by the end of it
+    pixel_confusion: np.ndarray | None = None  # (19, 19) summed over ranks; None: no head
+
+    @property
+    def pixels(self) -> PixelScores | None:
+        return None if self.pixel_confusion is None else pixel_scores(self.pixel_confusion)
 
 
-def validate(replica: Replica, batches: Iterable[tuple], *, threshold: float) -> Validation:
+def validate(replica: Replica, batches: Iterable[Batch], *, threshold: float) -> Validation:
     """Collective: loss and micro/macro F1 over all ranks' batches (summed TP/FP/FN), and
     whether any rank was asked to stop meanwhile (voted in the same allreduce, so a warning
-    that came during validation stops the run at this epoch's end, not a step into the next)."""
-    classes = replica.num_classes
+    that came during validation stops the run at this epoch's end, not a step into the next).
+    With the dense head the pixel loss and confusion are summed in the same allreduce."""
+    classes, pixel_classes = replica.num_classes, PIXEL_CLASSES if replica.dense_head else 0
     loss_sum, counts, seen = 0.0, np.zeros((3, classes)), 0
+    pixel = np.zeros(2 + pixel_classes**2)  # loss sum, weight, confusion
     scores = [np.zeros((0, classes), np.float32)]
     truth = [np.zeros((0, classes), np.uint8)]
-    for images, labels in batches:
-        seen += len(images)
-        batch_loss, batch_counts, batch_scores = replica.eval_step(images, labels, threshold)
-        loss_sum += batch_loss
-        counts += batch_counts
-        scores.append(batch_scores)
-        truth.append(np.asarray(labels, np.uint8))
-    packed = np.concatenate([[loss_sum, seen, float(STOP.requested)], counts.ravel()])
+    for batch in batches:
+        seen += len(batch.images)
+        out = replica.eval_step(batch, threshold)
+        loss_sum += out.loss_sum
+        counts += out.counts
+        scores.append(out.scores)
+        truth.append(np.asarray(batch.labels, np.uint8))
+        if out.pixel_confusion is not None:
+            pixel += np.concatenate([[out.pixel_loss_sum, out.pixel_weight],
+                                     out.pixel_confusion.ravel()])  # fmt: skip
+    packed = np.concatenate([[loss_sum, seen, float(STOP.requested)], counts.ravel(), pixel])
     total = distributed.allreduce_sum(packed, name="val_counts")
+    pixel = total[3 + 3 * classes :]
+    total = total[: 3 + 3 * classes]
     f1 = metrics.f1_from_counts(total[3:].reshape(3, classes))
     # Threshold-free metrics need every score: gathered (rows ~80 B each), then every rank
     # computes the same mAPs (so an early stop is decided alike everywhere).
@@ -152,11 +169,13 @@ def validate(replica: Replica, batches: Iterable[tuple], *, threshold: float) ->
         distributed.allgather(np.concatenate(truth), name="val_labels"),
         distributed.allgather(np.concatenate(scores), name="val_scores"),
     )
+    pixel_loss = replica.pixel_weight * pixel[0] / pixel[1] if pixel_classes and pixel[1] else 0.0
     return Validation(
-        loss=total[0] / max(total[1], 1),
+        loss=total[0] / max(total[1], 1) + pixel_loss,
         micro_f1=f1["micro_f1"],
         macro_f1=f1["macro_f1"],
         micro_map=micro_map,
         macro_map=macro_map,
         stop=bool(total[2]),
+        pixel_confusion=pixel[2:].reshape(pixel_classes, pixel_classes) if pixel_classes else None,
     )

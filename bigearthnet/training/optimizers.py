@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from bigearthnet.core.config import TrainConfig
 from bigearthnet.core.optimizer_table import OPTIMIZERS as TABLE
 
 # Defaults from the papers: LARS's trust coefficient eta (You et al. 2017, Sec. 3); LAMB's
@@ -67,6 +68,24 @@ def make(
     if entry.trust_coefficient:
         options["trust_coefficient"] = trust_coefficient
     return globals()[entry.builder](**options)
+
+
+def for_run(
+    cfg: TrainConfig, learning_rate: tf.keras.optimizers.schedules.LearningRateSchedule
+) -> tf.keras.optimizers.legacy.Optimizer:
+    """The run's optimizer (``--optimizer`` and its options); under ``--amp fp16`` wrapped
+    in a loss-scale optimizer, as float16 gradients underflow without one."""
+    opt = make(cfg.optimizer, learning_rate=learning_rate, momentum=cfg.momentum,
+               weight_decay=cfg.weight_decay, trust_coefficient=cfg.trust_coefficient)  # fmt: skip
+    if cfg.amp == "fp16":
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
+    return opt
+
+
+def state_of(optimizer: tf.keras.optimizers.Optimizer) -> list:
+    """The optimizer's state (slots, update count), whichever API the class offers."""
+    variables = optimizer.variables
+    return list(variables() if callable(variables) else variables)
 
 
 def adapted(variable: tf.Variable) -> bool:

@@ -21,6 +21,7 @@ import tensorflow as tf
 from bigearthnet.core import distributed, recipe, runlock
 from bigearthnet.core.config import TrainConfig, load_run_config, save_yaml
 from bigearthnet.core.constants import describe_bands
+from bigearthnet.core.dense_head import resume_note
 from bigearthnet.core.errors import ConfigError, InputError
 from bigearthnet.evaluation.report import format_score
 from bigearthnet.formats import checkpoints, elastic_log, run_folder
@@ -42,6 +43,8 @@ TENSORBOARD_SCALARS = (
     "val_loss",
     "val_micro_f1",
     "val_macro_f1",
+    "val_pixel_accuracy",
+    "val_pixel_miou",
     "samples_per_s",
     "data_wait_fraction",
     "seconds",
@@ -157,11 +160,13 @@ class RunOutputs:
             self.past = load_run_config(self.run_dir)
         found = [] if self.past is None else recipe.changes(self.past, self.cfg)
         if found:
+            assert self.past is not None  # found only against a past config
             raise ConfigError(
                 f"{self.run_dir}: holds a run trained with another recipe "
-                f"({recipe.listed(found)}): resuming would mix two recipes in one run; use "
-                f"another --run-dir (--init-weights {self.run_dir} starts there from this "
-                "run's best weights), or --no-resume to start this one over"
+                f"({recipe.listed(found)}): resuming would mix two recipes in one run"
+                f"{resume_note(self.past, self.cfg)}; use another --run-dir "
+                f"(--init-weights {self.run_dir} starts there from this run's best weights), "
+                "or --no-resume to start this one over"
             )
 
     def _stamped(self, record: CheckpointRecord) -> CheckpointRecord:
@@ -210,6 +215,10 @@ class RunOutputs:
             100 * row.data_wait_fraction,
             row.seconds,
         )
+        if row.val_pixel_accuracy is not None:
+            log.info("epoch %d/%d: dense head val pixel OA %s mIoU %s", row.epoch,
+                     self.cfg.epochs, format_score(row.val_pixel_accuracy),
+                     format_score(row.val_pixel_miou))  # fmt: skip
 
     def save_mid_epoch(self, trackables: dict, record: CheckpointRecord) -> None:
         """A checkpoint inside an epoch (all ranks agreed to stop there)."""

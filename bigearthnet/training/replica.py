@@ -10,9 +10,14 @@ allreduce, so all ranks take the same decisions (a non-finite loss stops every r
 same step; no rank is left waiting in a collective).
 
 The public surface is small: :meth:`Replica.train_step` (one batch -> :class:`StepResult`),
-:meth:`Replica.eval_step` (one batch -> loss sum and TP/FP/FN counts), :meth:`Replica.
+:meth:`Replica.eval_step` (one batch -> :class:`EvalCounts`), :meth:`Replica.
 use_schedule` (a new LR schedule after an elastic resize) and the state to checkpoint or
 broadcast. Large-batch optimizers and per-step gradient statistics plug in here.
+
+With a pixel-loss weight (:func:`bigearthnet.core.dense_head.with_pixel_head`) the model has
+the dense head, every batch brings its reference maps (moved and mixed with the images:
+:mod:`bigearthnet.data.augment`) and the loss adds the weighted per-pixel cross-entropy, a
+mean over the global batch's labelled pixels (:mod:`bigearthnet.training.losses`).
 """
 
 from __future__ import annotations
@@ -29,16 +34,19 @@ from bigearthnet import models
 from bigearthnet.core import distributed
 from bigearthnet.core.config import PRECISIONS, TrainConfig
 from bigearthnet.core.errors import ConfigError
-from bigearthnet.data.augment import mixup, random_dihedral
 from bigearthnet.data.normalization import normalize
+from bigearthnet.data.rank_data import Batch
 from bigearthnet.evaluation import metrics
+from bigearthnet.evaluation.pixel_metrics import tf_pixel_confusion
 from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import image_shape
 from bigearthnet.training import optimizers
 from bigearthnet.training.gns import NoiseSample, NoiseScaleMonitor, adascale_gain
 from bigearthnet.training.initial import InitialWeights, start_from
+from bigearthnet.training.losses import bce_loss, pixel_loss_sum
 from bigearthnet.training.precise_bn import PreciseBatchNorm
 from bigearthnet.training.schedules import GainedSchedule, LRSchedule, WarmupSchedule
+from bigearthnet.training.step_inputs import pixel_scale_of, prepare, step_maps
 
 # --amp -> Keras policy. Both mixed policies keep variables, logits and the loss in float32.
 PRECISION_POLICY = dict(zip(PRECISIONS, ("float32", "mixed_float16", "mixed_bfloat16")))
@@ -57,11 +65,16 @@ class StepResult:
     comm_s: float = 0.0  # --comm-timing: allreduce (incl. waiting for the slowest) + update
 
 
-def bce_loss(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
-    """Per-sample multi-label loss: an independent sigmoid per class, in float32 even under
-    mixed precision. The one criterion of the training and evaluation steps."""
-    per_class = tf.nn.sigmoid_cross_entropy_with_logits(labels, tf.cast(logits, tf.float32))
-    return tf.reduce_mean(per_class, axis=-1)
+@dataclass(frozen=True)
+class EvalCounts:
+    """One evaluation batch, in sums and counts that add up over batches and ranks."""
+
+    loss_sum: float  # sum of the per-sample multi-label losses
+    counts: np.ndarray  # (3, classes) TP/FP/FN at the threshold
+    scores: np.ndarray  # (b, classes) sigmoid scores
+    pixel_loss_sum: float = 0.0  # the dense head's cross-entropy summed over labelled pixels
+    pixel_weight: float = 0.0  # its labelled pixels
+    pixel_confusion: np.ndarray | None = None  # (19, 19) pixel counts; None: no dense head
 
 
 class Replica:
@@ -89,19 +102,22 @@ class Replica:
         tf.keras.mixed_precision.set_global_policy(PRECISION_POLICY[cfg.amp])
         self.loss_scaling = cfg.amp == "fp16"  # bfloat16 has float32's range: no scaling
         tf.keras.utils.set_random_seed(cfg.seed)
+        # The per-pixel loss's weight, resolved from the shards (0: no dense head).
+        self.pixel_weight = float(cfg.pixel_loss_weight or 0.0)
         self.model = models.get_model(
             cfg.model,
             self.input_shape,
             num_classes,
             weight_decay=cfg.weight_decay if optimizers.decay_in_loss(cfg.optimizer) else 0.0,
             dropout=cfg.dropout,
+            dense_head=self.dense_head,
         )
         # Before the optimizer: --freeze-backbone sets what trains.
         start_from(self.model, start, cfg)
         self.schedule = schedule
         # AdaScale's gain (--lr-scaling adascale), set after every update; 1 otherwise.
         self.lr_gain = tf.Variable(1.0, trainable=False, dtype=tf.float32, name="lr_gain")
-        self.optimizer = _make_optimizer(cfg, self._lr(schedule))
+        self.optimizer = optimizers.for_run(cfg, self._lr(schedule))
         self._accumulated = (
             [tf.Variable(tf.zeros_like(v), trainable=False) for v in self.model.trainable_variables]
             if cfg.backward_passes_per_step > 1
@@ -114,14 +130,20 @@ class Replica:
         self._create_optimizer_state()
         self._compile()
         log.info(
-            "model %s: %s parameters; %d classes; optimizer %s; peak LR %.4g%s",
+            "model %s: %s parameters; %d classes%s; optimizer %s; peak LR %.4g%s",
             cfg.model,
             f"{models.count_parameters(self.model):,}",
             num_classes,
+            f", dense head (pixel-loss weight {self.pixel_weight:g})" if self.dense_head else "",
             cfg.optimizer,
             schedule.peak_lr,
             " x the AdaScale gain" if cfg.lr_scaling == "adascale" else "",
         )
+
+    @property
+    def dense_head(self) -> bool:
+        """Whether the model has the dense head, trained on the batches' reference maps."""
+        return self.pixel_weight > 0
 
     # ------------------------------------------------------------------ state
 
@@ -133,7 +155,7 @@ class Replica:
 
     def broadcast_state(self) -> None:
         """Every rank takes rank 0's weights and optimizer state."""
-        distributed.broadcast_variables(self.model.variables + _optimizer_variables(self.optimizer))
+        distributed.broadcast_variables(self.model.variables + optimizers.state_of(self.optimizer))
 
     def use_inputs(self, inputs: ModelInputs) -> None:
         """Normalise as ``inputs`` say (a resumed checkpoint's: a run keeps the statistics it
@@ -152,14 +174,14 @@ class Replica:
         apart; averaged once per epoch, every replica describes the same model."""
         distributed.average_in_place(self.model.non_trainable_variables, "bn_stats")
 
-    def recompute_batchnorm(self, batches: Iterable[tuple]) -> int:
+    def recompute_batchnorm(self, batches: Iterable[Batch]) -> int:
         """Collective, precise BN: the BatchNorm statistics of ``batches`` (this rank's
-        share of (images, labels) from the training split) with the current weights, the
-        same on every rank. Returns the samples used over all ranks."""
+        share of the training split) with the current weights, the same on every rank.
+        Returns the samples used over all ranks."""
         if self._precise_bn is None:
             self._precise_bn = PreciseBatchNorm(self.model)
         prepared = (
-            normalize(tf.convert_to_tensor(images), self.mean, self.std) for images, _ in batches
+            normalize(tf.convert_to_tensor(batch.images), self.mean, self.std) for batch in batches
         )
         return self._precise_bn.recompute(prepared)
 
@@ -207,19 +229,24 @@ class Replica:
         seed: tf.Tensor,
         stop: bool,
         apply: bool = True,
+        maps: tf.Tensor | None = None,
+        has_map: tf.Tensor | None = None,
     ) -> StepResult:
         """One batch: gradients, then (``apply``) the exchange and the update, else (gradient
-        accumulation) the gradients are added up locally. Waits for the step to finish."""
+        accumulation) the gradients are added up locally. Waits for the step to finish.
+        With the dense head ``maps`` and ``has_map`` are the batch's reference maps."""
         stop_flag = tf.constant(1.0 if stop else 0.0)
         exchange = apply or not self._accumulated
+        pixels = self._pixels(maps, has_map)
         if not self.cfg.comm_timing:
             fn = self._train_fn if exchange else self._accumulate_fn
-            outputs = fn(images, labels, seed, stop_flag).numpy()
+            outputs = fn(images, labels, pixels, seed, stop_flag).numpy()
             return self._result(outputs, rows=int(images.shape[0]), exchange=exchange)
         # --comm-timing: the same step cut in two, gradients first, then the rest, with a
         # host sync in between so that compute and communication are timed apart.
         t0 = time.perf_counter()
-        loss, grads = self._gradients_fn(images, labels, seed)
+        scale = None if pixels is None else self._pixel_scale_fn(pixels, seed)
+        loss, grads = self._gradients_fn(images, labels, pixels, seed, scale)
         # The first layer's gradient is the last that backprop makes: waiting for it waits
         # for the whole backward pass (on CPU every call is synchronous anyway).
         grads[0].numpy()
@@ -248,13 +275,19 @@ class Replica:
             self.refresh_gain(base_batch=rows, scale=scale)
         return StepResult(loss=float(loss), stop=bool(votes > 0), noise=noise, **times)
 
-    def eval_step(
-        self, images: tf.Tensor, labels: tf.Tensor, threshold: float
-    ) -> tuple[float, np.ndarray, np.ndarray]:
-        """One batch without augmentation: (sum of per-sample losses, TP/FP/FN counts,
-        sigmoid scores)."""
-        loss_sum, counts, scores = self._eval_fn(images, labels, tf.constant(threshold, tf.float32))
-        return float(loss_sum), counts.numpy(), scores.numpy()
+    def _pixels(self, maps: Any, has_map: Any) -> tf.Tensor | None:
+        """The batch's reference maps as the step takes them; None without the dense head."""
+        return step_maps(maps, has_map) if self.dense_head else None
+
+    def eval_step(self, batch: Batch, threshold: float) -> EvalCounts:
+        """One batch without augmentation, in sums and counts (with the dense head also its
+        pixel loss, labelled pixels and pixel confusion)."""
+        pixels = self._pixels(batch.maps, batch.has_map)
+        out = self._eval_fn(batch.images, batch.labels, pixels, tf.constant(threshold, tf.float32))
+        loss_sum, counts, scores = (float(out[0]), out[1].numpy(), out[2].numpy())
+        if pixels is None:
+            return EvalCounts(loss_sum, counts, scores)
+        return EvalCounts(loss_sum, counts, scores, float(out[3]), float(out[4]), out[5].numpy())
 
     def _compile(self) -> None:
         # --xla compiles the forward and backward pass, in every variant of the step: the
@@ -267,22 +300,25 @@ class Replica:
         self._exchange_fn = tf.function(self._exchange, reduce_retracing=True)
         self._add_up_fn = tf.function(self._add_up, reduce_retracing=True)
         self._eval_fn = tf.function(self._evaluate, reduce_retracing=True)
+        self._pixel_scale_fn = tf.function(self._pixel_scale, reduce_retracing=True)
 
-    def _prepare(self, images, labels, seed, *, training: bool):
-        """uint16 batch -> normalised float32 (augmented when training), float labels."""
-        x = normalize(images, self.mean, self.std)
-        y = tf.cast(labels, tf.float32)
-        if training and self.cfg.augment:
-            x = random_dihedral(x, seed)  # commutes with the per-band normalisation
-        if training and self.cfg.mixup_alpha > 0:
-            x, y = mixup(x, y, self.cfg.mixup_alpha, seed + 1)
-        return x, y
+    def _prepare(self, images, labels, pixels, seed, *, training: bool):
+        """The model's input and targets (augmented when training): step_inputs.prepare."""
+        augment, alpha = (self.cfg.augment, self.cfg.mixup_alpha) if training else (False, 0.0)
+        return prepare(images, labels, pixels, seed, mean=self.mean, std=self.std,
+                       augment=augment, alpha=alpha)  # fmt: skip
 
-    def _gradients(self, images, labels, seed):
-        x, y = self._prepare(images, labels, seed, training=True)
+    def _pixel_scale(self, pixels, seed):
+        """Collective: ranks / the global batch's labelled pixel weight (the mix-up's)."""
+        return pixel_scale_of(pixels, seed, self.cfg.mixup_alpha)
+
+    def _gradients(self, images, labels, pixels, seed, scale):
+        x, y, targets = self._prepare(images, labels, pixels, seed, training=True)
         with tf.GradientTape() as tape:
-            logits = self.model(x, training=True)
+            logits, pixel_logits = models.split_outputs(self.model(x, training=True))
             loss = tf.reduce_mean(bce_loss(y, logits))
+            if targets is not None:
+                loss += self.pixel_weight * scale * pixel_loss_sum(targets, pixel_logits)
             total = loss + tf.add_n(self.model.losses) if self.model.losses else loss
             if self.loss_scaling:
                 total = self.optimizer.get_scaled_loss(total)
@@ -291,19 +327,23 @@ class Replica:
             grads = self.optimizer.get_unscaled_gradients(grads)
         return loss, grads
 
-    def _train(self, images, labels, seed, stop):
-        loss, grads = self._gradients_fn(images, labels, seed)
+    def _train(self, images, labels, pixels, seed, stop):
+        # The pixel count is summed over ranks outside the XLA cluster (no Horovod kernels).
+        scale = None if pixels is None else self._pixel_scale(pixels, seed)
+        loss, grads = self._gradients_fn(images, labels, pixels, seed, scale)
         return self._exchange(loss, grads, stop)
 
-    def _accumulate(self, images, labels, seed, stop):
-        loss, grads = self._gradients_fn(images, labels, seed)
+    def _accumulate(self, images, labels, pixels, seed, stop):
+        scale = None if pixels is None else self._pixel_scale(pixels, seed)
+        loss, grads = self._gradients_fn(images, labels, pixels, seed, scale)
         return self._add_up(loss, grads, stop)
 
-    def xla_compiled_calls(self, images, labels) -> int:
+    def xla_compiled_calls(self, images, labels, maps=None, has_map=None) -> int:
         """How many calls in the graph of the default training step must be compiled by
         XLA (its traced graph, inspected): 1 with ``--xla``, 0 without."""
         seed, stop = tf.constant([0, 0], tf.int64), tf.constant(0.0)
-        graph = self._train_fn.get_concrete_function(images, labels, seed, stop).graph
+        pixels = self._pixels(maps, has_map)
+        graph = self._train_fn.get_concrete_function(images, labels, pixels, seed, stop).graph
         return sum(
             1
             for op in graph.get_operations()
@@ -340,32 +380,21 @@ class Replica:
             self._micro_sq.assign_add(_squared_norm(grads))
         return distributed.allreduce_mean(tf.stack([loss, stop]), name="loss_and_stop")
 
-    def _evaluate(self, images, labels, threshold):
-        x, y = self._prepare(images, labels, None, training=False)
-        logits = self.model(x, training=False)
+    def _evaluate(self, images, labels, pixels, threshold):
+        x, y, targets = self._prepare(images, labels, pixels, None, training=False)
+        logits, pixel_logits = models.split_outputs(self.model(x, training=False))
         loss_sum = tf.reduce_sum(bce_loss(y, logits))
         scores = tf.sigmoid(tf.cast(logits, tf.float32))
-        return loss_sum, metrics.tf_class_counts(y, logits, threshold), scores
-
-
-def _make_optimizer(cfg: TrainConfig, lr: WarmupSchedule) -> tf.keras.optimizers.Optimizer:
-    opt = optimizers.make(
-        cfg.optimizer,
-        learning_rate=lr,
-        momentum=cfg.momentum,
-        weight_decay=cfg.weight_decay,
-        trust_coefficient=cfg.trust_coefficient,
-    )
-    if cfg.amp == "fp16":  # float16 gradients underflow without a loss scale
-        opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
-    return opt
+        out = (loss_sum, metrics.tf_class_counts(y, logits, threshold), scores)
+        if targets is None:
+            return out
+        return out + (
+            pixel_loss_sum(targets, pixel_logits),
+            targets.weight_sum(),
+            tf_pixel_confusion(targets.first, pixel_logits),
+        )
 
 
 def _squared_norm(tensors: list[tf.Tensor]) -> tf.Tensor:
     """sum of squares over all tensors, in float32 (gradients may come back as float16)."""
     return tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors])
-
-
-def _optimizer_variables(optimizer: tf.keras.optimizers.Optimizer) -> list:
-    variables = optimizer.variables
-    return list(variables() if callable(variables) else variables)

@@ -19,15 +19,14 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 
-import numpy as np
-
 from bigearthnet.core import distributed
 from bigearthnet.core.config import TrainConfig
+from bigearthnet.core.dense_head import has_dense_head
 from bigearthnet.core.errors import ConfigError
 from bigearthnet.data.batching import GlobalOrder, RankPartition, StepBatch, validation_slices
 from bigearthnet.data.cache import choose_rank_cache
 from bigearthnet.data.loader import loader_threads
-from bigearthnet.data.rank_data import RankData
+from bigearthnet.data.rank_data import Batch, RankData
 from bigearthnet.formats.checkpoints import CheckpointRecord, Position
 from bigearthnet.formats.shards import Manifest, ShardError
 from bigearthnet.training.precise_bn import per_rank, sample_positions
@@ -40,8 +39,12 @@ def open_splits(
     cfg: TrainConfig, manifest: Manifest, *, rank: int, size: int, samples: int
 ) -> tuple[RankData, RankData]:
     """This rank's part of the train and val splits (``size`` 1: the whole splits), cached
-    where ``--cache`` says for ``samples`` images."""
-    cache = choose_rank_cache(cfg.cache, samples_per_rank=samples, channels=len(manifest.bands))
+    where ``--cache`` says for ``samples`` images (with their reference maps when the dense
+    head trains)."""
+    maps = has_dense_head(cfg)
+    cache = choose_rank_cache(
+        cfg.cache, samples_per_rank=samples, channels=len(manifest.bands), maps=maps
+    )
     threads = loader_threads(cfg.loader_threads, ranks_on_node=distributed.local_size())
     train, val = (
         RankData(
@@ -55,6 +58,7 @@ def open_splits(
             device=cache.device,
             threads=threads,
             verify=cfg.verify_data,
+            maps=maps,
         )
         for split in SPLITS_USED
     )
@@ -98,7 +102,7 @@ class EpochSource(ABC):
         """The steps of ``position``'s epoch after it."""
 
     @abstractmethod
-    def val_batches(self) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    def val_batches(self) -> Iterable[Batch]:
         """This rank's share of the validation split; all ranks' shares cover it once."""
 
     @abstractmethod
@@ -109,7 +113,7 @@ class EpochSource(ABC):
         """Samples per optimizer update over all ranks."""
         return self.cfg.batch_plan(distributed.size()).global_batch
 
-    def bn_batches(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    def bn_batches(self, epoch: int) -> Iterator[Batch]:
         """This rank's share of ``--precise-bn-samples`` training samples, in batches, drawn
         for ``epoch`` from what :meth:`_bn_deal` says this rank holds."""
         rank, size = self._bn_deal()
@@ -177,7 +181,7 @@ class PartitionSource(EpochSource):
     def batches(self, position: Position) -> Iterable[StepBatch]:
         return self.plan.batches(position.epoch, start_step=position.step)
 
-    def val_batches(self) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    def val_batches(self) -> Iterable[Batch]:
         steps = math.ceil(len(self.val) / self.cfg.batch_size)
         if not steps:
             return []
@@ -224,7 +228,7 @@ class GlobalOrderSource(EpochSource):
             size=distributed.size(),
         )
 
-    def val_batches(self) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    def val_batches(self) -> Iterable[Batch]:
         slices = validation_slices(
             len(self.val),
             batch_size=self.cfg.batch_size,

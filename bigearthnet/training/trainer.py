@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from bigearthnet.core import distributed
 from bigearthnet.core.config import TrainConfig
+from bigearthnet.core.dense_head import with_pixel_head
 from bigearthnet.core.errors import InputError
 from bigearthnet.data.normalization import model_inputs
 from bigearthnet.formats.checkpoints import CheckpointRecord, Position
@@ -95,8 +96,8 @@ class Trainer:
     """Fixed-size training: set up data, replica and outputs; :meth:`run` trains."""
 
     def __init__(self, cfg: TrainConfig, command: list[str] | None = None) -> None:
-        self.cfg = cfg = keep_start(cfg)
         self.manifest = read_manifest(cfg.data)
+        self.cfg = cfg = with_pixel_head(keep_start(cfg), self.manifest.map_count("train"))
         self.source = PartitionSource(cfg, self.manifest)
         self.replica = build_replica(cfg, self.manifest, self.source)
         root = distributed.is_root()

@@ -66,6 +66,7 @@ def _write_run(folder: Path, final: Path, model, record: WeightsRecord) -> None:
         labels=inputs.num_classes,
         init_weights=record.file,
         epochs=1,
+        pixel_loss_weight=0.0,  # a published classifier has no dense head
     )
     save_yaml(config, folder / RUN_CONFIG)
     pointer = CheckpointRecord(

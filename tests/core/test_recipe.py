@@ -16,6 +16,7 @@ RECIPE = {
     "gamma", "gns_decay",  # the LR (gns_decay: the AdaScale gain's averaging)
     "optimizer", "momentum", "weight_decay", "trust_coefficient",
     "mixup_alpha", "augment", "seed",  # what each step sees
+    "pixel_loss_weight",  # the loss, and whether the model has the dense head at all
     "max_steps_per_epoch",  # what an epoch is: the schedule's time axis, the samples trained
     "threshold", "precise_bn_samples",  # what validation scores and the checkpoints mean
 }  # fmt: skip

@@ -6,13 +6,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bigearthnet.core.constants import NO_LABEL
 from bigearthnet.data.augment import (
     NUM_DIHEDRAL,
+    PIXEL_CLASSES,
     apply_dihedral,
     dihedral_index,
+    labelled_maps,
+    labelled_weight,
     mixup,
     mixup_weights,
+    mixup_with_maps,
     random_dihedral,
+    random_dihedral_with_maps,
 )
 
 SEED = tf.constant([12, 34], tf.int64)
@@ -162,3 +168,61 @@ def test_mixup_disabled_is_identity(alpha: float) -> None:
     assert out_images.dtype == tf.float32 and out_labels.dtype == tf.float32
     np.testing.assert_array_equal(out_images.numpy(), images.astype(np.float32))
     np.testing.assert_array_equal(out_labels.numpy(), labels.astype(np.float32))
+
+
+# ---------------------------------------------------------------- reference maps
+
+
+def test_a_map_follows_its_image_pixel_for_pixel() -> None:
+    """Channel 0 of each image holds its pixel's position (row * 100 + column), the map a
+    class from that position with no symmetry of D4; after the joint transform every map
+    pixel still holds the class of the position its image pixel came from."""
+    n, size = 64, 6
+    rows, cols = np.mgrid[0:size, 0:size]
+    position = rows * 100 + cols
+    images = np.broadcast_to(position[None, :, :, None], (n, size, size, 2)).astype(np.float32)
+    classes = lambda where: (where // 100 * 7 + where % 100 * 3) % PIXEL_CLASSES  # noqa: E731
+    maps = np.broadcast_to(classes(position), (n, size, size)).astype(np.int32)
+    moved_images, moved_maps = random_dihedral_with_maps(tf.constant(images), maps, SEED)
+    np.testing.assert_array_equal(moved_images.numpy(), random_dihedral(images, SEED).numpy())
+    came_from = moved_images.numpy()[..., 0].astype(np.int64)
+    np.testing.assert_array_equal(moved_maps.numpy(), classes(came_from))
+    elements = {which_transform(images[0], image) for image in moved_images.numpy()}
+    assert len(elements) == NUM_DIHEDRAL  # every element was tried (64 draws)
+    assert not np.array_equal(moved_maps.numpy()[0], maps[0].T)  # the pattern is asymmetric
+
+
+def test_rows_without_a_map_are_no_label() -> None:
+    maps = np.random.default_rng(0).integers(0, PIXEL_CLASSES, (3, 4, 4)).astype(np.uint8)
+    out = labelled_maps(maps, np.array([1, 0, 1], np.uint8)).numpy()
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out[[0, 2]], maps[[0, 2]])
+    assert np.all(out[1] == NO_LABEL)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.4])
+def test_mixed_pixel_targets_are_the_soft_targets_of_the_pair(alpha: float) -> None:
+    """Per pixel, lam * onehot(a) + (1 - lam) * onehot(b) with a no-label side dropped: the
+    terms add up to exactly that, and their weight is what labelled_weight counts without
+    mixing (the step divides by it)."""
+    rng = np.random.default_rng(7)
+    maps = rng.integers(0, PIXEL_CLASSES, (16, 5, 5)).astype(np.int32)
+    maps[rng.random(maps.shape) < 0.3] = NO_LABEL
+    maps[3] = NO_LABEL  # a row without a map
+    images, labels = tf.zeros([16, 5, 5, 2]), multi_hot(16, 19, 1)
+    _, mixed_labels, targets = mixup_with_maps(images, labels, tf.constant(maps), alpha, SEED)
+    soft = np.zeros((*maps.shape, PIXEL_CLASSES))
+    for classes, weight in targets.terms():
+        np.add.at(soft, (*np.indices(maps.shape), classes.numpy()), weight.numpy())
+    lam, perm = (t.numpy() for t in mixup_weights(16, alpha, SEED))
+    if alpha <= 0:
+        lam, perm = np.ones(16, np.float32), np.arange(16)
+    onehot = lambda m: np.eye(PIXEL_CLASSES + 1)[np.minimum(m, PIXEL_CLASSES)][..., :-1]  # noqa: E731
+    want = lam[:, None, None, None] * onehot(maps) + (1 - lam)[:, None, None, None] * onehot(
+        maps[perm]
+    )
+    np.testing.assert_allclose(soft, want, atol=1e-6)
+    assert float(targets.weight_sum()) == pytest.approx(want.sum(), rel=1e-6)
+    counted = labelled_weight(tf.constant(maps), alpha, SEED if alpha > 0 else None)
+    assert float(counted) == pytest.approx(want.sum(), rel=1e-6)
+    assert want.sum() < (maps < PIXEL_CLASSES).size  # no-label pixels weigh nothing

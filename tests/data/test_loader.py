@@ -97,9 +97,10 @@ def test_tensor_batches_equal_the_numpy_batches(shards_v1: Path, cache: str) -> 
     as_numpy = list(part.batches(3, epoch=1, seed=5, shuffle=True))
     as_tensors = list(part.dataset(3, epoch=1, seed=5, shuffle=True))
     assert len(as_numpy) == len(as_tensors) == 3
-    for (images, labels), (t_images, t_labels) in zip(as_numpy, as_tensors):
-        np.testing.assert_array_equal(images, t_images.numpy())
-        np.testing.assert_array_equal(labels, t_labels.numpy())
+    for batch, tensors in zip(as_numpy, as_tensors):
+        assert batch.maps is None and tensors.maps is None  # opened without maps
+        np.testing.assert_array_equal(batch.images, tensors.images.numpy())
+        np.testing.assert_array_equal(batch.labels, tensors.labels.numpy())
 
 
 def _train(shards: Path, run: Path, *extra: str) -> list[float]:

@@ -15,7 +15,8 @@ import train
 from bigearthnet.core.batch import BatchPlan
 from bigearthnet.data.partition import partition_takes, rank_range, split_batches
 from bigearthnet.data.rank_data import RankData
-from bigearthnet.formats.shards import read_manifest
+from bigearthnet.formats.shard_maps import HAS_MAP_KEY, MAP_KEY
+from bigearthnet.formats.shards import read_manifest, read_rows
 
 
 @pytest.mark.parametrize("total, size", [(10, 3), (7, 7), (100, 8), (5, 2)])
@@ -77,7 +78,7 @@ def test_ranks_see_every_training_sample_once_per_epoch(shards_v1: Path, cache: 
             batches = list(part.batches(steps, epoch=epoch, seed=1, shuffle=True, batch_size=batch))
             assert len(batches) == steps
             all_names = part.names()
-            for images, _labels in batches:
+            for images, *_ in batches:
                 assert images.dtype == np.uint16 and images.shape[1:] == (120, 120, 12)
                 names += [_name_of(part, all_names, img) for img in images]
         assert sorted(names) == sorted(n for p in parts for n in p.names())
@@ -92,7 +93,7 @@ _LOOKUPS: weakref.WeakKeyDictionary[RankData, dict[bytes, str]] = weakref.WeakKe
 
 def _name_of(part: RankData, names: list[str], image: np.ndarray) -> str:
     if part not in _LOOKUPS:
-        images, _ = part.take(np.arange(len(part)))
+        images = part.take(np.arange(len(part))).images
         _LOOKUPS[part] = {img.tobytes(): n for img, n in zip(images, names)}
     return _LOOKUPS[part][image.tobytes()]
 
@@ -117,16 +118,43 @@ def test_a_capped_epoch_keeps_the_batch_size_and_varies_its_samples(
         for e in (0, 1)
     ]
     for batches in epochs:
-        assert [len(images) for images, _ in batches] == [batch] * steps
+        assert [len(images) for images, *_ in batches] == [batch] * steps
     assert not np.array_equal(epochs[0][0][0], epochs[1][0][0])  # other samples next epoch
     tensors = list(part.dataset(steps, epoch=0, seed=5, shuffle=True, limit=steps * batch))
     assert all(np.array_equal(a[0], b[0].numpy()) for a, b in zip(epochs[0], tensors))
+
+
+@pytest.mark.parametrize("cache", ["device", "memory", "none"])
+def test_maps_travel_with_their_rows(shards_v2: Path, cache: str) -> None:
+    """Every batch, shuffled or taken at random positions, carries each row's own reference
+    map and has_map, as the shard holds them; a part without maps carries none."""
+    manifest = read_manifest(shards_v2)
+    (entry,) = manifest.split_shards("train")
+    stored = {key: read_rows(entry.path(shards_v2), key, 0, entry.count)
+              for key in ("images", MAP_KEY, HAS_MAP_KEY)}  # fmt: skip
+    row_of = {image.tobytes(): row for row, image in enumerate(stored["images"])}
+    part = RankData(shards_v2, manifest, "train", labels=19, cache=cache, maps=True, threads=2)
+    batches = [*part.dataset(3, epoch=1, seed=5, shuffle=True), part.take(np.array([9, 2, 30]))]
+    seen = 0
+    for batch in batches:
+        images, maps, has_map = (np.asarray(v) for v in (batch.images, batch.maps, batch.has_map))
+        assert maps.dtype == np.uint8 and maps.shape == (len(images), 120, 120)
+        rows = [row_of[image.tobytes()] for image in images]
+        np.testing.assert_array_equal(maps, stored[MAP_KEY][rows])
+        np.testing.assert_array_equal(has_map, stored[HAS_MAP_KEY][rows])
+        seen += len(rows)
+    assert seen == len(part) + 3
+    assert len(np.unique(stored[MAP_KEY].reshape(len(part), -1), axis=0)) > 1  # rows differ
+    plain = RankData(shards_v2, manifest, "train", labels=19, cache=cache)
+    assert plain.take(np.array([0])).maps is None
 
 
 def test_cache_problem_only_when_the_node_lacks_memory(tmp_path: Path) -> None:
     from bigearthnet.data.cache import cache_problem, memory_available, sample_bytes
 
     assert sample_bytes(12) == 120 * 120 * 12 * 2 and sample_bytes(2) == 120 * 120 * 2 * 2
+    assert sample_bytes(12, maps=True) - sample_bytes(12) == 120 * 120 + 1  # map19, has_map
+    assert "x 1,000 patches with maps of 0.36 MB" in cache_problem(1000, 1, 10**6, 12, True)
     gb = 1024**3
     assert cache_problem(1000, 4, 100 * gb, 12) is None
     assert cache_problem(10**6, 4, None, 12) is None  # unknown: do not guess

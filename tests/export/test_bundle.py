@@ -50,6 +50,10 @@ def evaluated_scores(eval_dir: Path) -> tuple[list[str], np.ndarray]:
         return [n.decode() for n in f["names"][:]], f["scores"][:]
 
 
+def onnx_probabilities(path: Path, images: np.ndarray) -> np.ndarray:
+    return run_onnx(path, images, [exported.OUTPUT_NAME])[exported.OUTPUT_NAME]
+
+
 def export_of(run: Path, out: Path, *extra: str) -> Path:
     assert export_main([str(run), "--out", str(out), *extra]) == 0
     return out
@@ -78,10 +82,36 @@ def test_savedmodel_and_onnx_give_evaluate_probabilities(export_dir, evaluated_r
     eval_names, expected = evaluated_scores(evaluated_run / "eval-test")
     assert names == eval_names
     from_savedmodel = ExportedModel(export_dir).predict(images)
-    from_onnx = run_onnx(export_dir / exported.ONNX_FILE, images)
+    from_onnx = onnx_probabilities(export_dir / exported.ONNX_FILE, images)
     assert from_savedmodel.shape == from_onnx.shape == expected.shape == (len(names), 19)
     assert_scores_close(from_savedmodel, expected)
     assert_scores_close(from_onnx, expected)
+
+
+def test_a_model_with_the_dense_head_exports_both_outputs(trained_head_run, shards_v2, tmp_path):
+    """SavedModel and ONNX carry the patch's probabilities and each pixel's, each named; the
+    export record, the card and the STAC item say there are two tasks."""
+    from bigearthnet.inference.trained_run import load_model
+
+    out = export_of(trained_head_run, tmp_path / "export")
+    _, images = split_images(shards_v2, "val")
+    loaded, served = load_model(trained_head_run), ExportedModel(out)
+    assert served.has_dense_head and served.pixel_class_names == loaded.pixel_class_names
+    pixels = served.predict_pixels(images)
+    assert pixels.shape == (len(images), 120, 120, 19)
+    assert_scores_close(pixels, loaded.predict_pixels(images))
+    assert_scores_close(served.predict(images), loaded.predict(images))
+    names = [exported.OUTPUT_NAME, exported.PIXEL_OUTPUT_NAME]
+    from_onnx = run_onnx(out / exported.ONNX_FILE, images, names)
+    assert_scores_close(from_onnx[exported.PIXEL_OUTPUT_NAME], pixels)
+    assert_scores_close(from_onnx[exported.OUTPUT_NAME], served.predict(images))
+    card = (out / exported.CARD_FILE).read_text()
+    assert "**semantic\nsegmentation**" in card and "`pixel_probabilities` float32 (N, 120" in card
+    properties = json.loads((out / exported.STAC_FILE).read_text())["properties"]
+    assert sorted(properties["mlm:tasks"]) == ["classification", "semantic-segmentation"]
+    outputs = properties["mlm:output"]
+    assert [o["tasks"] for o in outputs] == [["classification"], ["semantic-segmentation"]]
+    assert outputs[1]["result"]["shape"] == [-1, 120, 120, 19]
 
 
 def test_savedmodel_loads_in_plain_tensorflow(export_dir, shards_v1):
@@ -105,6 +135,9 @@ def test_export_record_names_its_source(export_dir, evaluated_run, shards_v1):
     assert info.onnx_max_abs_diff is not None and info.onnx_max_abs_diff < 1e-4
     assert info.bands == tuple(read_manifest(shards_v1).bands)
     assert info.tuned_thresholds is not None and len(info.tuned_thresholds) == 19
+    assert info.pixel_class_names is None and not ExportedModel(export_dir).has_dense_head
+    card = (export_dir / exported.CARD_FILE).read_text()
+    assert "pixel_probabilities" not in card and "semantic" not in card  # one task, as before
 
 
 def card_cell(card: str, row: str, column: int, section: str = "") -> str:
@@ -390,7 +423,7 @@ def test_resnet50_export_matches_evaluate(shards_v1, tmp_path):
     eval_names, expected = evaluated_scores(run / "eval-test")
     assert names == eval_names
     assert_scores_close(ExportedModel(out).predict(images), expected)
-    assert_scores_close(run_onnx(out / exported.ONNX_FILE, images), expected)
+    assert_scores_close(onnx_probabilities(out / exported.ONNX_FILE, images), expected)
     assert read_export_info(out).model == "resnet50"
 
 

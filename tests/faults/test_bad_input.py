@@ -179,7 +179,7 @@ def test_a_damaged_checkpoint_is_one_line(
 @pytest.mark.parametrize(
     "case, needle",
     [("a YAML value out of range", "a.yaml: dropout must be in [0, 1)"),
-     ("a flag out of range", "argument --momentum: must be >= 0"),
+     ("a flag out of range", "argument --momentum: must be a finite number >= 0"),
      ("an unknown model", "--model 'nosuch' is not in the model registry"),
      ("no --run-dir", "--run-dir is required")],
 )  # fmt: skip

@@ -195,3 +195,33 @@ def test_a_model_loads_in_float32_after_a_bf16_training_in_the_process(trained_r
         assert tf.keras.mixed_precision.global_policy().name == "mixed_bfloat16"
     finally:
         tf.keras.mixed_precision.set_global_policy("float32")
+
+
+def test_a_run_with_the_dense_head_predicts_each_pixel(
+    trained_head_run: Path, trained_run: Path, shards_v2: Path
+) -> None:
+    """The predictor a map command opens says whether it maps pixels and does: per pixel
+    the 19 classes' probabilities, beside the patch's scores; a model without the head
+    says so and refuses."""
+    from bigearthnet.formats.shard_maps import MAP_KEY
+    from bigearthnet.formats.shards import read_rows
+    from bigearthnet.inference.predictor import ModelChoice
+    from bigearthnet.inference.trained_run import NoDenseHead
+
+    (entry,) = read_manifest(shards_v2).split_shards("val")
+    images = read_rows(entry.path(shards_v2), "images", 0, 6)
+    maps = read_rows(entry.path(shards_v2), MAP_KEY, 0, 6)
+    loaded = ModelChoice(run_dir=trained_head_run).open()
+    assert loaded.has_dense_head and loaded.pixel_class_names == list(constants.CLASSES_19)
+    pixels = loaded.predict_pixels(images)
+    assert pixels.shape == (6, 120, 120, 19) and pixels.dtype == np.float32
+    np.testing.assert_allclose(pixels.sum(axis=-1), 1.0, rtol=1e-5)
+    assert loaded.predict(images).shape == (6, 19)
+    labelled = maps != constants.NO_LABEL
+    accuracy = np.mean(pixels.argmax(-1)[labelled] == maps[labelled])
+    assert accuracy > 0.3, accuracy  # learned where the classes are (chance ~0.05)
+    assert loaded.predict_pixels(images[:0]).shape == (0, 120, 120, 19)
+    plain = load_model(trained_run)
+    assert not plain.has_dense_head
+    with pytest.raises(NoDenseHead, match="has no dense head"):
+        plain.predict_pixels(images)

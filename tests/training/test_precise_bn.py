@@ -14,14 +14,18 @@ from bigearthnet.formats.history import read_history
 from bigearthnet.training.precise_bn import PreciseBatchNorm, per_rank, sample_positions
 
 
-def test_statistics_are_the_averaged_batch_moments_of_each_layer_input():
+@pytest.mark.parametrize("dense", [False, True], ids=["classifier", "dense-head"])
+def test_statistics_are_the_averaged_batch_moments_of_each_layer_input(dense: bool):
     """mean: of all values; variance: the batches' (biased, as training normalises with),
-    averaged with their sizes as weights."""
+    averaged with their sizes as weights. A model with the dense head has the same
+    BatchNorm layers (the decoder has none)."""
     distributed.init(threads=1)
-    model = models.get_model("tiny", (16, 16, 12), 5)
+    model = models.get_model("tiny", (16, 16, 12), 5, dense_head=dense)
     rng = np.random.default_rng(0)
     batches = [tf.constant(rng.normal(2.0, 3.0, (n, 16, 16, 12)), tf.float32) for n in (8, 8, 5)]
-    used = PreciseBatchNorm(model).recompute(iter(batches))
+    precise = PreciseBatchNorm(model)
+    assert [layer.name for layer in precise.layers] == ["conv1_bn", "conv2_bn", "conv3_bn"]
+    used = precise.recompute(iter(batches))
     assert used == 21
     for name in ("conv1", "conv2"):
         conv = tf.keras.Model(model.inputs, model.get_layer(f"{name}_conv").output)

@@ -22,7 +22,6 @@ from helpers import (
     TINY_RECIPE,
     error_lines,
     horovodrun,
-    preprocess,
     train_argv,
     train_command,
 )
@@ -181,13 +180,6 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path, shards_v
 
 
 # --------------------------------------------------------------------------- bad input
-
-
-@pytest.fixture(scope="module")
-def shards_v2(synth_v2: Path, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("shards") / "v2"
-    assert preprocess(synth_v2, out) == 0
-    return out
 
 
 @pytest.mark.parametrize(

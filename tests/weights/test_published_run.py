@@ -271,3 +271,59 @@ def test_a_published_run_needs_data_to_evaluate_and_a_readable_record_to_export(
                   "one line: a published classifier needs --data")  # fmt: skip
     bad_input_row("a published run whose weights.json is damaged", "bigearthnet-export",
                   damaged, "one line naming weights.json; no export")  # fmt: skip
+
+
+def _decoder(model: tf.keras.Model) -> dict[str, list[np.ndarray]]:
+    """The dense head's weights, by layer."""
+    heads = (layer for layer in model.layers if models.is_head_layer(layer.name))
+    return {layer.name: layer.get_weights() for layer in heads
+            if layer.weights and layer.name != models.PATCH_HEAD}  # fmt: skip
+
+
+def test_published_weights_start_the_encoder_of_a_model_with_the_dense_head(published, tmp_path):
+    """--init-weights of a published ResNet (no decoder there): every encoder layer takes
+    it, the decoder keeps its random start; --freeze-backbone leaves the heads trainable."""
+    from bigearthnet.core.config import TrainConfig
+    from bigearthnet.training.initial import InitialWeights, start_from
+
+    weights = tmp_path / "weights"
+    src = published["root"] / "backbone.safetensors"  # type: ignore[operator]
+    assert weights_main(["import", str(src), "--out", str(weights)]) == 0
+    source = models.get_model("resnet18", (120, 120, 12), 19)
+    source.load_weights(str(weights / weights_record.WEIGHTS_FILE), by_name=True,
+                        skip_mismatch=True)  # fmt: skip
+    model = models.get_model("resnet18", (120, 120, 12), 19, dense_head=True)
+    random_start = _decoder(model)
+    cfg = TrainConfig(data="d", run_dir=str(tmp_path / "run"), model="resnet18",
+                      init_weights=str(weights), freeze_backbone=True)  # fmt: skip
+    record = weights_record.read(weights)
+    start_from(model, InitialWeights(weights, record, record.model_inputs()), cfg)
+    for layer in source.layers:
+        if layer.weights and layer.name != "logits":
+            for a, b in zip(layer.get_weights(), model.get_layer(layer.name).get_weights()):
+                np.testing.assert_array_equal(a, b, err_msg=layer.name)
+    for name, start in _decoder(model).items():
+        for a, b in zip(start, random_start[name]):
+            np.testing.assert_array_equal(a, b, err_msg=name)
+    trainable = {layer.name for layer in model.layers if layer.trainable and layer.weights}
+    assert trainable == {"logits", *random_start}
+
+
+@pytest.mark.parametrize("source", ["trained_head_run", "trained_run"])
+def test_a_run_folder_starts_the_dense_head_where_it_has_one(source, request, tmp_path):
+    """--init-weights RUN into a model with the dense head: the run's decoder when it has one
+    (a run with the head), a random one when not."""
+    from bigearthnet.core.config import TrainConfig
+    from bigearthnet.training.initial import InitialWeights, start_from
+
+    run = request.getfixturevalue(source)
+    model = models.get_model("tiny", (120, 120, 12), 19, dense_head=True)
+    random_start = _decoder(model)
+    cfg = TrainConfig(data="d", run_dir=str(tmp_path / "new"), model="tiny",
+                      init_weights=str(run))  # fmt: skip
+    start_from(model, InitialWeights(run, None, load_model(run).inputs), cfg)
+    started = _decoder(model)
+    expected = _decoder(load_model(run).model) if source == "trained_head_run" else random_start
+    for name, weights in expected.items():
+        for a, b in zip(weights, started[name]):
+            np.testing.assert_array_equal(a, b, err_msg=name)
