@@ -34,7 +34,7 @@ import re
 
 from bigearthnet.core import constants
 
-SCL = "SCL"
+SCL = constants.SCL  # the scene classification band
 # What L2A values mean (decided per scene by bigearthnet.maps.radiometry; written by the test
 # writers of bigearthnet.synthetic): DN = 10,000 x reflectance, stored + 1,000 from baseline 04.00.
 REFLECTANCE_SCALE = 1e-4  # reflectance per DN, BigEarthNet's and every L2A product's
@@ -50,7 +50,7 @@ PRODUCT_NAME = re.compile(
 # --- EOPF Zarr
 ZARR_REFLECTANCE = "measurements/reflectance"
 ZARR_SCL = "conditions/mask/l2a_classification/r20m/scl"
-ZARR_RESOLUTIONS = (10, 20, 60)
+ZARR_RESOLUTIONS = constants.NATIVE_RESOLUTIONS_M  # r10m, r20m, r60m
 ZARR_X, ZARR_Y = "x", "y"
 ZARR_METADATA = "stac_discovery"  # root attribute: a STAC item (dict)
 

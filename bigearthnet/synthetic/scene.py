@@ -105,7 +105,7 @@ def render_classes(
     for index, band in enumerate(constants.BANDS):
         field = full[index]
         field[cloud] = CLOUD_REFLECTANCE
-        factor = constants.BAND_RESOLUTION_M[band] // 10
+        factor = constants.band_factor(band)
         native = size // factor
         coarse = field.reshape(native, factor, native, factor).mean(axis=(1, 3))
         noisy = coarse * (1 + 0.01 * rng.standard_normal(coarse.shape)) + 8 * rng.standard_normal(
@@ -274,8 +274,7 @@ def write_bands(
     import rasterio
 
     for band, image in bands.items():
-        res = 20 if band == "SCL" else constants.BAND_RESOLUTION_M[band]
-        factor = res // 10
+        res, factor = constants.band_resolution_m(band), constants.band_factor(band)
         if layout == "safe":
             folder = out / "GRANULE" / GRANULE / "IMG_DATA" / f"R{res}m"
             path = folder / f"{TILE_DATE}_{band}_{res}m.jp2"
@@ -301,7 +300,7 @@ def write_stack(out: Path, truth: SceneTruth, bands: dict[str, np.ndarray]) -> N
     out.parent.mkdir(parents=True, exist_ok=True)
     with rasterio.open(out, "w", **profile) as dst:
         for index, band in enumerate(constants.BANDS, start=1):
-            factor = constants.BAND_RESOLUTION_M[band] // 10
+            factor = constants.band_factor(band)
             dst.write(bands[band].repeat(factor, axis=0).repeat(factor, axis=1), index)
             dst.set_band_description(index, band)
         dst.scales = (REFLECTANCE_SCALE,) * dst.count  # offset-free DN

@@ -107,12 +107,13 @@ def _write_zarr(
                            attributes={layout.ZARR_METADATA: item})  # fmt: skip
     for res in layout.ZARR_RESOLUTIONS:
         group = root.require_group(layout.zarr_group(res))
-        _coordinates(group, origin, size // (res // 10), float(res))
+        factor = constants.resolution_factor(res)
+        assert factor is not None  # the product's groups are at native resolutions
+        _coordinates(group, origin, size // factor, float(res))
         for band in constants.BANDS:
-            native = constants.BAND_RESOLUTION_M[band]
-            if native > res:
+            if constants.band_factor(band) > factor:
                 continue  # each group: its bands, and copies of the finer ones
-            image = _downsampled(stored(band, bands[band]), res // native)
+            image = _downsampled(stored(band, bands[band]), factor // constants.band_factor(band))
             _array(group, band.lower(), image, scaled=True)
     scl_group = root.require_group(layout.ZARR_SCL.rsplit("/", 1)[0])
     _coordinates(scl_group, origin, size // 2, 20.0)
@@ -159,7 +160,13 @@ def _write_stac(items: Path, bands, grid, props: dict, name: str, style: str) ->
     for band in (*constants.BANDS, layout.SCL):
         key = layout.asset_key(band, style)
         path = folder / f"{key}.tif"
-        _write_cog(path, stored(band, bands[band]), f"EPSG:{epsg}", origin, _resolution(band))
+        _write_cog(
+            path,
+            stored(band, bands[band]),
+            f"EPSG:{epsg}",
+            origin,
+            constants.band_resolution_m(band),
+        )
         asset: dict[str, Any] = {"href": f"../{ASSETS}/{name}/{path.name}", "roles": ["data"],
                  "type": "image/tiff; application=geotiff; profile=cloud-optimized"}  # fmt: skip
         if style == "earth-search" and band != layout.SCL:
@@ -207,10 +214,6 @@ def _assets_folder(items: Path, name: str) -> Path:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     return folder
-
-
-def _resolution(band: str) -> int:
-    return 20 if band == layout.SCL else constants.BAND_RESOLUTION_M[band]
 
 
 def _write_cog(path: Path, image: np.ndarray, crs: str, origin, res: int) -> None:

@@ -25,7 +25,6 @@ from bigearthnet.maps.inputs.bands import (
 )
 from bigearthnet.maps.radiometry import SceneMetadata, read_product_metadata
 
-BAND_FACTOR = {b: constants.BAND_RESOLUTION_M[b] // 10 for b in constants.BANDS}
 PRODUCT_METADATA = "MTD_MSIL2A.xml"
 # A SAFE product's band files: T33UXP_20200801T100559_B02_10m.jp2 (tile, sensing time).
 SAFE_BAND = re.compile(r"^T(?P<tile>\w{5})_(?P<date>\d{8})T\d{6}_B02_10m\.jp2$")
@@ -42,7 +41,9 @@ def open_folder(scene: Path, bands: tuple[str, ...], mask_clouds: bool) -> Scene
     if mask_clouds and scl_file is None:
         raise SceneError(f"{scene}: {NO_SCL}")
     opened = Opened()
-    readers = {b: opened.band(str(f), 1, BAND_FACTOR[b]) for b, f in sorted(found.items())}  # type: ignore[misc]
+    readers = {
+        b: opened.band(str(f), 1, constants.band_factor(b)) for b, f in sorted(found.items())
+    }  # type: ignore[misc]
     scl = opened.band(str(scl_file), 1, SCL_FACTOR) if scl_file else None
     metadata = _metadata(scene, readers)
     form = "SAFE" if jp2 else "band GeoTIFFs"

@@ -37,7 +37,6 @@ from bigearthnet.maps.inputs.bands import (
 from bigearthnet.maps.inputs.refs import REF, absolute_href, local_path, openable, split_ref
 from bigearthnet.maps.radiometry import ScaleOffset, SceneMetadata
 
-FACTORS = {10: 1, 20: 2, 60: 6}
 CATALOG_TYPES = ("Catalog", "Collection")  # a saved catalog's documents, by their "type"
 
 
@@ -267,7 +266,7 @@ def _asset_band(ref: str, item, band: str, opened: Opened) -> RasterBand:
         raise SceneError(f"{ref}: no asset of band {band} (keys {tried})")
     href = _asset_href(item, key)
     reader = opened.band(openable(href), 1, 1, name=f"{ref} asset {key} ({href})")
-    factor = FACTORS.get(round(abs(reader.transform.a)))
+    factor = constants.resolution_factor(abs(reader.transform.a))
     if factor is None:
         opened.close()
         raise SceneError(f"{reader.name}: pixels of {abs(reader.transform.a):g} m")

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
+from bigearthnet.core.constants import GRID_M, resolution_factor
 from bigearthnet.core.util import first_line
 from bigearthnet.formats import s2_layouts as layout
 from bigearthnet.maps.inputs.bands import (
-    SCL_FACTOR,
     ArrayBand,
     SceneError,
     SceneSource,
@@ -153,11 +153,10 @@ def _band(scene: Path, root, path: str, crs) -> ArrayBand:
             f"{y.size} y x {x.size} x"
         )
     dx, dy = _spacing(name, x, "x"), _spacing(name, y, "y")
-    res = round(abs(dx))
-    if res not in layout.ZARR_RESOLUTIONS or not np.isclose(abs(dy), res):
+    factor = resolution_factor(abs(dx))
+    if factor is None or not np.isclose(abs(dy), factor * GRID_M):
         raise SceneError(f"{name}: pixels of {abs(dx):g} x {abs(dy):g} m")
     transform = Affine(dx, 0.0, x[0] - dx / 2, 0.0, dy, y[0] - dy / 2)
-    factor = SCL_FACTOR if path == layout.ZARR_SCL else res // 10
     return ArrayBand(array, factor, name, crs, transform)
 
 
