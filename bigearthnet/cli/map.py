@@ -195,11 +195,11 @@ def _map(args: argparse.Namespace) -> None:
 
 
 def _map_scene(args: argparse.Namespace) -> None:
-    from bigearthnet.cli.map_region import check_scene
+    from bigearthnet.maps.inputs import identify
 
     command = from_args(SceneCommand, args)
-    check_out(command.out, command.model, scenes=(str(command.scene),))
-    check_scene(command.scene)
+    scene = identify(command.scene)  # its form, decided once: the scene carries the answers
+    check_out(command.out, command.model, scenes=(scene,))
     command.model.check()
     # Only now TensorFlow (distributed and the scene map import it): the checks above answer
     # at once. TF's C++ INFO lines (oneDNN, CPU features) would bury the one-line messages.
@@ -210,7 +210,7 @@ def _map_scene(args: argparse.Namespace) -> None:
 
     # Before the model loads: TensorFlow's thread pools can only be sized before it starts.
     distributed.init(threads=default_threads())
-    map_scene(command.scene, command.out, command.map, command.model.open())
+    map_scene(scene, command.out, command.map, command.model.open())
 
 
 def _map_change(args: argparse.Namespace) -> None:

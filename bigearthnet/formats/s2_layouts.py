@@ -30,6 +30,7 @@ of :mod:`bigearthnet.synthetic.scene_forms`.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 
 from bigearthnet.core import constants
@@ -146,6 +147,15 @@ def tile_of(properties: dict) -> str | None:
         stated += f"{properties.get('mgrs:latitude_band', '')}"
         stated += f"{properties.get('mgrs:grid_square', '')}"
     return mgrs_tile(str(stated).removeprefix("MGRS-")) if stated else None
+
+
+def named_tile_and_date(text: str | os.PathLike) -> tuple[str, dt.date] | None:
+    """The MGRS tile and acquisition date of the standard product name in ``text`` (a path
+    holding one: ``.../S2B_MSIL2A_20200801T100559_..._T33UXP_...``); None without one."""
+    named = PRODUCT_NAME.search(str(text))
+    if named is None:
+        return None
+    return named["tile"], dt.datetime.strptime(named["date"], "%Y%m%d").date()
 
 
 def utc_date(when: dt.datetime) -> dt.date:

@@ -28,7 +28,7 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
-from bigearthnet.maps.inputs import open_scene_source, require_l2a
+from bigearthnet.maps.inputs import SceneForm, identify
 from bigearthnet.maps.inputs.bands import SCL_FACTOR, BandReader, SceneError
 from bigearthnet.maps.inputs.files import band_name
 from bigearthnet.maps.radiometry import (
@@ -78,11 +78,13 @@ def parse_bbox(text: str) -> tuple[float, float, float, float]:
 
 class Scene:
     """The Sentinel-2 ``bands`` of a scene (optionally a bbox of it), open for reading by
-    strips. ``height`` and ``width`` are 10 m px of the area read, ``transform`` its grid."""
+    strips. ``height`` and ``width`` are 10 m px of the area read, ``transform`` its grid.
+    ``scene``: identified (:func:`~bigearthnet.maps.inputs.identify`), or a path to
+    identify."""
 
     def __init__(
         self,
-        path: Path,
+        scene: SceneForm | Path | str,
         *,
         bbox: tuple[float, float, float, float] | None = None,
         band_order: Sequence[str] | None = None,
@@ -92,11 +94,11 @@ class Scene:
     ) -> None:
         from rasterio.transform import Affine
 
-        self.path = path
+        self.form = scene if isinstance(scene, SceneForm) else identify(scene)
+        self.path = path = self.form.path
         self.bands = bands
-        require_l2a(path)
-        self.source = open_scene_source(path, bands=bands, band_order=band_order,
-                                        mask_clouds=mask_clouds)  # fmt: skip
+        self.form.require_l2a()
+        self.source = self.form.open(bands, band_order=band_order, mask_clouds=mask_clouds)
         try:  # once every band has opened: a damaged file is named as such first
             reference = self.source.bands["B02"]
             self._check_grids(reference)

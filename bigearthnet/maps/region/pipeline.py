@@ -13,17 +13,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from bigearthnet.core import distributed
-from bigearthnet.core.errors import (
-    InputError,
-)
+from bigearthnet.core.errors import InputError
 from bigearthnet.formats import region_folder
 from bigearthnet.formats.class_map import check_complete, linked_tags
 from bigearthnet.formats.region_folder import ConsistencyRecord, SkippedScene
+from bigearthnet.maps.inputs import MissingScene
 from bigearthnet.maps.radiometry import dispute, disputed
 from bigearthnet.maps.region.grid import Footprint, RegionGrid
 from bigearthnet.maps.region.options import RegionOptions
@@ -57,7 +54,9 @@ def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> Consiste
                 continue
             if stale:
                 log.warning("remapping %s: %s", scene_map.path, stale)
-            map_scene(Path(acq.path), scene_map.path, opts.scene_map, predictor)
+            if acq.scene is None:
+                raise MissingScene(acq.path)
+            map_scene(acq.scene, scene_map.path, opts.scene_map, predictor)
         except InputError as err:
             log.warning("skipped %s: %s", acq.path, err)
             skipped.append(SkippedScene(acq.path, str(err)))
@@ -108,7 +107,6 @@ def _check_scenes(
     import psutil
     from rasterio.transform import array_bounds
 
-    from bigearthnet.maps.inputs import require_l2a
     from bigearthnet.maps.radiometry import RadiometryError
     from bigearthnet.maps.scene import scene_map_tags
     from bigearthnet.maps.scene_input import Scene
@@ -116,17 +114,18 @@ def _check_scenes(
     footprints: dict[str, Footprint] = {}
     made_as: dict[str, dict[str, str]] = {}
     for acq in wanted:
-        scene_dir = Path(acq.path)
-        require_l2a(scene_dir)  # R29: an L1C listed in a CSV was mapped as L2A
+        if acq.scene is None:
+            continue  # not there: mapping it names it, and skips it
+        acq.scene.require_l2a()  # R29: an L1C listed in a CSV was mapped as L2A
         try:
             # Opened as map_scene opens it: the pixels' reading (clouds masked or not) is part
             # of what made a scene map, so its tags here and in the map agree.
-            with Scene(scene_dir, bands=tuple(predictor.bands), boa_offset=opts.boa_offset,
+            with Scene(acq.scene, bands=tuple(predictor.bands), boa_offset=opts.boa_offset,
                        mask_clouds=opts.mask_clouds) as scene:  # fmt: skip
                 bounds = array_bounds(scene.height, scene.width, scene.transform)
                 footprints[acq.path] = Footprint(str(scene.crs), bounds)
                 made_as[acq.path] = scene_map_tags(
-                    scene_dir, predictor, stride=opts.stride, resampling=predictor.resampling,
+                    acq.scene, predictor, stride=opts.stride, resampling=predictor.resampling,
                     mask_clouds=opts.mask_clouds, values=scene.values_tags(),
                 )  # fmt: skip
         except RadiometryError:
