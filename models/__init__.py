@@ -22,9 +22,20 @@ from bigearthnet.core.constants import BANDS, PATCH_SIZE
 # names answer on login nodes. A model is a tf.keras.Model, typed Any below.
 KerasModel = Any
 
-__all__ = ["DEFAULT_INPUT_SHAPE", "MODELS", "available_models", "count_parameters", "get_model"]
+__all__ = [
+    "DEFAULT_INPUT_SHAPE",
+    "MODELS",
+    "PATCH_HEAD",
+    "available_models",
+    "count_parameters",
+    "get_model",
+]
 
 DEFAULT_INPUT_SHAPE: tuple[int, int, int] = (PATCH_SIZE, PATCH_SIZE, len(BANDS))
+# The models' heads, by Keras layer name: imported weights fill a head by it, and
+# --init-weights keeps every layer but a head (its class count may differ). Each registry
+# model ends in the patch head; a dense (per-pixel) head is to be named beside it.
+PATCH_HEAD = "logits"  # Dense: a patch's (batch, classes) float32 multi-label logits
 
 
 def _builder(module: str, name: str) -> Callable[..., KerasModel]:

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
-from bigearthnet.models import DEFAULT_INPUT_SHAPE
+from bigearthnet.models import DEFAULT_INPUT_SHAPE, PATCH_HEAD
 
 layers = tf.keras.layers
 STEM_WIDTH = 64
@@ -169,7 +169,7 @@ def classification_head(
         features = layers.Dropout(dropout, name="head_dropout")(features)
     # float32 keeps logits (and so the sigmoid cross-entropy) out of float16 range problems.
     return layers.Dense(
-        num_classes, kernel_regularizer=regularizer, dtype="float32", name="logits"
+        num_classes, kernel_regularizer=regularizer, dtype="float32", name=PATCH_HEAD
     )(features)
 
 

@@ -258,6 +258,8 @@ def pooled_linear_replica(*, batch_size: int, passes: int, lr: float, gns_decay:
 
     models.MODELS.setdefault("pooled_linear", pooled_linear)
     cfg = TrainConfig(
+        data="d",
+        run_dir="r",
         model="pooled_linear",
         batch_size=batch_size,
         backward_passes_per_step=passes,

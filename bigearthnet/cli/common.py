@@ -260,7 +260,7 @@ def dispatch(
     parser = commands[default].build()
     parser.commands, parser.default_command = commands, default
     first = args[0] if args else "-"
-    near = "" if first.startswith("-") else did_you_mean(first, list(commands))
+    near = "" if not first or first.startswith("-") else did_you_mean(first, list(commands))
     if near:
         parser.hint = f"{first!r} is not a command of {prog}{near}"
     return run(parser, commands[default].handler, args)
@@ -277,15 +277,3 @@ def checked(check: Callable[[str, T], T], kind: Callable[[str], T]) -> Callable[
             raise argparse.ArgumentTypeError(str(err).replace("value ", "", 1)) from None
 
     return parse
-
-
-def add_stats_from(p: argparse.ArgumentParser) -> None:
-    """--stats-from: the way out for a checkpoint that predates recorded normalisation."""
-    p.add_argument(
-        "--stats-from",
-        type=Path,
-        metavar="SHARDS",
-        help="only for a checkpoint written before runs recorded their normalisation, whose "
-        "training data is gone: normalise with the train split of these shards (made the "
-        "same way); a newer checkpoint carries its own and ignores this",
-    )

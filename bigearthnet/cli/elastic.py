@@ -16,13 +16,13 @@ controller runs on a login node.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-from bigearthnet.cli.common import Parser, checked, run
-from bigearthnet.core.declare import add_options, from_args
+from bigearthnet.cli.common import Parser, run
+from bigearthnet.core.declare import add_options, check_fields, flag_name, from_args, option, reuse
 from bigearthnet.core.errors import ConfigError, require_positive, require_positive_int
 from bigearthnet.scaling import hosts
 from bigearthnet.scaling.controller import (
@@ -36,7 +36,70 @@ from bigearthnet.scaling.controller import (
 from bigearthnet.scaling.hosts import LocalSlots, Resizer, SlurmHolders
 from bigearthnet.scaling.policy import PolicySettings
 
-POSITIVE = checked(require_positive_int, int)
+
+@dataclass(frozen=True, kw_only=True)
+class HoldersOptions:
+    """The hosts folder and the holder jobs: every sub-command's options; a job script sets
+    them in the environment."""
+
+    hosts_dir: Path = option(help="folder the holders register in", env="ELASTIC_HOSTS_DIR")
+    name: str = option("ben-elastic", "run name; holder jobs are called NAME-holder",
+                       env="ELASTIC_NAME")  # fmt: skip
+    slots: int = option(1, "workers one holder adds, e.g. GPUs per node",
+                        check=require_positive_int, env="ELASTIC_SLOTS")  # fmt: skip
+    holder: Path | None = option(None, "holder job script (default: "
+                                 "jobs/elastic/holder.sbatch)")  # fmt: skip
+    sbatch_arg: tuple[str, ...] = option(
+        (), "extra sbatch option for holders (repeatable), e.g. --sbatch-arg=-A=proj",
+        repeat=True, metavar="ARG",
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    def holders(self) -> SlurmHolders:
+        return SlurmHolders(self.hosts_dir, name=self.name, slots=self.slots,
+                            holder=self.holder, sbatch_args=self.sbatch_arg)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GrowOptions:
+    count: int = option(help="holder jobs to submit", positional=True,
+                        check=require_positive_int, metavar="COUNT")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ShrinkOptions:
+    count: int = reuse(GrowOptions, "count", help="holder jobs to cancel")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FollowOptions:
+    """``follow``: which run, resized how, watched how often (the policy's limits are
+    :class:`~bigearthnet.scaling.policy.PolicySettings`)."""
+
+    run_dir: Path = option(help="the run's folder", metavar="RUN")
+    schedule: Path | None = option(None, "lines 'epoch N: grow|shrink to M workers'")
+    policy: str | None = option(
+        None, "gns: grow while the global batch stays below the measured gradient noise scale "
+        "B_simple, shrink when it falls below or validation F1 plateaus", choices=("gns",),
+    )  # fmt: skip
+    epochs: int | None = option(None, "stop following after this many epochs (default: when "
+                                "the run ends)", check=require_positive_int)  # fmt: skip
+    local: int | None = option(
+        None, "resize on this machine instead of through Slurm: each grow step writes an "
+        "entry 'localhost:SLOTS' into the hosts folder, each shrink step removes the newest",
+        check=require_positive_int, metavar="SLOTS",
+    )  # fmt: skip
+    history_timeout: float = option(3600.0, "give up when RUN/history.csv gains no epoch for "
+                                    "S seconds", check=require_positive, metavar="S")  # fmt: skip
+    poll: float = option(10.0, "seconds between checks of RUN/history.csv",
+                         check=require_positive)  # fmt: skip
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if (self.schedule is None) == (self.policy is None):
+            raise ConfigError("follow by --schedule FILE or by --policy gns: give one of them")
 
 
 def build_parser() -> Parser:
@@ -46,32 +109,7 @@ def build_parser() -> Parser:
         "Slurm holder jobs (see jobs/elastic/), or on one machine by writing localhost "
         "entries into the hosts folder (follow --local).",
     )
-    p.add_argument(
-        "--hosts-dir",
-        type=Path,
-        default=os.environ.get("ELASTIC_HOSTS_DIR"),
-        help="folder the holders register in (default: $ELASTIC_HOSTS_DIR)",
-    )
-    p.add_argument(
-        "--name",
-        default=os.environ.get("ELASTIC_NAME", "ben-elastic"),
-        help="run name; holder jobs are called NAME-holder (default: ben-elastic)",
-    )
-    p.add_argument(
-        "--slots",
-        type=POSITIVE,
-        help="workers one holder adds, e.g. GPUs per node (default: $ELASTIC_SLOTS or 1)",
-    )
-    p.add_argument(
-        "--holder", type=Path, help="holder job script (default: jobs/elastic/holder.sbatch)"
-    )
-    p.add_argument(
-        "--sbatch-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="extra sbatch option for holders (repeatable), e.g. --sbatch-arg=-A=proj",
-    )
+    add_options(p, HoldersOptions)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
                            title="commands (COMMAND --help for its options)")  # fmt: skip
     grow = sub.add_parser(
@@ -80,14 +118,14 @@ def build_parser() -> Parser:
         "registers --slots workers in the hosts folder once it runs, and the run grows at its "
         "next discovery.",
     )  # fmt: skip
-    grow.add_argument("count", type=POSITIVE, help="holder jobs to submit")
+    add_options(grow, GrowOptions)
     shrink = sub.add_parser(
         "shrink", help="cancel the newest N holders",
         description="Cancel the newest COUNT holder jobs: a running one removes its hosts "
         "file first (SIGTERM), a pending one had registered nothing; the run shrinks at its "
         "next discovery.",
     )  # fmt: skip
-    shrink.add_argument("count", type=POSITIVE, help="holder jobs to cancel")
+    add_options(shrink, ShrinkOptions)
     sub.add_parser(
         "status", help="holder jobs and the slots discovery reports",
         description="List this run's holder jobs (when Slurm is there) and the hosts and "
@@ -100,41 +138,8 @@ def build_parser() -> Parser:
         "noise scale (--policy gns); through Slurm holder jobs, or with --local on this "
         "machine. Ends when the run ends, or after --epochs.",
     )  # fmt: skip
-    follow.add_argument("--run-dir", type=Path, required=True, help="the run's folder")
-    how = follow.add_mutually_exclusive_group(required=True)
-    how.add_argument("--schedule", type=Path, help="lines 'epoch N: grow|shrink to M workers'")
-    how.add_argument(
-        "--policy",
-        choices=("gns",),
-        help="gns: grow while the global batch stays below the measured gradient noise "
-        "scale B_simple, shrink when it falls below or validation F1 plateaus",
-    )
-    follow.add_argument(
-        "--epochs",
-        type=POSITIVE,
-        help="stop following after this many epochs (default: when the run ends)",
-    )
+    add_options(follow, FollowOptions)
     add_options(follow, PolicySettings)
-    follow.add_argument(
-        "--local",
-        type=POSITIVE,
-        metavar="SLOTS",
-        help="resize on this machine instead of through Slurm: each grow step writes an "
-        "entry 'localhost:SLOTS' into the hosts folder, each shrink step removes the newest",
-    )
-    follow.add_argument(
-        "--history-timeout",
-        type=checked(require_positive, float),
-        default=3600.0,
-        metavar="S",
-        help="give up when RUN/history.csv gains no epoch for S seconds (default: 3600)",
-    )
-    follow.add_argument(
-        "--poll",
-        type=checked(require_positive, float),
-        default=10.0,
-        help="seconds between checks of RUN/history.csv (default: 10)",
-    )
     return p
 
 
@@ -143,56 +148,47 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _control(args: argparse.Namespace) -> int:
-    if args.hosts_dir is None:
-        raise ConfigError("--hosts-dir (or ELASTIC_HOSTS_DIR) is required")
+    held = from_args(HoldersOptions, args)
     if args.command != "follow":
-        return _by_hand(_holders(args), args)
+        return _by_hand(held, args)
+    follow = from_args(FollowOptions, args)
     # Every input is checked before the hosts folder is claimed: a refusal resizes nothing.
-    check_run_dir(args.run_dir)
-    actions = parse_schedule(args.schedule) if args.schedule is not None else None
+    check_run_dir(follow.run_dir)
+    actions = parse_schedule(follow.schedule) if follow.schedule is not None else None
     settings = from_args(PolicySettings, args) if actions is None else None
-    resizer = _resizer(args)
-    hosts.claim(args.hosts_dir)
+    resizer = _resizer(held, follow, args)
+    hosts.claim(held.hosts_dir)
     # Following ends with the run (RUN/status.json) or after --epochs.
-    watch = RunWatch(args.run_dir, args.epochs, args.history_timeout)
+    watch = RunWatch(follow.run_dir, follow.epochs, follow.history_timeout)
     if actions is not None:
-        follow_schedule(resizer, watch, actions, poll=args.poll)
+        follow_schedule(resizer, watch, actions, poll=follow.poll)
     elif settings is not None:
-        follow_policy(resizer, watch, settings, poll=args.poll)
+        follow_policy(resizer, watch, settings, poll=follow.poll)
     return 0
 
 
-def _holders(args: argparse.Namespace) -> SlurmHolders:
-    slots = args.slots or int(os.environ.get("ELASTIC_SLOTS", 1))
-    return SlurmHolders(
-        args.hosts_dir, name=args.name, slots=slots, holder=args.holder, sbatch_args=args.sbatch_arg
-    )
-
-
-def _resizer(args: argparse.Namespace) -> Resizer:
-    if args.local is None:
-        return _holders(args)
-    slurm = [
-        flag
-        for flag, given in (
-            ("--slots", args.slots),
-            ("--holder", args.holder),
-            ("--sbatch-arg", args.sbatch_arg),
-        )
-        if given
-    ]
+def _resizer(held: HoldersOptions, follow: FollowOptions, args: argparse.Namespace) -> Resizer:
+    if follow.local is None:
+        return held.holders()
+    # What was typed (a job script's environment may say more: it is not used here).
+    slurm = [flag_name(f) for f in _SLURM_ONLY if f.name in vars(args)]
     if slurm:
         raise ConfigError(f"--local resizes without Slurm: drop {', '.join(slurm)}")
-    return LocalSlots(args.hosts_dir, slots=args.local)
+    return LocalSlots(held.hosts_dir, slots=follow.local)
 
 
-def _by_hand(ctl: SlurmHolders, args: argparse.Namespace) -> int:
+_SLURM_ONLY = [f for f in fields(HoldersOptions) if f.name in ("slots", "holder", "sbatch_arg")]
+
+
+def _by_hand(held: HoldersOptions, args: argparse.Namespace) -> int:
+    ctl = held.holders()
     if args.command == "grow":
-        print("submitted holder jobs:", " ".join(ctl.grow(args.count)))
+        print("submitted holder jobs:", " ".join(ctl.grow(from_args(GrowOptions, args).count)))
     elif args.command == "shrink":
-        print("cancelled holder jobs:", " ".join(ctl.shrink(args.count)) or "(none)")
+        cancelled = ctl.shrink(from_args(ShrinkOptions, args).count)
+        print("cancelled holder jobs:", " ".join(cancelled) or "(none)")
     else:
-        slots = hosts.discovered(args.hosts_dir)
+        slots = hosts.discovered(held.hosts_dir)
         holders = ctl.holders() if shutil.which("squeue") else []  # no Slurm: local entries
         for job, state in holders:
             print(f"holder {job} {state}")

@@ -6,7 +6,8 @@ One process per GPU (or per CPU socket), started by any Horovod launcher::
     horovodrun -np 8 -H n1:4,n2:4 python train.py --data ...      # Gloo or MPI
     srun --mpi=pmix python train.py --data ...                    # Slurm, MPI-built Horovod
 
-Options: defaults in code (bigearthnet/core/config.py), then ``--config FILE.yaml``, then flags.
+Options: defaults in code (bigearthnet/core/options.py), then each ``--config FILE.yaml``,
+then flags; ``--print-config`` prints what that resolves to, as YAML a ``--config`` takes.
 The resolved options are saved as RUN/config.yaml; rerunning with the same --run-dir
 resumes from RUN/checkpoints. Exit codes: 0 done, 1 training failed (e.g. non-finite
 loss), 2 bad input or options (nothing trained), 3 stopped by SIGUSR1/SIGTERM after
@@ -24,9 +25,14 @@ import sys
 
 from bigearthnet.cli.common import Parser, run
 from bigearthnet.cli.report import write_quietly
-from bigearthnet.core.config import TrainConfig, default_threads, resolve
+from bigearthnet.core.config import (
+    TrainConfig,
+    add_arguments,
+    config_yaml,
+    default_threads,
+    resolve,
+)
 from bigearthnet.core.errors import EXIT_REQUEUE, ConfigError
-from bigearthnet.core.options import add_config_arguments
 from bigearthnet.core.signals import STOP, ignore_warnings_now, remember_warnings
 
 PROG = "train.py"
@@ -36,14 +42,15 @@ __all__ = ["EXIT_REQUEUE", "build_parser", "cli", "main"]
 def build_parser() -> Parser:
     parser = Parser(
         prog=PROG,
-        usage="%(prog)s --data SHARDS --run-dir RUN [--config FILE.yaml] [options]",
+        usage="%(prog)s --data SHARDS --run-dir RUN [--config FILE.yaml] [--print-config] "
+        "[options]",
         description="Data-parallel (Horovod) training of a multi-label classifier on "
         "BigEarthNet HDF5 shards made by bigearthnet-preprocess.",
         epilog="Recipes: configs/*.yaml. Outputs in RUN/: config.yaml, checkpoints/, "
         "history.csv, efficiency.json, tensorboard/, eval-test/. Exit codes: 0 done, "
         "1 failed, 2 bad input, 3 checkpointed after a stop request (requeue).",
     )
-    add_config_arguments(parser, TrainConfig)
+    add_arguments(parser)
     return parser
 
 
@@ -89,6 +96,10 @@ def check_inputs(cfg: TrainConfig) -> None:
 
 def _train(args: argparse.Namespace, command: list[str]) -> int:
     cfg = resolve(args, TrainConfig)
+    if args.print_config:  # the options only: the data and the run folder may be elsewhere
+        check_model(cfg)
+        sys.stdout.write(config_yaml(cfg))
+        return 0
     check_inputs(cfg)
     # TensorFlow's C++ INFO lines (oneDNN, CPU features) drown the rank logs; keep warnings.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")

@@ -61,11 +61,22 @@ class BatchPlan:
         return self.world_size * self.passes
 
     def steps(self, total: int, max_steps: int | None = None) -> int:
-        """Steps of an epoch over ``total`` samples (at most ``max_steps``, a capped epoch)."""
+        """Steps of an epoch over ``total`` samples (at most ``max_steps``, a capped epoch):
+        the steps :meth:`step_take` cuts it into."""
         full, rest = divmod(total, self.per_step)
-        # A remainder that cannot give every rank a sample joins the last full step.
-        steps = full + (1 if rest >= self.world_size or full == 0 else 0)
+        steps = full if full and self._joins(rest) else full + 1
         return min(steps, max_steps) if max_steps else steps
+
+    def step_take(self, remaining: int) -> int:
+        """Samples the next step takes over all ranks with ``remaining`` left in the epoch:
+        a full step, or all that is left when what would remain joins it."""
+        take = min(self.per_step, remaining)
+        return remaining if self._joins(remaining - take) else take
+
+    def _joins(self, rest: int) -> bool:
+        """The remainder rule: ``rest`` samples after a step join it when they are too few to
+        give every rank a sample (so no rank ever trains on an empty batch)."""
+        return rest < self.world_size
 
     def updates(self, steps: int) -> int:
         """Optimizer updates in an epoch of ``steps`` steps (a last partial accumulation

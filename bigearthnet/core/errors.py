@@ -101,3 +101,17 @@ def require_folder_path(flag: str, value: Path) -> Path:
     if value.exists() and not value.is_dir():
         raise ConfigError(f"{flag} {value}: an existing file, not a folder")
     return value
+
+
+def require_fraction(flag: str, value: float) -> float:
+    """``value`` if it lies in [0, 1) (a rate, a decay), else ConfigError naming ``flag``."""
+    if not (isinstance(value, (int, float)) and 0.0 <= value < 1.0):
+        raise ConfigError(f"{flag} must be in [0, 1), got {value}")
+    return float(value)
+
+
+def require_given(flag: str, value: str) -> str:
+    """``value`` unless it is empty (a folder every run names), else ConfigError."""
+    if not value:
+        raise ConfigError(f"{flag} is required")
+    return value

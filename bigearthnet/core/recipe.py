@@ -1,8 +1,7 @@
 """A run's recipe: the options that shape what its epochs train, compared in one place.
 
-Which options those are is said once, by each field of
-:class:`~bigearthnet.core.config.TrainConfig` (``identity`` in its metadata; the reasoning
-beside ``RECIPE`` there). Two callers compare:
+Which options those are is said once, by each option's declaration
+(``identity`` in :mod:`bigearthnet.core.options`, with the reasoning). Two callers compare:
 
 * a resume (``train.py`` on a run folder with checkpoints) compares the recipe of the run's
   ``config.yaml`` with the options given: another recipe would mix two in one run's epochs
@@ -21,13 +20,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
-from bigearthnet.core.config import LENGTH, RECIPE, TrainConfig, flag_of
+from bigearthnet.core.config import LENGTH, RECIPE, TrainConfig
+from bigearthnet.core.declare import flag_name
 
 __all__ = ["Change", "RECIPE_OPTIONS", "LENGTH_OPTIONS", "changes", "listed"]
 
 _FIELDS = {f.name: f for f in fields(TrainConfig)}
-RECIPE_OPTIONS = tuple(name for name, f in _FIELDS.items() if f.metadata["identity"] == RECIPE)
-LENGTH_OPTIONS = tuple(name for name, f in _FIELDS.items() if f.metadata["identity"] == LENGTH)
+RECIPE_OPTIONS = tuple(n for n, f in _FIELDS.items() if f.metadata.get("identity") == RECIPE)
+LENGTH_OPTIONS = tuple(n for n, f in _FIELDS.items() if f.metadata.get("identity") == LENGTH)
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Change:
 
     @property
     def flag(self) -> str:
-        return f"--{flag_of(_FIELDS[self.name])}"
+        return flag_name(_FIELDS[self.name])
 
     def __str__(self) -> str:
         return f"{self.flag} {_shown(self.old)} -> {_shown(self.new)}"

@@ -84,21 +84,11 @@ class RankPartition:
             )
 
 
-def global_step_take(remaining: int, batch_size: int, size: int) -> int:
-    """Samples the next step takes from the epoch's order (all ranks together).
-
-    Normally ``batch_size x size``. A last step too small to give every rank a sample is
-    merged into this one instead, so no rank ever trains on an empty batch.
-    """
-    take = min(batch_size * size, remaining)
-    if 0 < remaining - take < size:
-        take = remaining
-    return take
-
-
 def step_slices(order: np.ndarray, consumed: int, batch_size: int, size: int):
-    """(samples taken, one position array per rank) for the step after ``consumed``."""
-    take = global_step_take(len(order) - consumed, batch_size, size)
+    """(samples taken, one position array per rank) for the step after ``consumed``: a full
+    step, or the rest of the epoch where the remainder rule says
+    (:meth:`~bigearthnet.core.batch.BatchPlan.step_take`)."""
+    take = BatchPlan(batch_size, size).step_take(len(order) - consumed)
     return take, np.array_split(order[consumed : consumed + take], size)
 
 

@@ -4,34 +4,30 @@ evaluate_run` takes."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 from bigearthnet.core import constants
 from bigearthnet.core.config import TrainConfig, load_run_config
-from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.declare import check_fields, option, reuse
 from bigearthnet.core.errors import ConfigError, require_open_fraction, require_positive_int
 from bigearthnet.formats import weights_record
 from bigearthnet.formats.shards import Manifest, read_manifest
-from bigearthnet.inference.predictor import STATS_FROM_HELP
-from bigearthnet.inference.run_checkpoint import run_checkpoint
+from bigearthnet.inference.run_checkpoint import RunCheckpoint, run_checkpoint
 
 
-@dataclass(frozen=True)
-class EvalOptions:
+@dataclass(frozen=True, kw_only=True)
+class EvalOptions(RunCheckpoint):
     """Which checkpoint of which run is scored on which split, and where the report goes;
     ``data``, ``threshold`` and ``batch_size`` default to the run's config.yaml."""
 
-    run_dir: Path = option(help="run folder made by train.py", metavar="RUN")
+    run_dir: Path = reuse(RunCheckpoint, "run_dir", default=dataclasses.MISSING)
     data: Path | None = option(
         None, "folder with the shards and manifest.json (default: data of RUN/config.yaml)",
         metavar="DIR",
     )  # fmt: skip
     split: str = option("test", "split to score", choices=constants.SPLITS)
-    checkpoint: str = option(
-        "best", "best, latest, or PATH of a checkpoint folder / ckpt prefix",
-        metavar="best|latest|PATH",
-    )  # fmt: skip
     out: Path | None = option(None, "report folder (default: RUN/eval-<split>/)", metavar="DIR")
     threshold: float | None = option(
         None, "score threshold inside (0, 1) for F1, precision, recall (default: the "
@@ -45,7 +41,6 @@ class EvalOptions:
         False, "choose one threshold per class on the val split (best F1) and report the "
         "split with them; saved as OUT/thresholds.json",
     )  # fmt: skip
-    stats_from: Path | None = option(None, STATS_FROM_HELP, metavar="SHARDS")
 
     def __post_init__(self) -> None:
         check_fields(self)

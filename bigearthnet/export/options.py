@@ -4,18 +4,18 @@ option errors answer at once): :class:`ExportOptions`, which
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.declare import check_fields, option, reuse
 from bigearthnet.core.errors import ConfigError, InputError
 from bigearthnet.core.folders import Owner, check_output, folder_path, require_outside_cwd
 from bigearthnet.core.util import overlapping
 from bigearthnet.export.stac import MODEL_NAME_PATTERN
 from bigearthnet.formats import exported
-from bigearthnet.inference.predictor import STATS_FROM_HELP
-from bigearthnet.inference.run_checkpoint import run_checkpoint
+from bigearthnet.inference.run_checkpoint import RunCheckpoint, run_checkpoint
 
 FORMATS = ("savedmodel", "onnx")
 # An export folder: its mark, or (made before marks) export.json beside the model files.
@@ -48,17 +48,13 @@ def model_name(flag: str, name: str) -> str:
     return name
 
 
-@dataclass(frozen=True)
-class ExportOptions:
+@dataclass(frozen=True, kw_only=True)
+class ExportOptions(RunCheckpoint):
     """Which checkpoint of which run is exported, as what, and where."""
 
-    run_dir: Path = option(help="run folder made by train.py", positional=True, metavar="RUN")
+    run_dir: Path = reuse(RunCheckpoint, "run_dir", default=dataclasses.MISSING, positional=True)
     out: Path = option(help="the export folder", metavar="DIR", parse=folder_path,
                        check=require_outside_cwd)  # fmt: skip
-    checkpoint: str = option(
-        "best", "best, latest, or PATH of a checkpoint folder / ckpt prefix",
-        metavar="best|latest|PATH",
-    )  # fmt: skip
     formats: tuple[str, ...] = option(
         FORMATS, "model files to write, comma-separated: savedmodel, onnx (the SavedModel is "
         "what bigearthnet-map --model reads)", parse=parse_formats, flag="--format",
@@ -74,7 +70,6 @@ class ExportOptions:
     )  # fmt: skip
     force: bool = option(False, "replace DIR if it is an export folder (never a folder of "
                          "anything else)")  # fmt: skip
-    stats_from: Path | None = option(None, STATS_FROM_HELP, metavar="SHARDS")
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -12,17 +12,10 @@ from typing import Protocol
 import numpy as np
 
 from bigearthnet.core import constants
-from bigearthnet.core.declare import option
+from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import ConfigError, InputError
 from bigearthnet.formats.exported import read_export_info
-from bigearthnet.inference.run_checkpoint import run_checkpoint
-
-# --stats-from, wherever a run's checkpoint is read.
-STATS_FROM_HELP = (
-    "only for a checkpoint written before runs recorded their normalisation, whose training "
-    "data is gone: normalise with the train split of these shards (made the same way); a "
-    "newer checkpoint carries its own and ignores this"
-)
+from bigearthnet.inference.run_checkpoint import RunCheckpoint, run_checkpoint
 
 
 class Predictor(Protocol):
@@ -62,23 +55,18 @@ def check_bands(predictor: Predictor, offered: Sequence[str], what: str) -> None
         )
 
 
-@dataclass(frozen=True)
-class ModelChoice:
+@dataclass(frozen=True, kw_only=True)
+class ModelChoice(RunCheckpoint):
     """The model a command predicts with: a run's checkpoint or an export folder. Declared
     once: these are the model options of every map command."""
 
-    run_dir: Path | None = option(None, "run folder made by train.py", metavar="RUN")
     model: Path | None = option(
         None, "an export folder made by bigearthnet-export (no run folder needed)",
         metavar="EXPORT",
     )  # fmt: skip
-    checkpoint: str = option(
-        "best", "with --run-dir: best, latest, or PATH of a checkpoint folder / ckpt prefix",
-        metavar="best|latest|PATH",
-    )  # fmt: skip
-    stats_from: Path | None = option(None, STATS_FROM_HELP, metavar="SHARDS")
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if (self.run_dir is None) == (self.model is None):
             raise ConfigError("give a run folder (--run-dir) or an export folder (--model), one")
         if self.model is not None and self.stats_from is not None:

@@ -2,18 +2,39 @@
 ``config.yaml``, the checkpoint ``best``, ``latest`` or a path names, and its pointer record
 (model, classes, inputs). Evaluation, maps and exports check these before TensorFlow starts
 (a mistyped folder or checkpoint answers at once), and :func:`~bigearthnet.inference.
-trained_run.load_model` reads the same to rebuild the model."""
+trained_run.load_model` reads the same to rebuild the model. :class:`RunCheckpoint` is
+the options that name it, shared by those commands."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from bigearthnet.core import constants
 from bigearthnet.core.config import TrainConfig, load_run_config
+from bigearthnet.core.declare import option
 from bigearthnet.formats import checkpoints
 from bigearthnet.formats.checkpoints import CheckpointError, CheckpointRecord
 
-__all__ = ["check_label_set", "resolve_checkpoint", "run_checkpoint"]
+__all__ = ["RunCheckpoint", "check_label_set", "resolve_checkpoint", "run_checkpoint"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunCheckpoint:
+    """A checkpoint of a run folder: the options of every command that reads one
+    (evaluate.py, bigearthnet-export, bigearthnet-map), declared once; a command inherits
+    them (``opts.run_dir``) and says where the run folder is required."""
+
+    run_dir: Path | None = option(None, "run folder made by train.py", metavar="RUN")
+    checkpoint: str = option(
+        "best", "the run's checkpoint: best, latest, or PATH of a checkpoint folder / ckpt "
+        "prefix", metavar="best|latest|PATH",
+    )  # fmt: skip
+    stats_from: Path | None = option(
+        None, "only for a checkpoint written before runs recorded their normalisation, whose "
+        "training data is gone: normalise with the train split of these shards (made the "
+        "same way); a newer checkpoint carries its own and ignores this", metavar="SHARDS",
+    )  # fmt: skip
 
 
 def run_checkpoint(

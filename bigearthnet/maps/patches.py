@@ -45,7 +45,7 @@ from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import InputError, require_folder_path, require_positive_int
 from bigearthnet.formats.class_map import NODATA, linked_tags, scaled, write_class_map
-from bigearthnet.preprocessing.resample import METHODS
+from bigearthnet.preprocessing.archive_input import ArchiveInput
 
 if TYPE_CHECKING:
     from bigearthnet.formats.shards import Manifest
@@ -59,34 +59,21 @@ class MapError(InputError):
     """Bad input for the map command; printed as one line, exit code 2."""
 
 
-@dataclass(frozen=True)
-class PatchMapOptions:
-    """What ``bigearthnet-map [patches]`` maps and how, declared once: the archive or the
-    shards to read, and the output."""
+@dataclass(frozen=True, kw_only=True)
+class PatchMapOptions(ArchiveInput):
+    """What ``bigearthnet-map [patches]`` maps and how, declared once: the archive
+    (:class:`~bigearthnet.preprocessing.archive_input.ArchiveInput`) or the shards to read,
+    and the output."""
 
     out: Path = option(help="output folder: <tile>.tif (+ .tif.probabilities.tif, .qml), "
                        "<tile>.png, patches.csv", check=require_folder_path,
                        metavar="DIR")  # fmt: skip
-    archive: Path | None = option(None, "BigEarthNet-S2 archive root (v1 or v2)", metavar="DIR")
     shards: Path | None = option(
         None, "folder of shards made by bigearthnet-preprocess", metavar="DIR"
     )
     split: tuple[str, ...] | None = option(
         None, "with --shards: the split(s) to map (default: all)", choices=constants.SPLITS
     )
-    version: str = option("auto", "with --archive: its layout (auto: detected)",
-                          choices=("auto", "v1", "v2"))  # fmt: skip
-    resampling: str | None = option(
-        None, "with --archive: upsampling of the 20/60 m bands (default: the one of the run's "
-        "training data, else bilinear)", choices=METHODS,
-    )  # fmt: skip
-    include_snow_cloud: bool = option(
-        False, "with a v2 --archive: also map the patches of the snow/cloud/shadow table"
-    )
-    s1_archive: Path | None = option(
-        None, "with --archive and a model of Sentinel-1 bands: where S1 is (v1: the "
-        "BigEarthNet-S1-v1.0 folder; v2 default: ARCHIVE/BigEarthNet-S1)", metavar="DIR",
-    )  # fmt: skip
     batch_size: int = option(64, "patches per batch", check=require_positive_int, metavar="N")
     progress: bool = option(True, "a progress bar")
 

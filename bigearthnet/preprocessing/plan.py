@@ -9,6 +9,7 @@ contents are reproducible; its id (a hash of all that) guards a rerun against mi
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from bigearthnet.core import constants
-from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.declare import check_fields, option, reuse
 from bigearthnet.core.errors import ConfigError, require_non_negative_int, require_positive_int
 from bigearthnet.core.folders import folder_path
 from bigearthnet.formats.archive_origin import UNKNOWN, ArchiveOrigin, read_origin
@@ -36,7 +37,7 @@ from bigearthnet.preprocessing.archive import (
     detect_version,
     list_patches,
 )
-from bigearthnet.preprocessing.resample import METHODS
+from bigearthnet.preprocessing.archive_input import ArchiveInput
 
 PARTS = ".parts"  # OUT/.parts/<shard>.json: a finished shard's sidecar
 
@@ -51,19 +52,17 @@ def slurm_task_defaults(environ=os.environ) -> tuple[int, int]:
     return 1, 0
 
 
-@dataclass
-class Options:
+@dataclass(frozen=True, kw_only=True)
+class Options(ArchiveInput):
     """``bigearthnet-preprocess``'s options, declared once: the command's parser is
-    generated from these fields."""
+    generated from these fields (the archive's: :class:`ArchiveInput`)."""
 
-    archive: Path = option(
-        help="archive root (v1: patch folders; v2: folder with metadata.parquet and "
-        "BigEarthNet-S2/)", positional=True, metavar="ARCHIVE",
-    )  # fmt: skip
+    archive: Path = reuse(ArchiveInput, "archive", default=dataclasses.MISSING,
+                          positional=True, metavar="ARCHIVE")  # fmt: skip
+    resampling: str = reuse(ArchiveInput, "resampling", default="bilinear")
     out: Path = option(help="output folder for shards, manifest.json, rejects.csv (new, "
                        "empty, or one this command wrote)", positional=True, metavar="OUT",
                        parse=folder_path)  # fmt: skip
-    version: str = option("auto", "archive layout; auto detects it", choices=("auto", "v1", "v2"))
     splits_dir: Path | None = option(
         None, "folder with official train.csv, val.csv, test.csv (patch names in the first "
         "column, no header)", metavar="DIR",
@@ -79,19 +78,10 @@ class Options:
         (), "CSV lists of patch names to leave out (e.g. the snow and cloud lists)",
         metavar="FILE",
     )  # fmt: skip
-    include_snow_cloud: bool = option(
-        False, "v2: also use patches of the snow/cloud/shadow parquet"
-    )
-    resampling: str = option("bilinear", "upsampling of the 20 m and 60 m bands (pixel "
-                             "centres aligned)", choices=METHODS)  # fmt: skip
     band_config: str = option(
         constants.DEFAULT_BAND_CONFIG, "band configuration: s2 = the 12 S2 bands; s2-10 = "
         "reBEN's 10 (no 60 m band); s1 = VV,VH; all = VV,VH then s2-10 (reBEN v0.2.0's order)",
         choices=tuple(constants.BAND_CONFIGS), flag="--bands",
-    )  # fmt: skip
-    s1_archive: Path | None = option(
-        None, "Sentinel-1 for --bands s1|all: v1 needs the BigEarthNet-S1-v1.0 folder; v2 "
-        "defaults to ARCHIVE/BigEarthNet-S1", metavar="DIR",
     )  # fmt: skip
     map_label_mismatch: str = option(
         "keep", f"v2 with {V2_MAPS_DIR}/: a patch whose reference map holds a class its labels "
@@ -120,12 +110,12 @@ class Options:
     def __post_init__(self) -> None:
         check_fields(self)
         tasks, index = slurm_task_defaults()
-        if self.num_tasks is None:
-            self.num_tasks = tasks
-        if self.task_index is None:
-            self.task_index = index
-        if not 0 <= self.task_index < self.num_tasks:
-            raise ConfigError(f"--task-index {self.task_index} outside 0..{self.num_tasks - 1}")
+        tasks = tasks if self.num_tasks is None else self.num_tasks
+        index = index if self.task_index is None else self.task_index
+        object.__setattr__(self, "num_tasks", tasks)  # frozen: still being made
+        object.__setattr__(self, "task_index", index)
+        if not 0 <= index < tasks:
+            raise ConfigError(f"--task-index {index} outside 0..{tasks - 1}")
         if not Path(self.archive).is_dir():
             raise ConfigError(f"{self.archive}: archive folder does not exist")
 

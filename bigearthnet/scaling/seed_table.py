@@ -17,42 +17,34 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from bigearthnet.core.declare import check_fields, option
-from bigearthnet.core.errors import (
-    ConfigError,
-    require_non_negative,
-    require_open_fraction,
-    require_positive,
-    require_positive_int,
-)
+from bigearthnet.core.declare import check_fields, option, reuse
+from bigearthnet.core.errors import ConfigError, require_positive
 from bigearthnet.core.folders import claim_folder
+from bigearthnet.core.optimizer_table import SEED_RULES
 from bigearthnet.core.util import write_csv
-from bigearthnet.scaling.study_outputs import (
-    LAUNCHERS,
-    StudyResult,
-    StudySettings,
-    batch_sizes,
-    read_study,
-)
+from bigearthnet.scaling.study_outputs import StudyResult, read_study
+from bigearthnet.scaling.study_settings import StudyRuns, StudySettings
 
 SEED_TABLE_CSV = "seed_table.csv"
 SEED_TABLE_HTML = "seed_table.html"
 SEED_TABLE_MARK = ".bigearthnet-seed-table"
-# optimizer -> the LR scaling rule it is run with (Goyal et al. for SGD, as the seed study;
-# the square root LAMB was tuned with)
-RULE_OF = {"sgd": "linear", "lars": "linear", "lamb": "sqrt"}
 # The seed study's table (43 labels, ResNet-50, JUWELS): global batch -> test F1.
 SEED_STUDY = {512: 0.78, 8000: 0.74, 16000: 0.64, 32000: 0.43}
 
 
+def _ruled(rule: str) -> str:
+    """The seed table's optimizers scaled by ``rule``, for the help: ``sgd and lars``."""
+    return " and ".join(name for name, ruled in SEED_RULES.items() if ruled == rule)
+
+
 def optimizers(text: str) -> tuple[str, ...]:
     names = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [name for name in names if name not in RULE_OF]
+    unknown = [name for name in names if name not in SEED_RULES]
     if not names or unknown:
-        raise ConfigError(f"expected optimizers among {', '.join(RULE_OF)}, got {text!r}")
+        raise ConfigError(f"expected optimizers among {', '.join(SEED_RULES)}, got {text!r}")
     return names
 
 
@@ -63,52 +55,39 @@ def spanning(flag: str, value: tuple[int, ...]) -> tuple[int, ...]:
     return value
 
 
-@dataclass(frozen=True)
-class SeedTableSettings:
-    """``bigearthnet-seed-table``'s options, declared once."""
+@dataclass(frozen=True, kw_only=True)
+class SeedTableSettings(StudyRuns):
+    """``bigearthnet-seed-table``'s options, declared once: a study's
+    (:class:`~bigearthnet.scaling.study_settings.StudyRuns`) with the seed table's defaults,
+    and the optimizers with their LRs."""
 
-    data: Path = option(help="preprocessed shards (manifest.json)", metavar="SHARDS")
-    out: Path = option(help="the table's folder: <optimizer>/ studies, seed_table.csv, .html",
-                       metavar="DIR")  # fmt: skip
-    batches: tuple[int, ...] = option(
-        (16, 64, 256, 1024), "global batch sizes, >= 4 spanning >= 32x", parse=batch_sizes,
-        check=spanning, metavar="B,B,...",
-    )  # fmt: skip
+    out: Path = reuse(StudyRuns, "out", help="the table's folder: <optimizer>/ studies, "
+                      "seed_table.csv, .html", metavar="DIR")  # fmt: skip
+    batches: tuple[int, ...] = reuse(StudyRuns, "batches", default=(16, 64, 256, 1024),
+                                     help="global batch sizes, >= 4 spanning >= 32x",
+                                     check=spanning)  # fmt: skip
+    target_f1: float = reuse(StudyRuns, "target_f1", default=0.6)
+    base_batch: int = reuse(StudyRuns, "base_batch", default=64)
+    ranks: int = reuse(StudyRuns, "ranks", default=2)
+    max_rank_batch: int = reuse(StudyRuns, "max_rank_batch", default=128)
+    epochs: int = reuse(StudyRuns, "epochs", default=10, help="epochs at every batch size")
     optimizers: tuple[str, ...] = option(("sgd", "lamb"), "optimizers, each a column",
                                          parse=optimizers, metavar="NAME,...")  # fmt: skip
-    epochs: int = option(10, "epochs at every batch size", check=require_positive_int,
-                         metavar="N")  # fmt: skip
-    target_f1: float = option(0.6, "validation micro-F1 a cell must reach",
-                              check=require_open_fraction, metavar="F1")  # fmt: skip
-    sgd_lr: float = option(0.05, "SGD's (and LARS's) peak LR at --base-batch, scaled linearly",
-                           check=require_positive, metavar="LR")  # fmt: skip
-    lamb_lr: float = option(0.004, "LAMB's peak LR at --base-batch, scaled by the root",
-                            check=require_positive, metavar="LR")  # fmt: skip
-    base_batch: int = option(64, "global batch the LRs are meant for",
-                             check=require_positive_int, metavar="B")  # fmt: skip
-    warmup_epochs: float = option(2.0, "warm-up epochs", check=require_non_negative,
-                                  metavar="N")  # fmt: skip
-    ranks: int = option(2, "processes per run", check=require_positive_int, metavar="N")
-    max_rank_batch: int = option(
-        128, "largest per-rank batch; beyond it gradients are accumulated",
-        check=require_positive_int, metavar="B",
-    )  # fmt: skip
-    launcher: str = option("auto", "as bigearthnet-batch-study's", choices=LAUNCHERS)
-    train_args: tuple[str, ...] = field(default_factory=tuple)  # more train.py flags
+    sgd_lr: float = option(0.05, f"peak LR at --base-batch of {_ruled('linear')}, scaled "
+                           "linearly", check=require_positive, metavar="LR")  # fmt: skip
+    lamb_lr: float = option(0.004, f"peak LR at --base-batch of {_ruled('sqrt')}, scaled by "
+                            "the root", check=require_positive, metavar="LR")  # fmt: skip
 
     def __post_init__(self) -> None:
         check_fields(self)
 
     def study(self, optimizer: str) -> StudySettings:
         """The batch study of one column (``OUT/<optimizer>``)."""
+        shared = {f.name: getattr(self, f.name) for f in dataclasses.fields(StudyRuns)}
+        rule = SEED_RULES[optimizer]
         return StudySettings(
-            data=self.data, out=self.out / optimizer, batches=self.batches,
-            target_f1=self.target_f1, optimizer=optimizer,
-            base_lr=self.lamb_lr if optimizer == "lamb" else self.sgd_lr,
-            base_batch=self.base_batch, rule=RULE_OF[optimizer], ranks=self.ranks,
-            max_rank_batch=self.max_rank_batch, epochs=self.epochs, budget="epochs",
-            warmup_epochs=self.warmup_epochs, launcher=self.launcher,
-            train_args=self.train_args,
+            **{**shared, "out": self.out / optimizer}, optimizer=optimizer, rule=rule,
+            base_lr=self.lamb_lr if rule == "sqrt" else self.sgd_lr, budget="epochs",
         )  # fmt: skip
 
 
@@ -150,7 +129,7 @@ def run_seed_table(settings: SeedTableSettings, *, log=print) -> list[SeedRow]:
                 f"({study.optimizer}): each column is one of --optimizers"
             )
     # make seed-table keeps its archive in DIR/data
-    own = (*RULE_OF, SEED_TABLE_CSV, SEED_TABLE_HTML, "data")
+    own = (*SEED_RULES, SEED_TABLE_CSV, SEED_TABLE_HTML, "data")
     claim_folder(settings.out, mark=SEED_TABLE_MARK, made_by="bigearthnet-seed-table",
                  own_names=own)  # fmt: skip
     for study, points in columns:  # every cell made before with these settings, before any trains

@@ -2,7 +2,8 @@
 rows, the fit of the critical batch size, the measured noise scale beside it and the
 recommended job sizes) and ``steps_to_target.png`` (steps and examples to the target against
 the batch, log-log, with the fitted trade-off). :func:`write_outputs` is the writer of all
-three and :func:`read_study` the reader of ``study.json``.
+three and :func:`read_study` the reader of ``study.json``. What a study runs is
+:mod:`bigearthnet.scaling.study_settings`'.
 """
 
 from __future__ import annotations
@@ -15,16 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bigearthnet.core.config import OPTIMIZERS
-from bigearthnet.core.declare import check_fields, option
-from bigearthnet.core.errors import (
-    ConfigError,
-    InputError,
-    require_non_negative,
-    require_open_fraction,
-    require_positive,
-    require_positive_int,
-)
+from bigearthnet.core.errors import InputError
 from bigearthnet.core.folders import claim_folder
 from bigearthnet.core.util import atomic_path, atomic_write_json, write_csv
 from bigearthnet.scaling.batch_fit import (
@@ -35,6 +27,7 @@ from bigearthnet.scaling.batch_fit import (
     fit_tradeoff,
     recommend,
 )
+from bigearthnet.scaling.study_settings import StudySettings
 
 STUDY_CSV = "study.csv"
 STUDY_JSON = "study.json"
@@ -48,82 +41,6 @@ def claim_study_folder(out: Path) -> None:
     """``out`` becomes (or already is) a batch study's folder; any other is refused."""
     own = (STUDY_RUNS, STUDY_CSV, STUDY_JSON, STUDY_PLOT, STUDY_HTML)
     claim_folder(out, mark=STUDY_MARK, made_by="bigearthnet-batch-study", own_names=own)
-
-
-RULES = ("linear", "sqrt")
-LAUNCHERS = ("auto", "horovodrun", "srun", "none")
-BUDGETS = ("updates", "epochs")
-
-
-def batch_sizes(text: str) -> tuple[int, ...]:
-    """``64,128,256`` -> the global batch sizes; ConfigError naming what is wrong."""
-    try:
-        values = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ConfigError(f"expected integers separated by commas, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise ConfigError(f"expected positive batch sizes, got {text!r}")
-    return values
-
-
-def _resolution(flag: str, value: float) -> float:
-    if not (isinstance(value, (int, float)) and 0.0 <= value < 1.0):
-        raise ConfigError(f"{flag} must be in [0, 1), got {value}")
-    return float(value)
-
-
-@dataclass(frozen=True)
-class StudySettings:
-    """What the study runs; every point shares it but the batch size and the LR. Declared
-    once: ``bigearthnet-batch-study``'s options are generated from these fields."""
-
-    data: Path = option(help="preprocessed shards (manifest.json)", metavar="SHARDS")
-    out: Path = option(help="study folder: runs/, study.csv, plot", metavar="STUDY")
-    batches: tuple[int, ...] = option(
-        help="global batch sizes, comma-separated, e.g. 64,128,256,512", parse=batch_sizes,
-        metavar="B,B,...",
-    )  # fmt: skip
-    target_f1: float = option(help="validation micro-F1 each point trains to",
-                              check=require_open_fraction, metavar="F1")  # fmt: skip
-    optimizer: str = option("sgd", "train.py --optimizer", choices=OPTIMIZERS)
-    base_lr: float = option(0.1, "peak LR at --base-batch", check=require_positive, metavar="LR")
-    base_batch: int = option(256, "global batch --base-lr is meant for",
-                             check=require_positive_int, metavar="B")  # fmt: skip
-    rule: str = option("linear", "LR scaling with the batch: linear (Goyal et al.) or sqrt",
-                       choices=RULES)  # fmt: skip
-    ranks: int = option(1, "processes per point", check=require_positive_int, metavar="N")
-    max_rank_batch: int = option(
-        512, "largest per-rank batch; beyond it gradients are accumulated over passes",
-        check=require_positive_int, metavar="B",
-    )  # fmt: skip
-    epochs: int = option(
-        20, "budget: validations of --eval-steps updates per point, the same number of "
-        "updates at every batch size (--budget epochs: passes over the training split)",
-        check=require_positive_int, metavar="N",
-    )  # fmt: skip
-    budget: str = option(
-        "updates", "updates: every batch size gets the same number of optimizer updates "
-        "(steps to target, Shallue et al.); epochs: the same number of passes over the data, "
-        "validated after each, as the seed study compared batch sizes", choices=BUDGETS,
-    )  # fmt: skip
-    eval_steps: int = option(10, "optimizer steps between validations",
-                             check=require_positive_int, metavar="N")  # fmt: skip
-    warmup_epochs: float = option(2.0, "train.py warm-up, in validations",
-                                  check=require_non_negative, metavar="N")  # fmt: skip
-    resolution: float | None = option(
-        0.1, "resolve the steps to target within this fraction: larger batches validate every "
-        "FRACTION x (perfect-scaling steps from the last point that reached the target) "
-        "steps, the same update budget; 0 keeps every point at --eval-steps",
-        check=_resolution, metavar="FRACTION",
-    )  # fmt: skip
-    launcher: str = option(
-        "auto", "auto: srun inside a Slurm allocation, else horovodrun for more than one rank",
-        choices=LAUNCHERS,
-    )  # fmt: skip
-    train_args: tuple[str, ...] = field(default_factory=tuple)  # more train.py flags
-
-    def __post_init__(self) -> None:
-        check_fields(self)
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ from bigearthnet.core.constants import (
     PATCH_METRES,
 )
 from bigearthnet.core.declare import check_fields, option
-from bigearthnet.core.errors import ConfigError, require_non_negative_int, require_positive_int
+from bigearthnet.core.errors import ConfigError, require_positive_int
 from bigearthnet.core.folders import Owner, check_output, publishing
 from bigearthnet.core.room import Needs, check_room
 from bigearthnet.formats.archive_origin import MARK as SYNTHETIC_MARK
@@ -66,6 +66,7 @@ from bigearthnet.preprocessing.archive import V2_MAPS_DIR, V2_METADATA, V2_S2_DI
 from bigearthnet.preprocessing.sentinel1 import V1_S1_ARCHIVE, V2_S1_DIR
 from bigearthnet.synthetic import sizes
 from bigearthnet.synthetic.landscape import plan_patch, v1_classes
+from bigearthnet.synthetic.look import SyntheticLook
 from bigearthnet.synthetic.metadata import v1_labels_json, v1_s1_json, write_v2_tables
 from bigearthnet.synthetic.places import plan_tiles, region_of, stamp
 from bigearthnet.synthetic.reben_stats import CLOUD_SHARE, SNOW_SHARE, SPLIT_SHARE
@@ -90,7 +91,6 @@ __all__ = [
 ]
 
 LAYOUTS: tuple[str, ...] = ("v1", "v2")
-DIFFICULTIES: tuple[str, ...] = ("realistic", "simple")
 
 _SNOW_CLOUD_FRACTION = 0.07
 _DROPPED_EXTRA_PROB = 0.12
@@ -299,8 +299,9 @@ def _patch_count(flag: str, value: int) -> int:
 
 
 @dataclass(frozen=True)
-class ArchiveSpec:
-    """What ``generate_archive`` writes; declared once: ``bigearthnet-synth``'s options."""
+class ArchiveSpec(SyntheticLook):
+    """What ``generate_archive`` writes; declared once: ``bigearthnet-synth``'s options
+    (the look and seed: :class:`~bigearthnet.synthetic.look.SyntheticLook`)."""
 
     patches: int = option(100, f"number of patches to generate, at most {MAX_PATCHES:,}",
                           check=_patch_count, short="-n", metavar="N")  # fmt: skip
@@ -310,8 +311,6 @@ class ArchiveSpec:
         "train/validation/test splits, snow/cloud list), Reference_Maps/ (CORINE codes per "
         "10 m pixel) and OUT/truth_maps.h5 (the true class per pixel)", choices=LAYOUTS,
     )  # fmt: skip
-    seed: int = option(0, "archive seed: the same seed gives byte-identical files",
-                       check=require_non_negative_int, metavar="S")  # fmt: skip
     workers: int = option(
         1, "processes writing patches in parallel; output does not depend on it",
         check=require_positive_int, short="-j", metavar="W",
@@ -324,12 +323,6 @@ class ArchiveSpec:
         False, "also Sentinel-1 VV/VH (float32 dB) of the same regions: v2 in "
         "OUT/BigEarthNet-S1, v1 as the S1 v1.0 archive OUT/BigEarthNet-S1-v1.0 (preprocess "
         "--s1-archive)",
-    )  # fmt: skip
-    difficulty: str = option(
-        "realistic", "realistic: reBEN's label statistics, CORINE-like label noise (the true "
-        "class shares in OUT/truth.parquet), overlapping spectra, seasons, regions, mixed "
-        "pixels; simple: 1-3 rectangles of fixed, far-apart spectra, labelled exactly "
-        "(learnable in seconds: for tests)", choices=DIFFICULTIES,
     )  # fmt: skip
 
     def __post_init__(self) -> None:

@@ -37,13 +37,13 @@ from rasterio.warp import transform
 
 from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
-from bigearthnet.core.errors import ConfigError, require_non_negative_int
+from bigearthnet.core.errors import ConfigError
 from bigearthnet.core.folders import Owner, check_output, publishing
 from bigearthnet.core.room import Needs, check_room
 from bigearthnet.core.util import atomic_write_json
 from bigearthnet.synthetic import region_cover as cover
 from bigearthnet.synthetic import sizes
-from bigearthnet.synthetic.archive import DIFFICULTIES
+from bigearthnet.synthetic.look import SyntheticLook
 from bigearthnet.synthetic.places import region_of
 from bigearthnet.synthetic.scene import Looks, render_classes, write_bands
 from bigearthnet.synthetic.scene_forms import FORM_LAYOUTS, write_form
@@ -94,7 +94,7 @@ def _whole(value: object) -> bool:
 
 
 @dataclass(frozen=True)
-class RegionSpec:
+class RegionSpec(SyntheticLook):
     """A synthetic region; its fields are ``bigearthnet-synth region``'s options."""
 
     tiles: int = option(4, f"tiles, an even number up to {MAX_TILES}: half in each UTM zone",
@@ -110,12 +110,6 @@ class RegionSpec:
         "tif", "how each scene is written: band GeoTIFF folders, L2A products (safe), EOPF "
         "Zarr products, STAC items with COGs (stac: Earth Search's style, stac-pc: Planetary "
         "Computer's), or mixed: the forms in turn", choices=REGION_LAYOUTS,
-    )  # fmt: skip
-    seed: int = option(0, "seed", check=require_non_negative_int, metavar="S")
-    difficulty: str = option(
-        "realistic", "realistic: the realistic archive's spectra, changing with the season "
-        "of each date (a model trained on `bigearthnet-synth --difficulty realistic` maps "
-        "it); simple: the simple archive's", choices=DIFFICULTIES,
     )  # fmt: skip
     overlap: float = 1200.0  # metres two neighbouring tiles share
 

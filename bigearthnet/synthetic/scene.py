@@ -28,7 +28,6 @@ from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import (
     ConfigError,
     InputError,
-    require_non_negative_int,
     require_positive_int,
 )
 from bigearthnet.core.folders import Owner, check_output, publishing
@@ -36,7 +35,7 @@ from bigearthnet.core.room import Needs, check_room
 from bigearthnet.core.util import atomic_path
 from bigearthnet.formats.s2_layouts import BOA_ADD_OFFSET, REFLECTANCE_SCALE
 from bigearthnet.synthetic import sizes, spectra
-from bigearthnet.synthetic.archive import DIFFICULTIES
+from bigearthnet.synthetic.look import SyntheticLook
 from bigearthnet.synthetic.places import region_of
 from bigearthnet.synthetic.render import class_signatures
 from bigearthnet.synthetic.scene_forms import FORM_LAYOUTS, stored, write_form
@@ -180,7 +179,7 @@ def _blocks(flag: str, value: int) -> int:
 
 
 @dataclass(frozen=True)
-class DemoScene:
+class DemoScene(SyntheticLook):
     """``bigearthnet-synth scene``: a scene of BLOCKS x BLOCKS squares of 240 px cycling
     through :data:`DEMO_CLASSES`; declared once (the command's options)."""
 
@@ -194,12 +193,6 @@ class DemoScene:
     blocks: int = option(3, f"N x N land-cover squares of 240 px (3: a 7.2 km scene), at "
                          f"most {MAX_BLOCKS}: one Sentinel-2 tile", check=_blocks,
                          metavar="N")  # fmt: skip
-    seed: int = option(0, "texture seed", check=require_non_negative_int, metavar="S")
-    difficulty: str = option(
-        "realistic", "realistic: the realistic archive's spectra (a model trained on "
-        "`bigearthnet-synth --difficulty realistic` maps it); simple: the simple archive's",
-        choices=DIFFICULTIES,
-    )  # fmt: skip
 
     def __post_init__(self) -> None:
         check_fields(self)

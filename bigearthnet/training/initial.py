@@ -2,6 +2,12 @@
 (``bigearthnet-weights import``) or another run's best checkpoint (``--init-weights``), and
 ``--freeze-backbone`` for linear probing.
 
+``--init-weights`` is resolved once, at the start (:func:`initial_weights`): which kind of
+folder it is, what it holds (an imported folder's ``weights.json``, a run's best checkpoint
+record: read once, without TensorFlow's model), whether it fits this run, and the
+normalisation it expects. That value goes to the replica, which loads the network from it
+once per rank and copies its layers (:func:`start_from`).
+
 A run started from weights normalises its inputs as those weights were trained (the imported
 record's statistics, or the other run's recorded inputs), not with its own shards'
 statistics: the features the backbone learned expect them. The run's checkpoints record
@@ -12,6 +18,7 @@ broadcast as at every start.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 import tensorflow as tf
@@ -19,15 +26,38 @@ import tensorflow as tf
 from bigearthnet.core import constants, distributed
 from bigearthnet.core.config import RUN_CONFIG, TrainConfig, load_run_config
 from bigearthnet.core.errors import ConfigError, InputError
-from bigearthnet.data.normalization import model_inputs
 from bigearthnet.formats import checkpoints, weights_record
 from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import Manifest
-from bigearthnet.inference.trained_run import load_model
+from bigearthnet.formats.weights_record import WeightsRecord
+from bigearthnet.inference.run_checkpoint import run_checkpoint
+from bigearthnet.inference.trained_run import load_model, recorded_inputs
+from bigearthnet.models import PATCH_HEAD
 from bigearthnet.weights.importer import check_registry_fit, load_folder
 
 log = distributed.log
-HEAD = "logits"  # the classifier layer of every registry model
+
+
+@dataclass(frozen=True)
+class InitialWeights:
+    """``--init-weights``, resolved: its folder, what kind it is (an imported weights folder,
+    whose record is kept, or a run folder: its best checkpoint) and the normalisation its
+    weights expect, with this run's classes."""
+
+    path: Path
+    record: WeightsRecord | None  # an imported folder's weights.json; None: a run folder
+    inputs: ModelInputs
+
+    @property
+    def imported(self) -> bool:
+        return self.record is not None
+
+    def network(self) -> tf.keras.Model:
+        """The network holding the weights: the imported folder's, or the run's best
+        checkpoint restored."""
+        if self.record is not None:
+            return load_folder(self.path, self.record)
+        return load_model(self.path).model
 
 
 def resumes(cfg: TrainConfig) -> bool:
@@ -59,65 +89,65 @@ def _same_start(given: str, saved: str) -> bool:
     return bool(saved) and Path(given).resolve() == Path(saved).resolve()
 
 
-def initial_inputs(cfg: TrainConfig, manifest: Manifest) -> ModelInputs:
-    """The run's inputs: the shards' statistics, or those its initial weights expect (a
-    resumed run takes its checkpoint's record instead, once restored)."""
-    own = model_inputs(manifest, cfg.labels)
-    if not cfg.init_weights or resumes(cfg):
-        return own
+def initial_weights(cfg: TrainConfig, manifest: Manifest) -> InitialWeights | None:
+    """``--init-weights`` resolved for a run on the data of ``manifest``; None for random
+    weights or a resume (its checkpoint holds the weights, its record the normalisation).
+    InputError when the folder is neither kind, or its weights do not fit the run."""
+    if not cfg.init_weights:
+        return None
     path = Path(cfg.init_weights)
-    if not (path / RUN_CONFIG).is_file() and not weights_record.is_weights_folder(path):
+    if resumes(cfg):
+        log.info("resuming: the checkpoint holds the weights (%s is not read again)", path)
+        return None
+    classes = constants.CLASS_SETS[cfg.labels]
+    record: WeightsRecord | None = None
+    if weights_record.is_weights_folder(path):
+        record = weights_record.read(path)
+        check_registry_fit(record, path)
+        _check_fit(path, record.model, record.bands, cfg, manifest)
+        inputs = record.model_inputs(classes)
+    elif (path / RUN_CONFIG).is_file():
+        config, prefix, best = run_checkpoint(path)  # its record, without TensorFlow's model
+        trained = recorded_inputs(config, best, prefix, None)
+        _check_fit(path, best.model, trained.bands, cfg, manifest)
+        inputs = dataclasses.replace(
+            trained, classes=classes, stats=f"as the initial weights' run {path} ({trained.stats})"
+        )
+    else:
         raise InputError(
             f"--init-weights {path}: neither a folder of bigearthnet-weights import "
             f"({weights_record.RECORD_FILE}, {weights_record.WEIGHTS_FILE}) nor a run folder "
             f"({RUN_CONFIG})"
         )
-    if weights_record.is_weights_folder(path):
-        record = weights_record.read(path)
-        check_registry_fit(record, path)
-        _check_fit(path, record.model, record.bands, cfg, manifest)
-        inputs = record.model_inputs(constants.CLASS_SETS[cfg.labels])
-    else:
-        loaded = load_model(path)
-        _check_fit(path, loaded.record.model, loaded.bands, cfg, manifest)
-        inputs = dataclasses.replace(
-            loaded.inputs,
-            classes=constants.CLASS_SETS[cfg.labels],
-            stats=f"as the initial weights' run {path} ({loaded.inputs.stats})",
-        )
     if inputs.resampling != manifest.resampling:
         log.warning("%s were trained on %s-resampled bands, the data is %s-resampled",
                     path, inputs.resampling, manifest.resampling)  # fmt: skip
-    return inputs
+    return InitialWeights(path, record, inputs)
 
 
-def load_initial_weights(model: tf.keras.Model, cfg: TrainConfig) -> None:
-    """Set ``model``'s weights from ``cfg.init_weights``: every layer but the head must fit
-    (a head that does not stays random); with ``cfg.freeze_backbone`` make every layer but
-    the head untrainable. A resumed run's checkpoint holds its weights: nothing is read."""
-    path = Path(cfg.init_weights)
-    if resumes(cfg):
-        log.info("resuming: the checkpoint holds the weights (%s is not read again)", path)
-    else:
-        imported = weights_record.is_weights_folder(path)
-        source = load_folder(path) if imported else load_model(path).model
+def start_from(model: tf.keras.Model, start: InitialWeights | None, cfg: TrainConfig) -> None:
+    """Set ``model``'s weights from ``start`` (None: they stay as built, random or to be
+    restored): every layer but the head must fit (a head that does not stays random); with
+    ``cfg.freeze_backbone`` make every layer but the head untrainable."""
+    if start is not None:
+        source = start.network()
         for layer in model.layers:
-            if not layer.weights or layer.name == HEAD:
+            if not layer.weights or layer.name == PATCH_HEAD:
                 continue
             if not _same_shapes(layer, source, layer.name):
                 raise InputError(
-                    f"--init-weights {path}: its layer {layer.name} does not fit the "
+                    f"--init-weights {start.path}: its layer {layer.name} does not fit the "
                     f"--model {cfg.model} of this run"
                 )
             layer.set_weights(source.get_layer(layer.name).get_weights())
-        head = _same_shapes(model.get_layer(HEAD), source, HEAD)
+        head = _same_shapes(model.get_layer(PATCH_HEAD), source, PATCH_HEAD)
         if head:
-            model.get_layer(HEAD).set_weights(source.get_layer(HEAD).get_weights())
-        log.info("initial weights from %s (%s)", path,
+            model.get_layer(PATCH_HEAD).set_weights(source.get_layer(PATCH_HEAD).get_weights())
+        log.info("initial weights from %s (%s)", start.path,
                  "with its head" if head else "head initialised at random")  # fmt: skip
     if cfg.freeze_backbone:
         for layer in model.layers:
-            layer.trainable = layer.name == HEAD
+            layer.trainable = layer.name == PATCH_HEAD
 
 
 def _same_shapes(layer: tf.keras.layers.Layer, source: tf.keras.Model, name: str) -> bool:

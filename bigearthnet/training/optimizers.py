@@ -1,6 +1,7 @@
 """The optimizers of ``--optimizer``: SGD and Adam (Keras), and AdamW, LARS and LAMB for
 large global batches, written here as Keras legacy optimizers (the family Horovod 0.28's
-Keras integration targets, checkpointed like the others).
+Keras integration targets, checkpointed like the others). Which name builds which class,
+and what each takes, is the table's (:mod:`bigearthnet.core.optimizer_table`).
 
 ========  ===========================================================================
 sgd       SGD with momentum (the seed study); ``--weight-decay`` as an L2 loss term
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from bigearthnet.core.config import OPTIMIZERS as CHOICES
+from bigearthnet.core.optimizer_table import OPTIMIZERS as TABLE
 
 # Defaults from the papers: LARS's trust coefficient eta (You et al. 2017, Sec. 3); LAMB's
 # epsilon (You et al. 2020, experiments: 1e-6) and Adam's betas.
@@ -34,10 +35,16 @@ LAMB_EPSILON = 1e-6
 ADAMW_EPSILON = 1e-8
 
 
+CHOICES = tuple(TABLE)
+# Keras's own, by the names the table gives them.
+SGD = tf.keras.optimizers.legacy.SGD
+Adam = tf.keras.optimizers.legacy.Adam
+
+
 def decay_in_loss(optimizer: str) -> bool:
     """Whether ``--weight-decay`` is an L2 term of the loss (sgd, adam) rather than part of
     the optimizer's update (adamw, lars, lamb)."""
-    return optimizer in ("sgd", "adam")
+    return TABLE[optimizer].decay_in_loss
 
 
 def make(
@@ -48,23 +55,18 @@ def make(
     weight_decay: float = 0.0,
     trust_coefficient: float = LARS_TRUST_COEFFICIENT,
 ) -> tf.keras.optimizers.legacy.Optimizer:
-    """The optimizer ``name`` (one of :data:`CHOICES`)."""
-    if name == "sgd":
-        return tf.keras.optimizers.legacy.SGD(learning_rate=learning_rate, momentum=momentum)
-    if name == "adam":
-        return tf.keras.optimizers.legacy.Adam(learning_rate=learning_rate)
-    if name == "adamw":
-        return AdamW(learning_rate=learning_rate, weight_decay=weight_decay)
-    if name == "lamb":
-        return LAMB(learning_rate=learning_rate, weight_decay=weight_decay)
-    if name == "lars":
-        return LARS(
-            learning_rate=learning_rate,
-            momentum=momentum,
-            weight_decay=weight_decay,
-            trust_coefficient=trust_coefficient,
-        )
-    raise ValueError(f"unknown optimizer {name!r}: one of {', '.join(CHOICES)}")
+    """The optimizer ``name`` (one of :data:`CHOICES`), given the options its entry takes."""
+    if name not in TABLE:
+        raise ValueError(f"unknown optimizer {name!r}: one of {', '.join(CHOICES)}")
+    entry = TABLE[name]
+    options: dict = {"learning_rate": learning_rate}
+    if entry.momentum:
+        options["momentum"] = momentum
+    if not entry.decay_in_loss:
+        options["weight_decay"] = weight_decay
+    if entry.trust_coefficient:
+        options["trust_coefficient"] = trust_coefficient
+    return globals()[entry.builder](**options)
 
 
 def adapted(variable: tf.Variable) -> bool:

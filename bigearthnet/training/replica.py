@@ -36,7 +36,7 @@ from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import image_shape
 from bigearthnet.training import optimizers
 from bigearthnet.training.gns import NoiseSample, NoiseScaleMonitor, adascale_gain
-from bigearthnet.training.initial import load_initial_weights
+from bigearthnet.training.initial import InitialWeights, start_from
 from bigearthnet.training.precise_bn import PreciseBatchNorm
 from bigearthnet.training.schedules import GainedSchedule, LRSchedule, WarmupSchedule
 
@@ -73,6 +73,7 @@ class Replica:
         *,
         inputs: ModelInputs,
         schedule: LRSchedule,
+        start: InitialWeights | None = None,
     ) -> None:
         self.cfg = cfg
         self.inputs = inputs  # channels, normalisation, classes: in every checkpoint record
@@ -95,8 +96,8 @@ class Replica:
             weight_decay=cfg.weight_decay if optimizers.decay_in_loss(cfg.optimizer) else 0.0,
             dropout=cfg.dropout,
         )
-        if cfg.init_weights:  # before the optimizer: --freeze-backbone sets what trains
-            load_initial_weights(self.model, cfg)
+        # Before the optimizer: --freeze-backbone sets what trains.
+        start_from(self.model, start, cfg)
         self.schedule = schedule
         # AdaScale's gain (--lr-scaling adascale), set after every update; 1 otherwise.
         self.lr_gain = tf.Variable(1.0, trainable=False, dtype=tf.float32, name="lr_gain")

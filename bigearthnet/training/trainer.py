@@ -21,11 +21,12 @@ import tensorflow as tf
 from bigearthnet.core import distributed
 from bigearthnet.core.config import TrainConfig
 from bigearthnet.core.errors import InputError
+from bigearthnet.data.normalization import model_inputs
 from bigearthnet.formats.checkpoints import CheckpointRecord, Position
 from bigearthnet.formats.history import HistoryRow
 from bigearthnet.formats.shards import Manifest, read_manifest
 from bigearthnet.training.driver import EpochDriver
-from bigearthnet.training.initial import initial_inputs, keep_start
+from bigearthnet.training.initial import initial_weights, keep_start
 from bigearthnet.training.outputs import RunOutputs
 from bigearthnet.training.replica import Replica
 from bigearthnet.training.schedules import LRSchedule
@@ -78,11 +79,16 @@ def length_note(
 
 
 def build_replica(cfg: TrainConfig, manifest: Manifest, source: EpochSource) -> Replica:
-    """This rank's replica for the data of ``manifest`` and the world of the moment."""
+    """This rank's replica for the data of ``manifest`` and the world of the moment, from
+    ``--init-weights`` (resolved here, once) or random weights; its inputs normalised as
+    those weights expect, else by the shards' statistics (a resumed run takes its
+    checkpoint's record instead, once restored)."""
     schedule = make_schedule(
         cfg, world_size=distributed.size(), updates_per_epoch=source.updates_per_epoch()
     )
-    return Replica(cfg, inputs=initial_inputs(cfg, manifest), schedule=schedule)
+    start = initial_weights(cfg, manifest)
+    inputs = start.inputs if start is not None else model_inputs(manifest, cfg.labels)
+    return Replica(cfg, inputs=inputs, schedule=schedule, start=start)
 
 
 class Trainer:

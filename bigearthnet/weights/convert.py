@@ -5,7 +5,7 @@ re-layout, detail by detail:
 
 * names: ``conv1``/``bn1`` -> ``conv1_conv``/``conv1_bn``; ``layer{s}.{b}.conv{k}``/``bn{k}``
   -> ``conv{s+1}_block{b+1}_{k}_conv``/``_bn``; ``downsample.0``/``.1`` -> ``_0_conv``/``_0_bn``;
-  ``fc`` -> ``logits``;
+  ``fc`` -> the patch head (``models.PATCH_HEAD``);
 * convolution kernels (out, in, kh, kw) -> (kh, kw, in, out); PyTorch's convolutions have no
   bias, the Keras ones get zeros; dense kernels are transposed;
 * BatchNorm: gamma, beta, running mean and variance. Keras' epsilon is 1.001e-5, PyTorch's
@@ -144,7 +144,7 @@ def batchnorm(tensors: dict[str, np.ndarray], name: str, file: str) -> list[np.n
 def head_rows(
     tensors: dict[str, np.ndarray], head_order: tuple[str, ...] | None, classes: tuple[str, ...]
 ) -> list[np.ndarray]:
-    """The ``logits`` layer's [kernel, bias]: rows of ``fc`` in ``head_order`` (the source's
+    """The patch head's [kernel, bias]: rows of ``fc`` in ``head_order`` (the source's
     class names; None: already ``classes``' order) picked by name into ``classes``' order."""
     weight, bias = tensors["fc.weight"], tensors["fc.bias"]
     rows = (

@@ -28,6 +28,7 @@ from bigearthnet.core.folders import (
 from bigearthnet.core.util import first_line, overlapping, sha256_file
 from bigearthnet.formats import weights_record
 from bigearthnet.formats.weights_record import WeightsRecord
+from bigearthnet.models import PATCH_HEAD
 from bigearthnet.weights import convert
 from bigearthnet.weights.sources import (
     SOURCES,
@@ -102,7 +103,7 @@ def convert_file(opts: WeightsOptions) -> Converted:
     layers = convert.keras_weights(state.tensors, layout, stem, file)
     classes = _head_classes(layout, facts, opts.head, file, notes)
     if classes:
-        layers["logits"] = convert.head_rows(state.tensors, facts.head_order, classes)
+        layers[PATCH_HEAD] = convert.head_rows(state.tensors, facts.head_order, classes)
         if facts.head_order is not None and facts.head_order != classes:
             notes.append(
                 "reordered the head's rows from the source's class order to the official one"
@@ -179,12 +180,13 @@ def keras_model(converted: Converted):  # -> tf.keras.Model (TensorFlow imported
     return model
 
 
-def load_folder(folder: str | Path):  # -> tf.keras.Model
-    """An imported weights folder as the network its record describes, every layer loaded:
-    InputError naming ``weights.h5`` when it is damaged or holds another network."""
+def load_folder(folder: str | Path, record: WeightsRecord | None = None):  # -> tf.keras.Model
+    """An imported weights folder as the network its record (``record``: already read)
+    describes, every layer loaded: InputError naming ``weights.h5`` when it is damaged or
+    holds another network."""
     from bigearthnet.models.resnet import build_resnet
 
-    record = weights_record.read(folder)
+    record = record or weights_record.read(folder)
     blocks, bottleneck = convert.blocks_of(record.model, folder)
     model = build_resnet(
         blocks,

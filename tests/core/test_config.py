@@ -39,7 +39,7 @@ def test_options_yaml_then_flags(tmp_path: Path, shards_v1: Path) -> None:
     assert (saved["batch_size"], saved["lr"], saved["epochs"]) == (16, 0.001, 1)
     report = asdict(read_efficiency(run))
     assert report["per_rank"][0]["samples"] == 2 * 16  # max_steps_per_epoch 2 batches of 16
-    assert saved["momentum"] == TrainConfig().momentum  # untouched default
+    assert saved["momentum"] == TrainConfig(data="d", run_dir="r").momentum  # the default
     bad = tmp_path / "bad.yaml"
     bad.write_text("modle: tiny\n")
     assert train.main(["--config", str(bad), "--data", "x", "--run-dir", "y"]) == 2
@@ -127,9 +127,11 @@ def test_the_reben_recipes_say_what_reben_trained_with() -> None:
 
 
 def _resolved(*argv: str) -> TrainConfig:
+    """The options of ``argv`` (with --data d --run-dir r, unless it gives them)."""
     from bigearthnet.core.config import resolve
 
-    return resolve(train.build_parser().parse_args([*argv, "--data", "d", "--run-dir", "r"]))
+    given = [] if "--data" in argv else ["--data", "d", "--run-dir", "r"]
+    return resolve(train.build_parser().parse_args([*argv, *given]))
 
 
 def test_a_key_given_twice_is_refused_naming_the_file_key_and_lines(tmp_path: Path) -> None:
@@ -162,3 +164,24 @@ def test_repeated_configs_merge_left_to_right(tmp_path: Path) -> None:
         _resolved("--config", str(base), "--config", str(site))
     site.write_text("dropout: 0.2\n")  # overridden by the later file: the value it kept is fine
     assert _resolved("--config", str(base), "--config", str(site)).dropout == 0.2
+
+
+def test_print_config_prints_what_a_config_reads_back(tmp_path: Path, capsys) -> None:
+    """--print-config: the options as defaults, files and flags resolve them, as YAML that a
+    --config reads back to the same options (one key per option, config.yaml's keys); it
+    trains nothing and needs no data."""
+    from dataclasses import fields
+
+    argv = ["--config", str(REPO / "configs/lamb-16k.yaml"), "--amp", "--step-epochs", "3", "4",
+            "--horovod-timeline", "t.json", "--no-gns", "--data", "d", "--run-dir",
+            str(tmp_path / "run")]  # fmt: skip
+    assert train.main([*argv, "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    saved = tmp_path / "printed.yaml"
+    saved.write_text(printed)
+    from bigearthnet.core.config import resolve
+
+    again = resolve(train.build_parser().parse_args(["--config", str(saved)]))  # data too
+    assert again == _resolved(*argv) and (again.amp, again.step_epochs) == ("fp16", (3.0, 4.0))
+    assert list(yaml.safe_load(printed)) == [f.name for f in fields(TrainConfig)]
+    assert not (tmp_path / "run").exists()

@@ -3,14 +3,32 @@ same way when parsed and when a library caller builds the object."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from bigearthnet.cli.common import Parser, run
-from bigearthnet.core.declare import add_options, check_fields, from_args, nested, option
-from bigearthnet.core.errors import ConfigError, require_positive, require_positive_int
+from bigearthnet.core.declare import (
+    add_options,
+    check_fields,
+    from_args,
+    group,
+    nested,
+    option,
+    resolve,
+    reuse,
+    to_mapping,
+)
+from bigearthnet.core.errors import (
+    ConfigError,
+    UsageError,
+    require_positive,
+    require_positive_int,
+)
 
 
 @dataclass(frozen=True)
@@ -87,5 +105,98 @@ def test_a_bad_flag_is_one_line_exit_2(flags, message, reported_errors) -> None:
 def test_a_library_caller_gets_the_same_checks() -> None:
     with pytest.raises(ConfigError, match="--count must be a positive integer, got -1"):
         Command(inner=Inner(), source=Path("s"), out=Path("o"), count=-1)
-    with pytest.raises(ConfigError, match="--splits 'val': expected one of train, test"):
+    with pytest.raises(ConfigError, match="--splits must be one of train, test, got 'val'"):
         Command(inner=Inner(), source=Path("s"), out=Path("o"), splits=("train", "val"))
+    with pytest.raises(ConfigError, match="--force must be true or false, got 'no'"):
+        Command(inner=Inner(), source=Path("s"), out=Path("o"), force="no")  # type: ignore[arg-type]
+
+
+@group("shared options")
+@dataclass(frozen=True, kw_only=True)
+class Shared:
+    """A group two commands take, one of them as it is, the other with its own default."""
+
+    run_dir: Path | None = option(None, "a run", metavar="RUN")
+    rate: float = option(0.5, "a rate", check=require_positive)
+    mode: str = option("off", "a mode", choices=("off", "fast", "slow"), const="fast",
+                       legacy={True: "fast", False: "off"})  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class Layered(Shared):
+    run_dir: Path = reuse(Shared, "run_dir", default=dataclasses.MISSING)
+    name: str = option("ben", "a name", env="DEMO_NAME")
+    steps: tuple[float, ...] | None = option(None, "steps")
+    extra: tuple[str, ...] = option((), "repeatable", repeat=True)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+def _layered(argv: list[str], *files: Path) -> Layered:
+    parser = Parser(prog="demo")
+    add_options(parser, Layered, layered=True)
+    return resolve(Layered, parser.parse_args(argv), files)
+
+
+def test_a_group_is_declared_once_and_adjusted_where_used(monkeypatch) -> None:
+    parser = Parser(prog="demo")
+    add_options(parser, Layered)
+    text = parser.format_help()
+    assert "shared options:\n  --run-dir RUN" in text and "(default: $DEMO_NAME, else ben)" in text
+    assert "the following arguments are required: --run-dir" in _refused(parser, [])
+    monkeypatch.setenv("DEMO_NAME", "env")
+    args = parser.parse_args(["--run-dir", "r", "--mode", "--extra=-a", "--extra", "b"])
+    made = from_args(Layered, args)
+    assert (made.run_dir, made.name, made.mode, made.extra) == (Path("r"), "env", "fast",
+                                                                ("-a", "b"))  # fmt: skip
+    assert from_args(Layered, parser.parse_args(["--run-dir", "r", "--name", "x"])).name == "x"
+    monkeypatch.setenv("DEMO_NAME", "")  # empty: unset
+    assert from_args(Layered, parser.parse_args(["--run-dir", "r"])).name == "ben"
+
+
+def _refused(parser: Parser, argv: list[str]) -> str:
+    with pytest.raises(UsageError) as err:
+        parser.parse_args(argv)
+    return str(err.value)
+
+
+def test_files_layer_between_defaults_and_flags_and_write_back(tmp_path: Path) -> None:
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("run_dir: r\nrate: 2\nmode: true\nsteps: [1, 2.5]\n")
+    second.write_text("rate: 3.0\n")
+    made = _layered(["--name", "n"], first, second)
+    assert (made.run_dir, made.rate, made.mode, made.steps) == (Path("r"), 3.0, "fast",
+                                                                (1.0, 2.5))  # fmt: skip
+    assert _layered(["--rate", "4"], first, second).rate == 4.0
+    again = tmp_path / "c.yaml"
+    again.write_text(yaml.safe_dump(to_mapping(made)))
+    assert _layered([], again) == made
+    with pytest.raises(ConfigError, match="--run-dir is required"):
+        _layered([])
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [("rate: '2'", "a.yaml: rate must be a number, got '2'"),
+     ("rate: -1", "a.yaml: rate must be positive, got -1.0"),
+     ("mode: 1", "a.yaml: mode must be text, got 1"),
+     ("steps: [x]", "a.yaml: steps must be a list of numbers, got ['x']"),
+     ("nmae: x", "a.yaml: unknown option(s) nmae")],
+)  # fmt: skip
+def test_a_bad_file_value_names_the_file_and_key(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "a.yaml"
+    path.write_text(f"run_dir: r\n{text}\n")
+    with pytest.raises(ConfigError) as err:
+        _layered([], path)
+    assert str(err.value) == str(tmp_path / message)
+
+
+def test_a_bad_environment_value_names_the_variable(monkeypatch) -> None:
+    @dataclass(frozen=True)
+    class Counted:
+        slots: int = option(1, "slots", check=require_positive_int, env="DEMO_SLOTS")
+
+    monkeypatch.setenv("DEMO_SLOTS", "0")
+    with pytest.raises(ConfigError, match=r"\$DEMO_SLOTS='0' \(the default of --slots\): must"):
+        from_args(Counted, argparse.Namespace())

@@ -13,7 +13,6 @@ from helpers import TINY_RECIPE
 
 import train
 from bigearthnet.core.batch import BatchPlan
-from bigearthnet.data.batching import global_step_take
 from bigearthnet.data.partition import partition_takes, rank_range, split_batches
 from bigearthnet.data.rank_data import RankData
 from bigearthnet.formats.shards import read_manifest
@@ -57,7 +56,7 @@ def test_one_batch_plan_for_fixed_and_elastic_epochs(total, size, batch, passes)
     # The elastic global order: batch x size per step, a remainder under size merged.
     consumed, elastic_steps = 0, 0
     while consumed < total:
-        consumed += global_step_take(total - consumed, batch, size)
+        consumed += BatchPlan(batch, size).step_take(total - consumed)
         elastic_steps += 1
     assert elastic_steps == steps
 

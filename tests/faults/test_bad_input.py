@@ -5,6 +5,8 @@ bad-input` runs them and prints the table (docs/reliability.md)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 import subprocess
@@ -172,6 +174,30 @@ def test_a_damaged_checkpoint_is_one_line(
     assert code == 2
     _one_line(reported_errors(), best)
     bad_input_row(f"checkpoint: {damage}", command, code, "one line naming the checkpoint")
+
+
+@pytest.mark.parametrize(
+    "case, needle",
+    [("a YAML value out of range", "a.yaml: dropout must be in [0, 1)"),
+     ("a flag out of range", "argument --momentum: must be >= 0"),
+     ("an unknown model", "--model 'nosuch' is not in the model registry"),
+     ("no --run-dir", "--run-dir is required")],
+)  # fmt: skip
+def test_print_config_refuses_as_training_would(
+    tmp_path, case, needle, reported_errors, bad_input_row
+) -> None:
+    """--print-config prints options a --config reads back: never ones training refuses."""
+    recipe = tmp_path / "a.yaml"
+    recipe.write_text("dropout: 1.5\n" if case.startswith("a YAML") else "epochs: 2\n")
+    argv = {"a flag out of range": ["--momentum", "-1"], "an unknown model": ["--model", "nosuch"]}
+    run = [] if case == "no --run-dir" else ["--run-dir", str(tmp_path / "run")]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        code = train.main(["--config", str(recipe), "--data", "d", *run, *argv.get(case, []),
+                           "--print-config"])  # fmt: skip
+    assert code == 2 and out.getvalue() == "" and not (tmp_path / "run").exists()
+    _one_line(reported_errors(), needle)
+    bad_input_row(f"--print-config with {case}", "train.py --print-config", code,
+                  "refused as training would: one line, nothing printed")  # fmt: skip
 
 
 def test_a_run_config_is_validated(run, reported_errors, bad_input_row) -> None:

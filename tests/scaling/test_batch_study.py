@@ -15,15 +15,10 @@ from bigearthnet.core.util import read_csv
 from bigearthnet.formats.history import HistoryRow
 from bigearthnet.formats.run_status import read_status
 from bigearthnet.formats.shards import read_manifest
-from bigearthnet.scaling.batch_study import (
-    StudySettings,
-    peak_lr,
-    plan_points,
-    summarise,
-    train_command,
-    with_resolution,
-)
+from bigearthnet.scaling.batch_study import summarise
 from bigearthnet.scaling.study_outputs import STUDY_CSV, STUDY_JSON, STUDY_PLOT, read_study
+from bigearthnet.scaling.study_points import peak_lr, plan_points, train_command, with_resolution
+from bigearthnet.scaling.study_settings import StudySettings
 
 
 def _settings(data: Path, **kwargs) -> StudySettings:
@@ -193,8 +188,10 @@ def test_a_study_where_no_point_reaches_the_target_exits_2(
         (["--batches", "8,x"], "expected integers"),
         (["--batches", "8", "--target-f1", "1.5"], "inside (0, 1)"),
         (["--batches", "8", "--", "--lr", "1"], "may not set --lr"),
-        # an abbreviation the flag check cannot see: the resolved options can
-        (["--batches", "8", "--", "--epoch", "5"], "may not set --epochs: the study sets"),
+        # a flag the study's flag check does not list: the resolved options show it
+        (["--batches", "8", "--", "--epochs", "5"], "may not set --epochs: the study sets"),
+        # an abbreviation: refused as train.py refuses it (never taken for --epochs)
+        (["--batches", "8", "--", "--epoch", "5"], "unrecognized arguments: --epoch 5"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(
@@ -226,9 +223,9 @@ def test_a_launcher_that_exits_0_without_running_train_py_fails_the_point(
 ) -> None:
     # srun exits 0 when it could not start the tasks: a point must not become a row that
     # "never reached the target" with nothing trained.
-    from bigearthnet.scaling import batch_study
+    from bigearthnet.scaling import batch_study, study_points
 
-    monkeypatch.setattr(batch_study, "_launcher", lambda kind, ranks: ["true"])
+    monkeypatch.setattr(study_points, "_launcher", lambda kind, ranks: ["true"])
     settings = _settings(shards_v1, out=tmp_path / "study", train_args=("--model", "tiny"))
     with pytest.raises(RunFailed, match=r"b8: the launcher exited 0 but train.py did not end"):
         batch_study.run_study(settings, log=lambda line: None)

@@ -21,9 +21,13 @@ from bigearthnet.formats.run_status import RunStatus, write_status
 PER_WORKER = 8
 
 
-def train_in_background(run: Path, epochs: list[tuple[int, float, float]], pace: float):
+def train_in_background(
+    run: Path, epochs: list[tuple[int, float, float]], pace: float, in_step: bool = False
+):
     """A thread that writes one history row per (world, B_simple, val F1) every ``pace``
-    seconds, then the run's end, as rank 0 of a training does."""
+    seconds, then the run's end, as rank 0 of a training does. ``in_step``: each next row
+    (and the end) waits until the follower has decided on the last one, so that a loaded
+    machine cannot let the run end before the follower read its last epoch."""
 
     def write() -> None:
         rows = []
@@ -39,12 +43,22 @@ def train_in_background(run: Path, epochs: list[tuple[int, float, float]], pace:
                 )
             )
             write_history(run, rows)
+            if in_step:
+                _await_decisions(run, epoch)
         time.sleep(pace)
         write_status(run, RunStatus("finished", len(epochs), f"{len(epochs)} epochs done"))
 
     thread = threading.Thread(target=write, daemon=True)
     thread.start()
     return thread
+
+
+def _await_decisions(run: Path, count: int, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (run / DECISIONS).is_file() and len(read_csv(run / DECISIONS)) >= count:
+            return
+        time.sleep(0.02)
 
 
 def follow(hosts: Path, run: Path, *extra: str) -> int:
@@ -72,7 +86,7 @@ def test_follow_local_grows_on_the_noise_scale_and_shrinks_on_a_plateau(
         (4, 95.0, 0.752),  # plateau: +0.002 < 0.01 over 2 epochs: shrink to 2
         (2, 95.0, 0.752),  # dwell, then the run ends
     ]
-    writer = train_in_background(run, epochs, pace=0.25)
+    writer = train_in_background(run, epochs, pace=0.25, in_step=True)
     extra = ["--plateau-epochs", "2", "--plateau-delta", "0.01"]
     assert follow(hosts, run, *POLICY, *extra) == 0
     writer.join()

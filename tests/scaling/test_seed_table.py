@@ -10,8 +10,8 @@ import pytest
 from bigearthnet.cli import seed_table as cli
 from bigearthnet.core.errors import ConfigError
 from bigearthnet.core.util import read_csv
-from bigearthnet.scaling.batch_study import plan_points, train_command
 from bigearthnet.scaling.seed_table import SEED_TABLE_CSV, SEED_TABLE_HTML, SeedTableSettings
+from bigearthnet.scaling.study_points import plan_points, train_command
 
 
 def test_each_optimizer_is_a_study_of_whole_epochs(shards_v1: Path, tmp_path: Path) -> None:

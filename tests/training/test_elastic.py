@@ -26,7 +26,8 @@ from helpers import (
     worker_on,
 )
 
-from bigearthnet.data.batching import global_step_take, step_slices
+from bigearthnet.core.batch import BatchPlan
+from bigearthnet.data.batching import step_slices
 from bigearthnet.formats.history import read_history
 from bigearthnet.training.gns import NoiseEstimate, adascale_gain
 
@@ -48,10 +49,10 @@ def test_resizes_within_an_epoch_skip_and_repeat_nothing(sizes: list[int]) -> No
 
 
 def test_tail_smaller_than_world_is_merged() -> None:
-    assert global_step_take(remaining=10, batch_size=4, size=2) == 8  # 2 left: a full step
-    assert global_step_take(remaining=9, batch_size=4, size=2) == 9  # 1 left < 2 ranks: merged
-    assert global_step_take(remaining=13, batch_size=4, size=3) == 13
-    assert global_step_take(remaining=10, batch_size=4, size=3) == 10  # less than one step
+    assert BatchPlan(4, 2).step_take(10) == 8  # 2 left: a full step
+    assert BatchPlan(4, 2).step_take(9) == 9  # 1 left < 2 ranks: merged
+    assert BatchPlan(4, 3).step_take(13) == 13
+    assert BatchPlan(4, 3).step_take(10) == 10  # less than one step
     # Only a world that grew near the end of an epoch sees fewer samples than ranks.
     take, parts = step_slices(np.arange(5), consumed=3, batch_size=4, size=3)
     assert take == 2 and sorted(map(len, parts)) == [0, 1, 1]

@@ -11,6 +11,7 @@ from helpers import TINY_RECIPE
 import train
 from bigearthnet.core.config import TrainConfig
 from bigearthnet.core.errors import ConfigError
+from bigearthnet.core.optimizer_table import OPTIMIZERS
 from bigearthnet.formats.history import read_history
 from bigearthnet.training import optimizers
 
@@ -136,6 +137,20 @@ def test_trust_ratio_is_one_where_a_norm_is_zero():
 
 def test_decay_lives_in_the_loss_only_for_sgd_and_adam():
     assert [n for n in optimizers.CHOICES if optimizers.decay_in_loss(n)] == ["sgd", "adam"]
+
+
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_each_entry_of_the_table_builds_its_class_with_the_options_it_takes(name):
+    """core/optimizer_table says which class builds an optimizer and what it takes; make()
+    hands it exactly those options."""
+    entry = OPTIMIZERS[name]
+    built = optimizers.make(name, learning_rate=0.1, momentum=0.5, weight_decay=0.01,
+                            trust_coefficient=0.02)  # fmt: skip
+    config = built.get_config()
+    assert type(built).__name__ == entry.builder
+    assert (config.get("momentum") == 0.5) == entry.momentum
+    assert (config.get("weight_decay") == 0.01) == (not entry.decay_in_loss)
+    assert (config.get("trust_coefficient") == 0.02) == entry.trust_coefficient
 
 
 def test_bad_optimizer_options_are_refused():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -52,7 +53,7 @@ def test_warmup_steps_become_epochs_of_this_world() -> None:
     cfg = TrainConfig(data="d", run_dir="r", epochs=10, warmup_epochs=5, warmup_steps=30)
     assert make_schedule(cfg, world_size=4, updates_per_epoch=20).warmup_epochs == 1.5
     assert make_schedule(cfg, world_size=1, updates_per_epoch=2).warmup_epochs == 10.0  # capped
-    cfg.warmup_steps = None
+    cfg = dataclasses.replace(cfg, warmup_steps=None)
     assert make_schedule(cfg, world_size=4, updates_per_epoch=20).warmup_epochs == 5.0
 
 
@@ -67,9 +68,8 @@ def test_warmup_steps_become_epochs_of_this_world() -> None:
 )
 def test_bad_values_are_refused(field: str, value: object, message: str) -> None:
     cfg = TrainConfig(data="d", run_dir="r")
-    setattr(cfg, field, value)
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace(")", r"\)")):
-        cfg.validate()
+        dataclasses.replace(cfg, **{field: value})
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.15])

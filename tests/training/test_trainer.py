@@ -198,8 +198,8 @@ def shards_v2(synth_v2: Path, tmp_path_factory) -> Path:
         ("corrupt shard", "differs from the manifest"),
         ("labels 43 on v2", "19-class labels only"),
         ("unknown model", "--model 'resnet9000' is not in the model registry"),
-        ("batch size 0", "--batch-size must be a positive integer"),
-        ("epochs 0", "--epochs must be a positive integer"),
+        ("batch size 0", "argument --batch-size: must be a positive integer"),
+        ("epochs 0", "argument --epochs: must be a positive integer"),
         ("other model in run dir", "holds a run with model=tiny"),
     ],
 )

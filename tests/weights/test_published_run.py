@@ -87,14 +87,33 @@ def test_a_published_classifier_is_a_run(published, shards_v1, tmp_path):
     )
 
 
-def test_init_weights_with_a_frozen_backbone(published, shards_v1, tmp_path):
+def _counted(monkeypatch, module, name: str) -> list:
+    """Calls of ``module.name`` from now on (the function still runs)."""
+    calls: list = []
+    real = getattr(module, name)
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counting)
+    return calls
+
+
+def test_init_weights_with_a_frozen_backbone(published, shards_v1, tmp_path, monkeypatch):
+    from bigearthnet.training import initial
+
     weights = tmp_path / "weights"
     src = published["root"] / "backbone.safetensors"  # type: ignore[operator]
     assert weights_main(["import", str(src), "--out", str(weights)]) == 0
     run = tmp_path / "run"
     flags = ("--model", "resnet18", "--init-weights", str(weights), "--freeze-backbone",
              "--max-steps-per-epoch", "2")  # fmt: skip
+    records = _counted(monkeypatch, weights_record, "read_record")
+    loads = _counted(monkeypatch, initial, "load_folder")
     assert train.main(train_argv(shards_v1, run, 1, *flags)) == 0
+    # resolved once: weights.json read once, the network loaded once (this one rank)
+    assert len(loads) == 1 and len([r for r in records if Path(r[0]) == weights]) == 1
     start = models.get_model("resnet18", (120, 120, 12), 19)
     start.load_weights(str(weights / weights_record.WEIGHTS_FILE), by_name=True, skip_mismatch=True)
     trained = load_model(run).model
@@ -110,11 +129,16 @@ def test_init_weights_with_a_frozen_backbone(published, shards_v1, tmp_path):
     assert record.inputs.mean != tuple(read_manifest(shards_v1).band_mean or ())
 
 
-def test_init_from_another_run(trained_run, shards_v1, tmp_path):
-    """A run folder as --init-weights: its best checkpoint, its normalisation."""
+def test_init_from_another_run(trained_run, shards_v1, tmp_path, monkeypatch):
+    """A run folder as --init-weights: its best checkpoint, its normalisation; its model
+    restored once (it was twice per rank)."""
+    from bigearthnet.training import initial
+
     run = tmp_path / "run"
     flags = ("--init-weights", str(trained_run), "--freeze-backbone", "--max-steps-per-epoch", "2")
+    loads = _counted(monkeypatch, initial, "load_model")
     assert train.main(train_argv(shards_v1, run, 1, *flags)) == 0
+    assert len(loads) == 1
     before, after = load_model(trained_run), load_model(run)
     for layer in before.model.layers:
         if layer.weights and layer.name != "logits":
