@@ -2,7 +2,7 @@
 
 * ``bigearthnet-map [patches]``: the patches of an archive or of shards
   (:mod:`bigearthnet.maps.patches`);
-* ``bigearthnet-map scene``: a whole Sentinel-2 scene (:mod:`bigearthnet.maps.scene`);
+* ``bigearthnet-map scene``: a whole Sentinel-2 scene (:mod:`bigearthnet.maps.scene.mapping`);
 * ``bigearthnet-map change A B``: two scene maps compared (:mod:`bigearthnet.maps.change`);
 * ``bigearthnet-map region``: a region over time (:mod:`bigearthnet.cli.map_region`).
 
@@ -36,8 +36,8 @@ from bigearthnet.maps.patches import (
     shard_batches,
     write_maps,
 )
-from bigearthnet.maps.scene_options import SceneMapOptions
-from bigearthnet.maps.scene_output import require_map_path
+from bigearthnet.maps.scene.options import SceneMapOptions
+from bigearthnet.maps.scene.output import require_map_path
 
 
 @dataclass(frozen=True)
@@ -206,7 +206,7 @@ def _map_scene(args: argparse.Namespace) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     from bigearthnet.core import distributed
     from bigearthnet.core.config import default_threads
-    from bigearthnet.maps.scene import map_scene
+    from bigearthnet.maps.scene.mapping import map_scene
 
     # Before the model loads: TensorFlow's thread pools can only be sized before it starts.
     distributed.init(threads=default_threads())

@@ -353,7 +353,7 @@ def test_a_truncated_shard_is_named(shards_v1, run, tmp_path, reported_errors, b
 
 
 def test_a_failed_companion_leaves_no_map(run, tmp_path, monkeypatch, bad_input_row) -> None:
-    from bigearthnet.maps import scene_output
+    from bigearthnet.maps.scene import output as scene_output
 
     scene = tmp_path / "bands"
     write_scene(scene, TRUTH, seed=1, layout="tif", difficulty="simple")
@@ -429,7 +429,7 @@ def test_a_header_only_band_is_named(run, tmp_path, reported_errors, bad_input_r
 
 
 def test_the_documented_strides_are_accepted() -> None:
-    from bigearthnet.maps.scene_options import STRIDES
+    from bigearthnet.maps.scene.options import STRIDES
 
     docs = (REPO / "docs" / "maps.md").read_text()
     assert ", ".join(map(str, STRIDES[:-1])) + f" or {STRIDES[-1]}" in docs

@@ -22,7 +22,7 @@ from bigearthnet.formats import s2_layouts as layout
 from bigearthnet.maps.inputs import FORMS as FORM_NAMES
 from bigearthnet.maps.inputs import MissingScene, identify, items_in
 from bigearthnet.maps.inputs.refs import local_path, split_ref
-from bigearthnet.maps.scene_input import Scene, SceneError
+from bigearthnet.maps.scene.input import Scene, SceneError
 from bigearthnet.synthetic.scene import PRODUCT, SceneTruth, write_scene
 
 TRUTH = SceneTruth(size=480, block=240, border=24, classes=((0, 8), (11, 16)),

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from bigearthnet.maps.inputs import identify
-from bigearthnet.maps.scene_input import Scene, SceneError
+from bigearthnet.maps.scene.input import Scene, SceneError
 from bigearthnet.synthetic.scene import PRODUCT, SceneTruth, render_scene, write_scene
 from bigearthnet.synthetic.scene_forms import localise_item
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bigearthnet.cli.synth import main as synth_main
-from bigearthnet.maps.scene_input import Scene
+from bigearthnet.maps.scene.input import Scene
 from bigearthnet.synthetic.scene import DemoScene
 
 

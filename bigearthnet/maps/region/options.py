@@ -13,13 +13,13 @@ from bigearthnet.inference.predictor import ModelChoice
 from bigearthnet.maps.region.grid import projected_crs
 from bigearthnet.maps.region.periods import PERIODS
 from bigearthnet.maps.region.series import DEFAULT_PERSISTENCE
-from bigearthnet.maps.scene_options import SceneMapOptions, SceneMapping
+from bigearthnet.maps.scene.options import SceneMapOptions, SceneMapping
 
 
 @dataclass(frozen=True, kw_only=True)
 class RegionOptions(SceneMapping):
     """``bigearthnet-map region``'s options but its scenes, declared once (how each scene is
-    mapped: :class:`~bigearthnet.maps.scene_options.SceneMapping`)."""
+    mapped: :class:`~bigearthnet.maps.scene.options.SceneMapping`)."""
 
     out: Path = option(help="the region folder", metavar="DIR")
     model: ModelChoice = nested(ModelChoice)

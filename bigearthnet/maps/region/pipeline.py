@@ -1,6 +1,6 @@
 """``bigearthnet-map region``: scenes of a region over time -> a consistent land-cover series.
 
-1. Each scene is mapped (all ranks, :func:`bigearthnet.maps.scene.map_scene`, clouds
+1. Each scene is mapped (all ranks, :func:`bigearthnet.maps.scene.mapping.map_scene`, clouds
    masked by default) into ``DIR/scenes/<name>.tif``, or its map from an earlier run is
    reused: a killed region job redoes only the scenes whose map is missing.
 2. A scene that cannot be mapped (unreadable, truncated, other bands), a second scene of
@@ -33,7 +33,7 @@ log = distributed.log
 def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> ConsistencyRecord | None:
     """Collective: map the scenes, then rank 0 builds the products; rank 0 returns the
     consistency record (None on other ranks, and with ``scenes_only``)."""
-    from bigearthnet.maps.scene import map_scene
+    from bigearthnet.maps.scene.mapping import map_scene
 
     region_folder.claim(opts.out)
     wanted, skipped = _usable(acquisitions, opts.max_gap_days)
@@ -102,14 +102,14 @@ def _check_scenes(
     mapped), every scene inside the area of use of ``--crs``, and a grid whose products fit
     in memory; else InputError naming the scene to look at (a stray tile of another
     continent made a grid of 13,506 x 10,846 cells). Returns each readable scene's map tags
-    (what its map is made as: :func:`bigearthnet.maps.scene.scene_map_tags`, with how its
+    (what its map is made as: :func:`bigearthnet.maps.scene.mapping.scene_map_tags`, with how its
     values are read: ``Scene.values_tags``)."""
     import psutil
     from rasterio.transform import array_bounds
 
     from bigearthnet.maps.radiometry import RadiometryError
-    from bigearthnet.maps.scene import scene_map_tags
-    from bigearthnet.maps.scene_input import Scene
+    from bigearthnet.maps.scene.input import Scene
+    from bigearthnet.maps.scene.mapping import scene_map_tags
 
     footprints: dict[str, Footprint] = {}
     made_as: dict[str, dict[str, str]] = {}

@@ -123,7 +123,7 @@ class Scene:
 
     def values_tags(self) -> dict[str, str]:
         """How its values were read, for the map's tags: the radiometric readings
-        (:meth:`~.radiometry.Radiometry.tags`) and the product's name."""
+        (:meth:`~bigearthnet.maps.radiometry.Radiometry.tags`) and the product's name."""
         return {**self.radiometry.tags(), "product": self.product}
 
     def _check_grids(self, reference: BandReader) -> None:
@@ -179,8 +179,9 @@ class Scene:
         self.close()
 
     def sample(self) -> dict[str, np.ndarray]:
-        """The stored values (no offset) of :data:`~.radiometry.PIXEL_BANDS` at the valid pixels
-        of a sparse grid of window-sized blocks over the area (radiometry's check)."""
+        """The stored values (no offset) of
+        :data:`~bigearthnet.maps.radiometry.PIXEL_BANDS` at the valid pixels of a sparse grid
+        of window-sized blocks over the area (radiometry's check)."""
         sampled = tuple(band for band in PIXEL_BANDS if band in self.source.bands)
         found: dict[str, list[np.ndarray]] = {band: [] for band in sampled}
         reading = tuple(dict.fromkeys(("B02", *sampled)))  # B02 says which pixels are valid
@@ -239,8 +240,8 @@ class Scene:
 
 
 def _spread(size: int) -> list[int]:
-    """Up to :data:`~.radiometry.SAMPLE_GRID` window origins spread evenly over ``size`` px
-    (on the 60 m grid, as every window's)."""
+    """Up to :data:`~bigearthnet.maps.radiometry.SAMPLE_GRID` window origins spread evenly
+    over ``size`` px (on the 60 m grid, as every window's)."""
     last = (size - WINDOW) // COARSEST * COARSEST
     count = min(SAMPLE_GRID, last // WINDOW + 1)
     return sorted({round(last * i / max(count - 1, 1)) // COARSEST * COARSEST

@@ -12,10 +12,10 @@ from bigearthnet.core import constants, distributed
 from bigearthnet.core.progress import progress_bar
 from bigearthnet.formats.class_map import classes_tags, linked_tags
 from bigearthnet.maps.radiometry import dispute
-from bigearthnet.maps.scene_input import Scene, SceneError
-from bigearthnet.maps.scene_options import SceneMapOptions
-from bigearthnet.maps.scene_output import write_scene_map
-from bigearthnet.maps.windows import StageTimes, predict_scene, window_origins
+from bigearthnet.maps.scene.input import Scene, SceneError
+from bigearthnet.maps.scene.options import SceneMapOptions
+from bigearthnet.maps.scene.output import write_scene_map
+from bigearthnet.maps.scene.windows import StageTimes, predict_scene, window_origins
 
 if TYPE_CHECKING:
     from bigearthnet.inference.predictor import Predictor
@@ -36,7 +36,7 @@ def scene_map_tags(
     """What made a scene map, as its tags: the scene (resolved path, and its form's digest:
     its files' sizes and mtimes, a STAC item's content), the model (its provenance with the
     weights' digest, its classes), the options and how the values were read
-    (:meth:`~bigearthnet.maps.scene_input.Scene.values_tags`: the reflectance offset applied,
+    (:meth:`~bigearthnet.maps.scene.input.Scene.values_tags`: the reflectance offset applied,
     the metadata's and the pixels' readings, which won). A map whose tags equal these was
     made as this call would make it; any other is remade (a region rerun reuses maps by
     this). The map keeps the paths among them relative to its folder
