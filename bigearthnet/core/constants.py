@@ -365,8 +365,13 @@ def class_colours(num_classes: int) -> np.ndarray:
     return np.asarray([CLC_COLOURS_43[first_source[c]] for c in range(19)], dtype=np.uint8)
 
 
+def hex_colour(rgb) -> str:
+    """A colour (0..255 red, green, blue; more values, such as alpha, ignored) as an
+    ``rrggbb`` hex string (no ``#``): the one formatter of colours for pages, styles and
+    STAC."""
+    return "".join(f"{int(v):02x}" for v in tuple(rgb)[:3])
+
+
 def class_hex_colours(num_classes: int) -> list[str]:
     """The colours of :func:`class_colours` as ``rrggbb`` hex strings (no ``#``)."""
-    return [
-        "{:02x}{:02x}{:02x}".format(*(int(v) for v in rgb)) for rgb in class_colours(num_classes)
-    ]
+    return [hex_colour(rgb) for rgb in class_colours(num_classes)]

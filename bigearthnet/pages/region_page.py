@@ -19,12 +19,11 @@ import numpy as np
 
 from bigearthnet.core import constants, display
 from bigearthnet.formats import region_folder
-from bigearthnet.formats.class_map import read_classes
+from bigearthnet.formats.class_map import NODATA, read_classes
 from bigearthnet.pages import run_figures
 from bigearthnet.pages.region_link import run_page_of
 from bigearthnet.pages.render import svg, write_page
 
-NODATA = 255
 PIXELS_PER_CELL_MAX = 8
 
 
@@ -116,9 +115,9 @@ def _areas_figure(plt, areas: dict[str, list[float]], periods: list[str], classe
 
 
 def _legend(classes: list[str], areas: dict[str, list[float]]) -> list[dict]:
-    colours = constants.class_colours(len(classes))
+    colours = constants.class_hex_colours(len(classes))
     return [
-        {"name": name, "colour": "#" + "".join(f"{int(v):02x}" for v in colours[index])}
+        {"name": name, "colour": f"#{colours[index]}"}
         for index, name in enumerate(classes)
         if name in areas
     ]

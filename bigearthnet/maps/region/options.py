@@ -10,7 +10,7 @@ from pathlib import Path
 from bigearthnet.core.declare import check_fields, nested, option
 from bigearthnet.core.errors import require_open_fraction, require_positive, require_positive_int
 from bigearthnet.inference.predictor import ModelChoice
-from bigearthnet.maps.region.grid import projected_crs
+from bigearthnet.maps.region.grid import DEFAULT_CELL_M, DEFAULT_CRS, projected_crs
 from bigearthnet.maps.region.periods import PERIODS
 from bigearthnet.maps.region.series import DEFAULT_PERSISTENCE
 from bigearthnet.maps.scene.options import SceneMapOptions, SceneMapping
@@ -24,9 +24,9 @@ class RegionOptions(SceneMapping):
     out: Path = option(help="the region folder", metavar="DIR")
     model: ModelChoice = nested(ModelChoice)
     period: str = option("month", "how observations are grouped in time", choices=PERIODS)
-    crs: str = option("EPSG:3035", "the output grid's projected CRS", parse=projected_crs)
-    cell: float = option(600.0, "the output grid's cell in metres", check=require_positive,
-                         metavar="M")  # fmt: skip
+    crs: str = option(DEFAULT_CRS, "the output grid's projected CRS", parse=projected_crs)
+    cell: float = option(DEFAULT_CELL_M, "the output grid's cell in metres",
+                         check=require_positive, metavar="M")  # fmt: skip
     persistence: float = option(
         DEFAULT_PERSISTENCE,
         "the smoother's odds P/(1-P) that a cell keeps its class from one period to the next "
