@@ -30,7 +30,7 @@ def folder_mb(path: Path) -> float:
 def test_patches(data: Path, count: int) -> np.ndarray:
     import h5py
 
-    from bigearthnet.formats.shards import read_manifest
+    from bigearthnet.formats.manifest import read_manifest
 
     chunks, total = [], 0
     for entry in read_manifest(data).split_shards("test"):

@@ -132,7 +132,7 @@ def _inputs(opts: PatchMapOptions, loaded, skipped: list) -> tuple[int, Iterator
     from bigearthnet.inference.predictor import check_bands
 
     if opts.shards is not None:
-        from bigearthnet.formats.shards import read_manifest
+        from bigearthnet.formats.manifest import read_manifest
 
         manifest = read_manifest(opts.shards)
         check_bands(loaded, manifest.bands, f"shards {opts.shards}")
@@ -155,7 +155,7 @@ def _inputs(opts: PatchMapOptions, loaded, skipped: list) -> tuple[int, Iterator
 def _check_inputs(command: PatchesCommand) -> None:
     """What is read before TensorFlow loads (a mistyped folder answers at once): the model's
     folder, and the shards' manifest or the archive's layout (read again with the model)."""
-    from bigearthnet.formats.shards import read_manifest
+    from bigearthnet.formats.manifest import read_manifest
     from bigearthnet.preprocessing.archive import detect_version
 
     command.model.check()

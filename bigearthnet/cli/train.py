@@ -86,8 +86,8 @@ def check_inputs(cfg: TrainConfig) -> None:
     """What every rank reads before TensorFlow loads (a mistake answers at once, not after
     the start-up of every rank): the model in the registry, the shards' manifest, and a
     --run-dir train.py may write into."""
+    from bigearthnet.formats.manifest import read_manifest
     from bigearthnet.formats.run_folder import check_training_folder
-    from bigearthnet.formats.shards import read_manifest
 
     check_model(cfg)
     read_manifest(cfg.data)
@@ -117,7 +117,7 @@ def _train(args: argparse.Namespace, command: list[str]) -> int:
             elastic=cfg.elastic,
         )
         if cfg.elastic:
-            from bigearthnet.formats.shards import read_manifest
+            from bigearthnet.formats.manifest import read_manifest
             from bigearthnet.training.elastic import ElasticTrainer
 
             # The evaluation runs inside the elastic function, in whatever world trained

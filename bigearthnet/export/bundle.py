@@ -39,7 +39,7 @@ from bigearthnet.formats import checkpoints, exported, run_folder
 from bigearthnet.formats.archive_origin import ArchiveOrigin
 from bigearthnet.formats.exported import ExportInfo, ExportSource, write_export_info
 from bigearthnet.formats.history import read_history
-from bigearthnet.formats.shards import Manifest
+from bigearthnet.formats.manifest import Manifest
 from bigearthnet.inference.trained_run import LoadedModel, load_model, training_data
 
 log = distributed.log

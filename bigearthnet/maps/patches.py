@@ -48,7 +48,7 @@ from bigearthnet.formats.class_map import NODATA, linked_tags, scaled, write_cla
 from bigearthnet.preprocessing.archive_input import ArchiveInput
 
 if TYPE_CHECKING:
-    from bigearthnet.formats.shards import Manifest
+    from bigearthnet.formats.manifest import Manifest
 
 PIXEL_M = constants.PATCH_METRES
 TILE_PATTERN = re.compile(r"_(T\d{2}[A-Z]{3})(?=_|$)")  # Sentinel-2 MGRS tile in v2 names
@@ -170,7 +170,8 @@ def shard_batches(
     data_dir: Path, manifest: Manifest, splits: list[str], batch_size: int
 ) -> tuple[int, Iterator[tuple[np.ndarray, list[Place]]]]:
     """Number of patches, and batches of (uint16 images, places) read from the shards."""
-    from bigearthnet.formats.shards import read_locations, read_rows, split_shards, verify_shard
+    from bigearthnet.formats.manifest import split_shards, verify_shard
+    from bigearthnet.formats.shards import read_locations, read_rows
 
     entries = [entry for split in splits for entry in split_shards(manifest, split)]
     for entry in entries:  # a changed or truncated shard: one line naming it, before any map
@@ -180,7 +181,7 @@ def shard_batches(
         for entry in entries:
             for lo in range(0, entry.count, batch_size):
                 hi = min(lo + batch_size, entry.count)
-                where = read_locations(data_dir, entry, lo, hi)
+                where = read_locations(entry.path(data_dir), lo, hi)
                 places = [
                     Place(name, crs, float(x), float(y))
                     for name, crs, (x, y) in zip(where.names, where.crs, where.ulxy)

@@ -25,10 +25,7 @@ from bigearthnet.core.errors import ConfigError, require_non_negative_int, requi
 from bigearthnet.core.folders import folder_path
 from bigearthnet.formats.archive_origin import UNKNOWN, ArchiveOrigin, read_origin
 from bigearthnet.formats.shard_maps import MISMATCH_POLICIES
-from bigearthnet.formats.shards import (
-    FORMAT_VERSION,
-    shard_name,
-)
+from bigearthnet.formats.shards import FORMAT_VERSION, shard_name
 from bigearthnet.preprocessing import splits
 from bigearthnet.preprocessing.archive import (
     V2_MAPS_DIR,

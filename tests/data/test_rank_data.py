@@ -15,7 +15,7 @@ import train
 from bigearthnet.core.batch import BatchPlan
 from bigearthnet.data.partition import partition_takes, rank_range, split_batches
 from bigearthnet.data.rank_data import RankData
-from bigearthnet.formats.shards import read_manifest
+from bigearthnet.formats.manifest import read_manifest
 
 
 @pytest.mark.parametrize("total, size", [(10, 3), (7, 7), (100, 8), (5, 2)])

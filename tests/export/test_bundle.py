@@ -28,7 +28,7 @@ from bigearthnet.export import bundle
 from bigearthnet.export.onnx_model import run_onnx
 from bigearthnet.formats import exported
 from bigearthnet.formats.exported import read_export_info
-from bigearthnet.formats.shards import read_manifest
+from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.inference.exported_model import ExportedModel
 from bigearthnet.synthetic.scene import SceneTruth, write_scene
 

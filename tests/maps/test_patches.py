@@ -15,7 +15,7 @@ from PIL import Image
 from bigearthnet.cli import map as map_cli
 from bigearthnet.core import constants
 from bigearthnet.formats.class_map import NODATA, PROB_SCALE, check_complete, probabilities_path
-from bigearthnet.formats.shards import read_manifest
+from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.inference.trained_run import load_model
 from bigearthnet.maps.patches import Place, plan_files
 from bigearthnet.preprocessing.archive import list_patches, read_patch

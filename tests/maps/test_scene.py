@@ -20,7 +20,7 @@ from rasterio.shutil import copy as copy_dataset
 import train
 from bigearthnet.cli.map import main as map_main
 from bigearthnet.core import constants
-from bigearthnet.formats.shards import read_manifest
+from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.maps.change import CHANGE_NODATA, NO_CHANGE, UNCERTAIN
 from bigearthnet.maps.scene.input import Scene
 from bigearthnet.maps.scene.windows import strip_windows
