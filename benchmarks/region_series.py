@@ -81,7 +81,7 @@ def run(args, work: Path) -> list[Figure]:
     products = {periods: products_worker(done, subset, work / f"p11-products-{periods}")
                 for periods, subset in ((DATES, scenes), (2, two))}  # fmt: skip
     region_s = common.median([r.wall_s for r in results["region"]])
-    area_km2 = record["cells_ever_observed"] * record["cell_km2"]
+    area_km2 = record["observed_km2"]
     cores = common.cores_available()
     return [
         Figure("P11", "bigearthnet-map region scenes/s / its scene maps alone (--scenes-only), "
@@ -122,18 +122,21 @@ def products_worker(done: Path, scenes: list[Path], out: Path) -> dict:
 def worker(out: Path, scenes: list[str]) -> None:
     import time
 
+    from bigearthnet.formats.region_folder import scene_map_path
+    from bigearthnet.maps.region.options import DEFAULT_BLOCK
     from bigearthnet.maps.region.periods import from_product_name
     from bigearthnet.maps.region.products import SceneMap, build_products
     from bigearthnet.maps.region.series import DEFAULT_PERSISTENCE
 
-    maps = [SceneMap(from_product_name(s), out / "scenes" / f"{Path(s).name}.tif")
-            for s in scenes]  # fmt: skip
+    acquisitions = [from_product_name(s) for s in scenes]
+    maps = [SceneMap(a, scene_map_path(out, a.path, a.tile, a.date)) for a in acquisitions]
     started = time.perf_counter()
     record = build_products(out, maps, period="scene-date", crs="EPSG:3035", cell=600.0,
-                            persistence=DEFAULT_PERSISTENCE, tags={}, skipped=[])  # fmt: skip
+                            persistence=DEFAULT_PERSISTENCE, block_size=DEFAULT_BLOCK, tags={},
+                            skipped=[])  # fmt: skip
+    assert record is not None
     seconds = time.perf_counter() - started
-    grid = record["grid"]
-    cells = grid["width"] * grid["height"] * len(record["periods"])
+    cells = record.grid.width * record.grid.height * len(record.periods)
     print(json.dumps({"seconds": seconds, "cells": cells}), flush=True)
 
 

@@ -29,6 +29,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("noise_cost.py", []),
     ("scene_maps.py", []),
     ("region_series.py", []),
+    ("region_memory.py", []),
 ]
 
 

@@ -99,6 +99,30 @@ def trained_run(shards_v1: Path, tmp_path_factory) -> Path:
     return run
 
 
+@pytest.fixture(scope="session")
+def fine_region(tmp_path_factory) -> Path:
+    """A synthetic region of 2 tiles of 2.4 km x 5 dates, parcels of 1.2 km, with its truth:
+    scene maps made from the truth (``synthetic.region_maps``) feed a region series at any
+    cell without a model (the products, their blocks, the page at 10 m)."""
+    from bigearthnet.synthetic.region import RegionSpec, generate_region
+
+    out = tmp_path_factory.mktemp("fine-region") / "synth"
+    generate_region(out, RegionSpec(tiles=2, dates=5, size=240, block=1200.0, seed=3))
+    return out
+
+
+@pytest.fixture(scope="session")
+def simple_region(tmp_path_factory) -> Path:
+    """A synthetic region of 2 tiles of 2.4 km x 5 dates, a land-cover block a tile, the
+    simple look the tiny test model maps: the region command's bad inputs."""
+    from bigearthnet.synthetic.region import RegionSpec, generate_region
+
+    out = tmp_path_factory.mktemp("simple-region") / "synth"
+    spec = RegionSpec(tiles=2, dates=5, size=240, block=2400.0, seed=3, difficulty="simple")
+    generate_region(out, spec)
+    return out
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 4 MB tmpfs to fill up (disk-full faults); skipped where mounting is not allowed.

@@ -27,6 +27,7 @@ SCRIPTS = [
     "export.py",
     "noise_cost.py",
     "scene_maps.py",
+    "region_memory.py",
     "run_all.py",
 ]
 

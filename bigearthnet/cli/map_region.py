@@ -88,6 +88,9 @@ def map_region_command(args: argparse.Namespace) -> None:
     record = map_region(acquisitions, options)
     if options.scenes_only and distributed.is_root():
         print(f"[region] {len(acquisitions)} scenes mapped or reused in {options.out}/scenes")
+    if options.share is not None and distributed.is_root():
+        print(f"[region] blocks {options.blocks_only} of the products computed or reused in "
+              f"{options.out}")  # fmt: skip
     if record is not None:
         from bigearthnet.pages.region_page import write_region_page
 

@@ -130,8 +130,9 @@ def _score(args: argparse.Namespace) -> None:
 
     score = score_series(args.region, args.series)
     periods = ", ".join(f"{a:.3f}" for a in score.agreement)
+    every = ", ".join(f"{a:.3f}" for a in score.pixel_agreement)
     print(f"{args.series} against {args.region}/truth.json: {score.summary()}; "
-          f"agreement per period {periods}")  # fmt: skip
+          f"agreement per period {periods} (interior cells), {every} (every cell)")  # fmt: skip
 
 
 COMMANDS = {

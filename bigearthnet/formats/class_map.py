@@ -30,7 +30,7 @@ import numpy as np
 from bigearthnet.core import constants
 from bigearthnet.core.display import linked_path
 from bigearthnet.core.util import atomic_path, first_line
-from bigearthnet.formats.cog import write_cog
+from bigearthnet.formats.cog import Mosaic, write_cog
 from bigearthnet.formats.qgis_style import StyleEntry, style_path, write_style
 
 PROB_SCALE = 250  # probability p is stored as round(p * 250): 0..250, 250 = certain
@@ -135,16 +135,17 @@ def class_categories(classes: Sequence[str]) -> list[StyleEntry]:
 
 def write_class_map(
     path: Path,
-    top: np.ndarray,
+    top: np.ndarray | Mosaic,
     grid: Mapping[str, Any],
     classes: Sequence[str],
     tags: Mapping[str, str],
     *,
-    probabilities: np.ndarray | None = None,
+    probabilities: np.ndarray | Mosaic | None = None,
 ) -> None:
-    """``path``: the top class ((rows, cols) uint8, :data:`NODATA` where unseen) of
-    ``classes``, tagged with them; with ``probabilities`` ((C, rows, cols) as stored:
-    :func:`scaled`) its companion first. An older map of the name goes first, so until the
+    """``path``: the top class ((rows, cols) uint8, :data:`NODATA` where unseen; or a
+    one-band :class:`~.cog.Mosaic` of parts) of ``classes``, tagged with them; with
+    ``probabilities`` ((C, rows, cols) as stored: :func:`scaled`; or a mosaic) its companion
+    first. An older map of the name goes first, so until the
     new one is renamed in nothing looks complete."""
     path.unlink(missing_ok=True)
     all_tags = {**tags, **classes_tags(classes)}
@@ -156,15 +157,15 @@ def write_class_map(
 
 def write_categories(
     path: Path,
-    values: np.ndarray,
+    values: np.ndarray | Mosaic,
     grid: Mapping[str, Any],
     tags: Mapping[str, str],
     categories: Sequence[StyleEntry],
     what: str,
 ) -> None:
-    """A map of ``categories`` ((rows, cols) uint8 ``values``, :data:`NODATA` = nodata) as
-    GIS tools take it: the category names and the QGIS style first, the COG with the colour
-    table last (its presence says the sidecars are there)."""
+    """A map of ``categories`` ((rows, cols) uint8 ``values``, or a one-band mosaic;
+    :data:`NODATA` = nodata) as GIS tools take it: the category names and the QGIS style
+    first, the COG with the colour table last (its presence says the sidecars are there)."""
     names = {entry.value: entry.label for entry in categories}
     write_category_names(path, [names.get(v, "") for v in range(max(names, default=-1) + 1)])
     write_style(path, categories)
@@ -174,7 +175,8 @@ def write_categories(
         dst.update_tags(1, **{str(value): name for value, name in names.items()})
         dst.set_band_description(1, f"{what} ({NODATA} = nodata)")
 
-    write_cog(path, values[None].astype(np.uint8), grid, tags, describe, NODATA)
+    bands = values if isinstance(values, Mosaic) else values[None].astype(np.uint8)
+    write_cog(path, bands, grid, tags, describe, NODATA)
 
 
 def _describe_probabilities(classes: Sequence[str]):

@@ -8,21 +8,29 @@ layout, who owns it, where a scene's map goes, and how a rebuild replaces the pr
     DIR/periods/ consistent/ stac/ changes.tif first_change.tif areas.csv transitions.csv
     DIR/consistency.json        written last: its presence says the products are complete
     DIR/region.html             the page
+    DIR/.blocks-<digest>/r<row>-c<col>/   a block's share of the products, until combined
 
-The products are built in a hidden staging folder and swapped in once complete, so a
-rebuild with other options leaves no product of the earlier one beside the new ones, and
-``consistency.json`` is only taken away once its replacement is ready.
+The products are computed block by block (each block's folder built under a work name and
+renamed whole: present means complete, with its figures in ``stats.json``, a
+:class:`BlockStats`), possibly by several processes (``--blocks-only K/N``). The digest names
+everything that made them (grid, scene maps, options): blocks of another digest are never
+combined. The combining step builds the products in a hidden staging folder and swaps them
+in once complete, so a rebuild with other options leaves no product of the earlier one
+beside the new ones, and ``consistency.json`` is only taken away once its replacement is
+ready; the blocks go then.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
 import logging
+import os
 import shutil
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +60,11 @@ PRODUCTS = (
     "transitions.csv",
 )
 STAGING_PREFIX = ".products-"  # then the builder's PID, host and a token
+BLOCKS_PREFIX = ".blocks-"  # then the digest of what made them
+BLOCK_STATS = "stats.json"
+# A block's files: its period probabilities (one file per period, a band per class), the
+# raw and consistent top classes (a band per period), the change count and first change.
+RAW, SMOOTH, CHANGE_BANDS = "raw.tif", "consistent.tif", "changes.tif"
 log = logging.getLogger("bigearthnet")
 
 
@@ -88,8 +101,10 @@ class GridRecord:
         a, _, left, _, e, top = self.transform[:6]
         return left, top + self.height * e, left + self.width * a, top
 
-    def centres(self) -> tuple[np.ndarray, np.ndarray]:
-        return cell_centres(self.transform, 0, 0, self.height, self.width)
+    def centres(self, row: int = 0, rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """x and y of the centres of the grid's cells (of ``rows`` rows from ``row``)."""
+        rows = self.height - row if rows is None else rows
+        return cell_centres(self.transform, row, 0, rows, self.width)
 
 
 @dataclass(frozen=True)
@@ -130,6 +145,10 @@ class ConsistencyRecord:
     # Scenes whose pixels overruled their metadata (or disputed --boa-offset), and products
     # met twice read two ways: the series says where it mixes readings.
     radiometry_notes: tuple[str, ...] = ()
+    # The counts flicker_rate comes from: A -> B -> A triples (raw, consistent) of all the
+    # triples of three consecutive observed periods (empty in records before blocks).
+    flicker_triples: dict[str, int] = field(default_factory=dict)
+    triples: int = 0
 
 
 def write_consistency(out: Path, record: ConsistencyRecord) -> None:
@@ -203,3 +222,92 @@ def publish(out: Path, staged: Path, record: ConsistencyRecord) -> None:
 
 def is_complete(out: Path) -> bool:
     return (out / CONSISTENCY).is_file()
+
+
+# Areas are summed as whole numbers of 2^-30 km² (a thousandth of a m²): sums of integers
+# do not depend on how the grid was cut into blocks and chunks, float sums would.
+AREA_UNITS_PER_KM2 = 1 << 30
+
+
+@dataclass(frozen=True)
+class BlockStats:
+    """``stats.json`` of a block: where it lies in the grid and the counts the products'
+    tables and figures are summed from: cells, and areas in :data:`AREA_UNITS_PER_KM2`."""
+
+    row: int
+    col: int
+    height: int
+    width: int
+    observed: bool  # any cell observed; a block never observed has no files but this one
+    cells_observed: list[int]  # per period
+    raw_cells: list[list[int]]  # [period][class]
+    raw_area: list[list[int]]
+    consistent_cells: list[list[int]]
+    consistent_area: list[list[int]]
+    # Per pair of periods (consecutive, then first -> last): "from * classes + to" -> count.
+    transition_cells: list[dict[str, int]]
+    transition_area: list[dict[str, int]]
+    flicker_raw: int
+    flicker_consistent: int
+    triples: int
+    lasting_changes: int
+    cells_ever_observed: int
+    observed_area: int
+    most_changes: int
+
+
+def blocks_folder(out: Path, digest: str) -> Path:
+    """``out``'s folder of blocks made as ``digest`` says, made if absent; folders of other
+    digests (another grid, other scene maps or options) are removed: never combined."""
+    for other in out.glob(f"{BLOCKS_PREFIX}*"):
+        if other.name != f"{BLOCKS_PREFIX}{digest}":
+            log.warning("%s: removed blocks of an earlier build made otherwise", other)
+            shutil.rmtree(other, ignore_errors=True)
+    folder = out / f"{BLOCKS_PREFIX}{digest}"
+    folder.mkdir(exist_ok=True)
+    stale = [w for w in work_folders(folder, "") if w.writer_gone() or w.of_this_process()]
+    remove_folders(stale)  # blocks a killed process left half built
+    return folder
+
+
+def remove_blocks(out: Path) -> None:
+    for folder in out.glob(f"{BLOCKS_PREFIX}*"):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def block_path(folder: Path, row: int, col: int) -> Path:
+    return folder / f"r{row}-c{col}"
+
+
+def block_done(folder: Path, row: int, col: int) -> bool:
+    return (block_path(folder, row, col) / BLOCK_STATS).is_file()
+
+
+@contextlib.contextmanager
+def building_block(folder: Path, row: int, col: int) -> Iterator[Path]:
+    """A work folder for the block at ``row``, ``col``; renamed to its name once the body
+    has written it whole (another process that finished it first wins: the two are the
+    same)."""
+    work = work_folder(folder, "")
+    work.mkdir()
+    try:
+        yield work
+        try:
+            os.rename(work, block_path(folder, row, col))
+        except OSError:
+            if not block_done(folder, row, col):
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def write_block_stats(folder: Path, stats: BlockStats) -> None:
+    atomic_write_json(folder / BLOCK_STATS, asdict(stats))
+
+
+def read_block_stats(folder: Path, row: int, col: int) -> BlockStats:
+    path = block_path(folder, row, col) / BLOCK_STATS
+    try:
+        return BlockStats(**json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError) as err:
+        raise InputError(f"{path}: not a block's figures ({err})") from None

@@ -1,30 +1,28 @@
 """``DIR/region.html``: one self-contained page for a region series (``bigearthnet-map
-region``), from the folder's files alone: the periods one after the other (a selector of
-periods, raw and consistent maps side by side, no script), class areas over time, the
-transitions from the first to the last period, the consistency figures and the scenes used
-and skipped, and a link to the page of the run whose model made it. Maps are inlined as PNG,
-the chart as SVG: it opens offline after ``scp``. Areas are shown to the decimals of one
-cell (:func:`bigearthnet.core.display.area_decimals`)."""
+region``), from the folder's files alone: a map viewer (each period's raw and consistent maps
+and a change map side by side, zoom and pan, a scale bar, the cursor's coordinates in the
+grid's CRS and in longitude and latitude, unobserved cells hatched: no class has a pattern;
+its data: :mod:`.region_viewer`), class areas over time, the transitions from the first to
+the last period, the consistency figures and the scenes used and skipped, and a link to the
+page of the run whose model made it. It opens offline after ``scp``: no request, one inline
+script of the project's own (``templates/region_viewer.js.j2``), maps inlined as PNG, the
+chart as SVG. Areas are shown to the decimals of one cell
+(:func:`bigearthnet.core.display.area_decimals`)."""
 
 from __future__ import annotations
 
-import base64
 import csv
 import datetime
-import io
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
-
 from bigearthnet.core import constants, display
 from bigearthnet.formats import region_folder
-from bigearthnet.formats.class_map import NODATA, read_classes
+from bigearthnet.formats.class_map import read_classes
 from bigearthnet.pages import run_figures
 from bigearthnet.pages.region_link import run_page_of
+from bigearthnet.pages.region_viewer import viewer_data
 from bigearthnet.pages.render import svg, write_page
-
-PIXELS_PER_CELL_MAX = 8
 
 
 def write_region_page(folder: Path) -> Path:
@@ -32,15 +30,6 @@ def write_region_page(folder: Path) -> Path:
     record = region_folder.read_consistency(folder)
     periods_of = list(record.periods)
     classes = _classes(folder, periods_of[0])
-    periods = [
-        {
-            "label": label,
-            "raw": _png(folder / "periods" / f"{label}.tif", classes),
-            "consistent": _png(folder / "consistent" / f"{label}.tif", classes),
-            "observed": record.cells_observed[label],
-        }
-        for label in periods_of
-    ]
     areas = _areas(folder / "areas.csv", periods_of)
     decimals = display.area_decimals((record.grid.cell_m / 1000) ** 2)  # equal-area cells
     plt = run_figures.pyplot()
@@ -51,7 +40,10 @@ def write_region_page(folder: Path) -> Path:
         folder / region_folder.PAGE,
         "region.html.j2",
         record=record,
-        periods=periods,
+        periods=[
+            {"label": label, "observed": record.cells_observed[label]} for label in periods_of
+        ],
+        viewer=viewer_data(folder, record, classes),
         chart=chart,
         legend=_legend(classes, areas),
         transitions=_first_to_last(folder / "transitions.csv", periods_of, decimals),
@@ -70,26 +62,6 @@ def _classes(folder: Path, label: str) -> list[str]:
     path = folder / region_folder.PERIODS / f"{label}.tif"
     with rasterio.open(path) as src:
         return read_classes(src.tags(), path)
-
-
-def _png(path: Path, classes: list[str]) -> str:
-    """The class map as a data: URI, CORINE colours, nodata white, cells as square blocks."""
-    import rasterio
-    from PIL import Image
-
-    with rasterio.open(path) as src:
-        labels = src.read(1)
-    colours = constants.class_colours(len(classes))
-    rgb = np.full((*labels.shape, 3), 255, np.uint8)
-    known = labels != NODATA
-    rgb[known] = colours[labels[known]]
-    scale = max(1, min(PIXELS_PER_CELL_MAX, 480 // max(labels.shape)))
-    image = Image.fromarray(rgb).resize(
-        (labels.shape[1] * scale, labels.shape[0] * scale), Image.Resampling.NEAREST
-    )
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def _areas(path: Path, periods: list[str]) -> dict[str, list[float]]:

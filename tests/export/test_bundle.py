@@ -272,6 +272,24 @@ def test_export_of_another_band_configuration_is_refused(
     assert not (tmp_path / "m.tif").exists()
 
 
+@pytest.mark.bad_input
+def test_a_classifier_only_export_is_refused_for_a_10m_region(
+    export_dir, fine_region, tmp_path, reported_errors, bad_input_row
+):
+    """Issue 50: a region at --cell 10 from the export of a model without the dense head
+    (its finest map: 60 m cells): one line saying what to do, before any scene is mapped."""
+    scenes = sorted(str(p) for p in (fine_region / "scenes").iterdir())
+    out = tmp_path / "series"
+    argv = ["region", *scenes, "--model", str(export_dir), "--out", str(out), "--cell", "10",
+            "--no-progress"]  # fmt: skip
+    code = map_main(argv)
+    assert code == 2 and not list(out.glob("scenes/*.tif"))
+    line = reported_errors()[-1]
+    assert "--cell 10" in line and "dense head" in line and "--cell 60 or more" in line, line
+    bad_input_row("`--cell 10` with a classifier-only export", "bigearthnet-map region --model",
+                  code, "refused before mapping: the dense head, or --cell 60")  # fmt: skip
+
+
 def _killed_export(run: Path, out: Path) -> Path:
     """Export ``run`` to ``out`` in a process SIGKILLed at the worst moment, just before
     export.json is written; returns the partial folder it left."""

@@ -19,7 +19,7 @@ from rio_cogeo.cogeo import cog_validate
 
 from bigearthnet.cli.map import main as map_main
 from bigearthnet.cli.synth import main as synth_main
-from bigearthnet.maps.region import products
+from bigearthnet.maps.region import blocks
 from bigearthnet.synthetic.region import RegionSpec, generate_region
 from bigearthnet.synthetic.region_score import score_series
 
@@ -89,7 +89,7 @@ def test_a_region_series(region, trained_run, tmp_path, capsys, monkeypatch):
         assert valid, (path, errors)
     # A rerun reuses every scene map and builds the same products, here decoding the series
     # a grid row at a time.
-    monkeypatch.setattr(products, "BLOCK_VALUES", 1)
+    monkeypatch.setattr(blocks, "BLOCK_VALUES", 1)
     maps = {p: p.stat().st_mtime_ns for p in (out / "scenes").glob("*.tif")}
     before = {p.name: _read(p) for p in (out / "consistent").glob("*.tif")}
     areas_before = (out / "areas.csv").read_bytes()

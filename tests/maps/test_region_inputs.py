@@ -12,40 +12,16 @@ from pathlib import Path
 
 import pytest
 from helpers import train_argv
+from region_cli import map_region, scene_maps, scenes_of
 
 import train
-from bigearthnet.cli.map import main as map_main
 from bigearthnet.core.util import read_csv
 from bigearthnet.formats import region_folder
 from bigearthnet.formats.class_map import probabilities_path
 from bigearthnet.formats.qgis_style import style_path
-from bigearthnet.synthetic.region import RegionSpec, generate_region
+from bigearthnet.synthetic.region import read_truth
 
 pytestmark = [pytest.mark.bad_input, pytest.mark.xdist_group("region-inputs")]
-SPEC = RegionSpec(tiles=2, dates=5, size=240, block=2400.0, seed=3, difficulty="simple")
-
-
-@pytest.fixture(scope="module")
-def region(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("region-inputs") / "synth"
-    generate_region(root, SPEC)
-    return root
-
-
-def _scenes(region: Path) -> list[str]:
-    return [str(p) for p in sorted((region / "scenes").iterdir())]
-
-
-def _region(out: Path, run: Path, *inputs: str, extra: tuple[str, ...] = ()) -> int:
-    argv = ["region", *inputs, "--run-dir", str(run), "--out", str(out),
-            "--period", "scene-date", "--no-progress", *extra]  # fmt: skip
-    return map_main(argv)
-
-
-def _maps(out: Path) -> dict[Path, int]:
-    """The scene maps of ``out`` (not their companions) and their mtimes."""
-    found = (out / region_folder.SCENES).glob("*.tif")
-    return {p: p.stat().st_mtime_ns for p in found if not p.name.endswith(".probabilities.tif")}
 
 
 def _tree(path: Path) -> dict[str, bytes]:
@@ -53,11 +29,11 @@ def _tree(path: Path) -> dict[str, bytes]:
 
 
 def test_scenes_whose_folders_share_a_name_get_a_map_each(
-    region, trained_run, tmp_path, bad_input_row
+    simple_region, trained_run, tmp_path, bad_input_row
 ) -> None:
     """R01: folders laid out DATE/TILE (every tile folder named alike on each date)."""
     rows = ["path,date,tile"]
-    for scene in map(Path, _scenes(region)):
+    for scene in map(Path, scenes_of(simple_region)):
         date = scene.name.split("_")[2][:8]
         day = f"{date[:4]}-{date[4:6]}-{date[6:]}"
         tile = scene.name.split("_")[5]
@@ -65,12 +41,12 @@ def test_scenes_whose_folders_share_a_name_get_a_map_each(
         rows.append(f"bydate/{day}/{tile},{day},{tile}")
     (tmp_path / "scenes.csv").write_text("\ufeff" + "\n".join(rows) + "\n")  # a BOM, as R12
     out = tmp_path / "out"
-    code = _region(out, trained_run, extra=("--scenes-csv", str(tmp_path / "scenes.csv")))
+    code = map_region(out, trained_run, extra=("--scenes-csv", str(tmp_path / "scenes.csv")))
     assert code == 0
-    maps = _maps(out)
-    assert len(maps) == len(rows) - 1 == SPEC.tiles * SPEC.dates
+    maps, spec = scene_maps(out), read_truth(simple_region)["spec"]
+    assert len(maps) == len(rows) - 1 == spec["tiles"] * spec["dates"]
     record = json.loads((out / region_folder.CONSISTENCY).read_text())
-    assert len(record["scenes"]) == len(maps) and len(record["periods"]) == SPEC.dates
+    assert len(record["scenes"]) == len(maps) and len(record["periods"]) == spec["dates"]
     # Each scene's reflectance offset, and the evidence, in the scene table.
     assert {s["radiometry"] for s in record["scenes"]} == {"DN +0 (scale/offset of the bands)"}
     bad_input_row("scene folders DATE/TILE sharing names, a CSV with a BOM",
@@ -80,7 +56,7 @@ def test_scenes_whose_folders_share_a_name_get_a_map_each(
 
 @pytest.mark.parametrize("kind", ["a folder of other files", "a file"])
 def test_an_out_that_is_not_a_region_folder_is_refused(
-    region, trained_run, tmp_path, kind, reported_errors, bad_input_row
+    simple_region, trained_run, tmp_path, kind, reported_errors, bad_input_row
 ) -> None:
     """R07, R09: nothing of it is deleted or overwritten."""
     out = tmp_path / "myproject"
@@ -91,7 +67,7 @@ def test_an_out_that_is_not_a_region_folder_is_refused(
         (out / "stac" / "catalog.json").write_text("{}")
         (out / "areas.csv").write_text("mine\n")
     before = out.read_bytes() if kind == "a file" else _tree(out)
-    code = _region(out, trained_run, *_scenes(region))
+    code = map_region(out, trained_run, *scenes_of(simple_region))
     assert code == 2
     assert (out.read_bytes() if kind == "a file" else _tree(out)) == before
     line = reported_errors()[-1]
@@ -101,19 +77,19 @@ def test_an_out_that_is_not_a_region_folder_is_refused(
 
 
 def test_a_model_retrained_in_its_folder_remakes_every_map(
-    region, trained_run, shards_v1, tmp_path, rank_log, bad_input_row
+    simple_region, trained_run, shards_v1, tmp_path, rank_log, bad_input_row
 ) -> None:
     """R05: the same run folder and checkpoint names, other weights."""
     run = tmp_path / "run"
     shutil.copytree(trained_run, run)
     out = tmp_path / "out"
-    assert _region(out, run, *_scenes(region)) == 0
-    before = _maps(out)
+    assert map_region(out, run, *scenes_of(simple_region)) == 0
+    before = scene_maps(out)
     assert train.main(train_argv(shards_v1, run, 6, "--no-resume", "--seed", "2")) == 0
     rank_log.clear()
-    code = _region(out, run, *_scenes(region))
+    code = map_region(out, run, *scenes_of(simple_region))
     assert code == 0
-    after = _maps(out)
+    after = scene_maps(out)
     assert after.keys() == before.keys()
     assert all(after[p] != before[p] for p in before), "a map of the old weights was reused"
     remade = [r.getMessage() for r in rank_log.records if "remapping" in r.getMessage()]
@@ -125,13 +101,13 @@ def test_a_model_retrained_in_its_folder_remakes_every_map(
 
 @pytest.mark.parametrize("damage", ["truncated", "deleted", "style deleted"])
 def test_a_damaged_scene_map_is_remade(
-    region, trained_run, tmp_path, damage, rank_log, bad_input_row
+    simple_region, trained_run, tmp_path, damage, rank_log, bad_input_row
 ) -> None:
     """R27: a truncated probabilities companion is never reused; nor a map without its QGIS
     style (made before maps had one, or the style lost)."""
     out = tmp_path / "out"
-    assert _region(out, trained_run, *_scenes(region)) == 0
-    victim = sorted(_maps(out))[1]
+    assert map_region(out, trained_run, *scenes_of(simple_region)) == 0
+    victim = sorted(scene_maps(out))[1]
     companion = probabilities_path(victim)
     if damage == "truncated":
         companion.write_bytes(companion.read_bytes()[:400])
@@ -141,7 +117,7 @@ def test_a_damaged_scene_map_is_remade(
         style_path(victim).unlink()
     record = (out / region_folder.CONSISTENCY).read_bytes()
     rank_log.clear()
-    code = _region(out, trained_run, *_scenes(region))
+    code = map_region(out, trained_run, *scenes_of(simple_region))
     assert code == 0
     assert (
         region_folder.is_complete(out) and (out / region_folder.CONSISTENCY).read_bytes() == record
@@ -155,12 +131,12 @@ def test_a_damaged_scene_map_is_remade(
 
 
 def test_a_rerun_with_other_periods_leaves_none_of_the_earlier(
-    region, trained_run, tmp_path, bad_input_row
+    simple_region, trained_run, tmp_path, bad_input_row
 ) -> None:
     """R04: months, then seasons: no monthly map beside the seasonal ones."""
     out = tmp_path / "out"
-    assert _region(out, trained_run, *_scenes(region), extra=("--period", "month")) == 0
-    code = _region(out, trained_run, *_scenes(region), extra=("--period", "season"))
+    assert map_region(out, trained_run, *scenes_of(simple_region), extra=("--period", "month")) == 0
+    code = map_region(out, trained_run, *scenes_of(simple_region), extra=("--period", "season"))
     assert code == 0
     record = json.loads((out / region_folder.CONSISTENCY).read_text())
     for folder in (region_folder.PERIODS, region_folder.CONSISTENT):
@@ -183,18 +159,18 @@ def _observed_km2(out: Path) -> dict[str, float]:
 
 
 def test_areas_are_ground_areas_whatever_the_crs(
-    region, trained_run, tmp_path, bad_input_row
+    simple_region, trained_run, tmp_path, bad_input_row
 ) -> None:
     """R23: in Web Mercator, areas.csv was 2.35x too large (the nominal cell times a count).
     A rerun into the same folder with another --crs reuses the scene maps, remakes the rest."""
     out = tmp_path / "out"
-    assert _region(out, trained_run, *_scenes(region), extra=("--cell", "60")) == 0
+    assert map_region(out, trained_run, *scenes_of(simple_region), extra=("--cell", "60")) == 0
     laea = _observed_km2(out)
-    maps = _maps(out)
-    code = _region(out, trained_run, *_scenes(region),
+    maps = scene_maps(out)
+    code = map_region(out, trained_run, *scenes_of(simple_region),
                    extra=("--cell", "60", "--crs", "EPSG:3857"))  # fmt: skip
     assert code == 0
-    assert _maps(out) == maps  # the scene maps do not depend on the grid
+    assert scene_maps(out) == maps  # the scene maps do not depend on the grid
     mercator = _observed_km2(out)
     assert mercator.keys() == laea.keys()
     for period, km2 in laea.items():  # the same ground; cells on the edges differ
@@ -210,9 +186,18 @@ def test_areas_are_ground_areas_whatever_the_crs(
     [
         ("--batch-size", "-1", "positive integer"),
         ("--batch-size", "0", "positive integer"),
-        ("--cell", "inf", "positive"),
-        ("--cell", "nan", "positive"),
-        ("--cell", "-3", "positive"),
+        ("--cell", "inf", "positive multiple of 10 m"),
+        ("--cell", "nan", "positive multiple of 10 m"),
+        ("--cell", "-3", "positive multiple of 10 m"),
+        ("--cell", "0", "positive multiple of 10 m"),
+        ("--cell", "15", "positive multiple of 10 m"),
+        ("--cell", "-20", "positive multiple of 10 m"),
+        ("--block-size", "0", "positive integer"),
+        ("--block-size", "1000", "multiple of 256"),
+        ("--block-size", "32768", "multiple of 256"),
+        ("--blocks-only", "3/2", "K/N"),
+        ("--blocks-only", "0/2", "K/N"),
+        ("--blocks-only", "half", "K/N"),
         ("--persistence", "1", "inside (0, 1)"),
         ("--crs", "EPSG:4326", "geographic"),
         ("--crs", "EPSG:99999999", "not a CRS"),
@@ -221,12 +206,12 @@ def test_areas_are_ground_areas_whatever_the_crs(
     ],
 )
 def test_options_out_of_range_are_refused_before_mapping(
-    region, trained_run, tmp_path, flag, value, needle, reported_errors, bad_input_row
+    simple_region, trained_run, tmp_path, flag, value, needle, reported_errors, bad_input_row
 ) -> None:
     """R21, R22, R25, R26: at parse time, nothing made (before: a traceback after mapping
     every scene, or empty maps that a rerun reused)."""
     out = tmp_path / "out"
-    code = _region(out, trained_run, *_scenes(region), extra=(flag, value))
+    code = map_region(out, trained_run, *scenes_of(simple_region), extra=(flag, value))
     assert code == 2 and not out.exists()
     line = reported_errors()[-1]
     assert flag in line and needle in line, line
@@ -235,21 +220,21 @@ def test_options_out_of_range_are_refused_before_mapping(
 
 
 def test_a_stray_scene_of_another_continent_is_refused_before_mapping(
-    region, trained_run, tmp_path, reported_errors, bad_input_row
+    simple_region, trained_run, tmp_path, reported_errors, bad_input_row
 ) -> None:
     """R18: a tile of UTM zone 20 south (Argentina) among the region's, under --crs EPSG:3035
     (before: a grid of 13,506 x 10,846 cells and ~25 GB)."""
     import rasterio
     from rasterio.crs import CRS
 
-    first = Path(_scenes(region)[0])
+    first = Path(scenes_of(simple_region)[0])
     stray = tmp_path / first.name.replace("T32UQU", "T20HNH")
     shutil.copytree(first, stray)
     for band in stray.glob("*.tif"):
         with rasterio.open(band, "r+") as dst:
             dst.crs = CRS.from_epsg(32720)
     out = tmp_path / "out"
-    code = _region(out, trained_run, *_scenes(region), str(stray))
+    code = map_region(out, trained_run, *scenes_of(simple_region), str(stray))
     assert code == 2 and not list(out.glob(f"{region_folder.SCENES}/*.tif"))
     line = reported_errors()[-1]
     assert str(stray) in line and "area of use of --crs EPSG:3035" in line, line
@@ -257,24 +242,11 @@ def test_a_stray_scene_of_another_continent_is_refused_before_mapping(
                   code, "refused before mapping, the scene named")  # fmt: skip
 
 
-def test_a_grid_too_large_for_memory_is_refused_before_mapping(
-    region, trained_run, tmp_path, reported_errors, bad_input_row
-) -> None:
-    """A 10 cm cell over the region: about 10^9 cells, far more than this machine holds."""
-    out = tmp_path / "out"
-    code = _region(out, trained_run, *_scenes(region), extra=("--cell", "0.1"))
-    assert code == 2 and not list(out.glob(f"{region_folder.SCENES}/*.tif"))
-    line = reported_errors()[-1]
-    assert "--cell 0.1" in line and "GB" in line and "farthest" in line, line
-    bad_input_row("`--cell 0.1` (a grid of ~10^9 cells)", "bigearthnet-map region", code,
-                  "refused before mapping: the memory it needs, the farthest scene")  # fmt: skip
-
-
 def test_an_l1c_product_in_the_csv_is_refused_before_mapping(
-    region, trained_run, tmp_path, reported_errors, bad_input_row
+    simple_region, trained_run, tmp_path, reported_errors, bad_input_row
 ) -> None:
     """R29, R30: a CSV names any folder; an L1C product in it was mapped as L2A."""
-    scenes = [Path(p) for p in _scenes(region)]
+    scenes = [Path(p) for p in scenes_of(simple_region)]
     l1c = tmp_path / "T32UQU-march-toa"
     shutil.copytree(scenes[0], l1c)
     (l1c / "MTD_MSIL1C.xml").write_text("<n1:Level-1C_User_Product/>")
@@ -284,7 +256,7 @@ def test_an_l1c_product_in_the_csv_is_refused_before_mapping(
         rows.append(f"{scene},{date[:4]}-{date[4:6]}-{date[6:]},{tile}")
     (tmp_path / "scenes.csv").write_text("\n".join(rows) + "\n")
     out = tmp_path / "out"
-    code = _region(out, trained_run, extra=("--scenes-csv", str(tmp_path / "scenes.csv")))
+    code = map_region(out, trained_run, extra=("--scenes-csv", str(tmp_path / "scenes.csv")))
     assert code == 2 and not list(out.glob(f"{region_folder.SCENES}/*.tif"))
     line = reported_errors()[-1]
     assert str(l1c) in line and "Level-1C" in line, line
@@ -294,19 +266,19 @@ def test_an_l1c_product_in_the_csv_is_refused_before_mapping(
 
 
 def test_a_scene_far_from_the_others_is_kept_when_the_gap_allows_it(
-    region, trained_run, tmp_path, bad_input_row
+    simple_region, trained_run, tmp_path, bad_input_row
 ) -> None:
     """R20: a scene more than 730 days from every other was dropped, with no override."""
-    first = Path(_scenes(region)[0])
+    first = Path(scenes_of(simple_region)[0])
     late = tmp_path / first.name.replace("20200315", "20230315")
     shutil.copytree(first, late)
     out = tmp_path / "out"
-    assert _region(out, trained_run, *_scenes(region), str(late)) == 0
+    assert map_region(out, trained_run, *scenes_of(simple_region), str(late)) == 0
     record = json.loads((out / region_folder.CONSISTENCY).read_text())
     # Paths relative to the region folder (issue 47: no folder of this machine).
     assert [(out / s["path"]).resolve() for s in record["skipped"]] == [late.resolve()]
     assert "--max-gap-days" in record["skipped"][0]["reason"]
-    code = _region(out, trained_run, *_scenes(region), str(late),
+    code = map_region(out, trained_run, *scenes_of(simple_region), str(late),
                    extra=("--max-gap-days", "1200"))  # fmt: skip
     assert code == 0
     record = json.loads((out / region_folder.CONSISTENCY).read_text())
@@ -318,20 +290,20 @@ def test_a_scene_far_from_the_others_is_kept_when_the_gap_allows_it(
 
 
 def test_a_scene_whose_offset_is_undecidable_is_refused_before_mapping(
-    region, trained_run, tmp_path, reported_errors, bad_input_row
+    simple_region, trained_run, tmp_path, reported_errors, bad_input_row
 ) -> None:
     """R03 in a region: band GeoTIFFs without scale/offset (cut out of a product) among
     the region's scenes: exit 2 naming the scene and --boa-offset, no scene mapped."""
     import rasterio
 
-    scenes = _scenes(region)
+    scenes = scenes_of(simple_region)
     untagged = tmp_path / Path(scenes[0]).name
     shutil.copytree(scenes[0], untagged)
     for band in untagged.glob("B*.tif"):
         with rasterio.open(band, "r+") as dst:
             dst.scales, dst.offsets = (1.0,), (0.0,)
     out = tmp_path / "out"
-    code = _region(out, trained_run, *scenes[1:], str(untagged))
+    code = map_region(out, trained_run, *scenes[1:], str(untagged))
     assert code == 2 and not list(out.glob(f"{region_folder.SCENES}/*.tif"))
     line = reported_errors()[-1]
     assert str(untagged) in line and "--boa-offset" in line, line
@@ -340,23 +312,23 @@ def test_a_scene_whose_offset_is_undecidable_is_refused_before_mapping(
 
 
 def test_a_scenes_csv_without_tiles_takes_each_scenes_tile(
-    region, trained_run, tmp_path, bad_input_row
+    simple_region, trained_run, tmp_path, bad_input_row
 ) -> None:
     """D11: rows path,date for folders laid out TILE/DATE: the folder's name became the
     tile (two "tiles" named by a date), and half the region was skipped as second scenes.
     The tile is what the scene states, else the MGRS tile its folders are named by."""
     rows = ["path,date"]
-    for scene in map(Path, _scenes(region)):
+    for scene in map(Path, scenes_of(simple_region)):
         date = scene.name.split("_")[2][:8]
         day = f"{date[:4]}-{date[4:6]}-{date[6:]}"
         shutil.copytree(scene, tmp_path / "bytile" / scene.name.split("_")[5] / day)
         rows.append(f"bytile/{scene.name.split('_')[5]}/{day},{day}")
     (tmp_path / "scenes.csv").write_text("\n".join(rows) + "\n")
     out = tmp_path / "out"
-    code = _region(out, trained_run, extra=("--scenes-csv", str(tmp_path / "scenes.csv")))
+    code = map_region(out, trained_run, extra=("--scenes-csv", str(tmp_path / "scenes.csv")))
     assert code == 0
     record = json.loads((out / region_folder.CONSISTENCY).read_text())
-    assert record["skipped"] == [] and len(_maps(out)) == SPEC.tiles * SPEC.dates
+    assert record["skipped"] == [] and len(scene_maps(out)) == len(scenes_of(simple_region))
     assert {s["tile"] for s in record["scenes"]} == {"32UQU", "33UUP"}
     bad_input_row("`--scenes-csv` rows path,date of TILE/DATE folders (no tile column)",
                   "bigearthnet-map region", code,
@@ -372,17 +344,17 @@ def test_a_scenes_csv_without_tiles_takes_each_scenes_tile(
     ],
 )
 def test_a_scenes_csv_row_without_a_real_tile_or_date_is_refused(
-    region, trained_run, tmp_path, case, row, needle, reported_errors, bad_input_row
+    simple_region, trained_run, tmp_path, case, row, needle, reported_errors, bad_input_row
 ) -> None:
     """D11 and the tiles and dates out of range: named by its row, before any scene is
     mapped."""
-    first = _scenes(region)[0]
+    first = scenes_of(simple_region)[0]
     shutil.copytree(first, tmp_path / "bydate" / "2020-03-15")
-    lines = [f"{scene},2020-04-14,33UUP" for scene in _scenes(region)[1:3]]
+    lines = [f"{scene},2020-04-14,33UUP" for scene in scenes_of(simple_region)[1:3]]
     lines.insert(1, row.format(scene=first))
     (tmp_path / "scenes.csv").write_text("\n".join(lines) + "\n")
     out = tmp_path / "out"
-    code = _region(out, trained_run, extra=("--scenes-csv", str(tmp_path / "scenes.csv")))
+    code = map_region(out, trained_run, extra=("--scenes-csv", str(tmp_path / "scenes.csv")))
     assert code == 2 and not out.exists()
     line = reported_errors()[-1]
     assert "scenes.csv: row 2:" in line and needle in line, line

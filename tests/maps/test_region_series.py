@@ -201,3 +201,42 @@ def test_one_confident_observation_never_outweighs_two_switches():
     labels = series.viterbi(scores)
     assert labels[:, 0].tolist() == [3, 3, 3, 3, 3]
     assert labels[:, 1].tolist() == [3, 3, 7, 7, 3]
+
+
+def _consistency_per_cell(labels: np.ndarray, observed: np.ndarray, lasting: int = 2):
+    """The rule of :func:`series.consistency` written cell by cell, as it was before it was
+    vectorised: (flicker triples, triples, changes, first lasting change)."""
+    flicker = triples = 0
+    changes, first = [], []
+    for cell in range(labels.shape[1]):
+        times = np.flatnonzero(observed[:, cell])
+        seq = labels[times, cell]
+        if len(seq) >= 3:
+            flicker += int(np.sum((seq[:-2] == seq[2:]) & (seq[:-2] != seq[1:-1])))
+            triples += len(seq) - 2
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+        changes.append(len(starts) - 1 if len(seq) else 0)
+        found, settled = -1, None
+        for start, length in zip(starts, np.diff(np.r_[starts, len(seq)])):
+            if length < lasting:
+                continue
+            if settled is not None and seq[start] != settled:
+                found = int(times[start])
+                break
+            settled = seq[start]
+        first.append(found)
+    return flicker, triples, changes, first
+
+
+@pytest.mark.parametrize("periods_, classes, seen", [(8, 3, 0.8), (5, 2, 0.5), (1, 4, 1.0)])
+def test_the_vectorised_figures_equal_the_rule_cell_by_cell(periods_, classes, seen):
+    """Few classes and gaps make every case frequent: runs of every length, switches at
+    the ends, cells never or once observed."""
+    rng = np.random.default_rng(periods_)
+    labels = rng.integers(0, classes, (periods_, 4000))
+    observed = rng.random(labels.shape) < seen
+    found = series.consistency(labels, observed)
+    flicker, triples, changes, first = _consistency_per_cell(labels, observed)
+    assert (found.flicker_triples, found.triples) == (flicker, triples)
+    np.testing.assert_array_equal(found.changes, changes)
+    np.testing.assert_array_equal(found.first_lasting, first)

@@ -104,3 +104,11 @@ def assert_self_contained(visit: PageVisit, page: Path) -> None:
         u for u in visit.requests if u != page.resolve().as_uri() and not u.startswith("data:")
     ]
     assert outside == []
+
+
+def wait_until_drawn(visit: PageVisit, timeout: float = 10.0) -> None:
+    """Until a page's map viewer has drawn every image it shows (``body[data-viewer]``)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    state = "return document.body.dataset.viewer"
+    WebDriverWait(visit.driver, timeout).until(lambda d: d.execute_script(state) == "ready")

@@ -32,13 +32,19 @@ def test_each_optimizer_is_a_study_of_whole_epochs(shards_v1: Path, tmp_path: Pa
 
 
 @pytest.mark.slow  # 8 train.py processes
-def test_a_tiny_table_runs_end_to_end(tmp_path: Path, shards_v1: Path) -> None:
+@pytest.mark.bad_input
+def test_a_tiny_table_runs_end_to_end_and_a_rerun_with_another_lr_is_refused(
+    tmp_path: Path, shards_v1: Path, reported_errors, bad_input_row
+) -> None:
+    """The table end to end; then (D06) an identical rerun trains nothing and a rerun with
+    --sgd-lr 5 is refused: it once trained no epoch and wrote peak LRs 1.25 ... 40 beside
+    the F1 of the runs made at 0.05. One table for both: each costs 8 trainings."""
     out = tmp_path / "table"
     argv = ["--data", str(shards_v1), "--out", str(out), "--batches", "4,8,32,128",
             "--epochs", "2", "--ranks", "1", "--max-rank-batch", "64", "--base-batch", "8",
-            "--warmup-epochs", "1", "--target-f1", "0.2", "--launcher", "none",
-            "--", "--model", "tiny", "--threads", "1"]  # fmt: skip
-    assert cli.main(argv) == 0
+            "--warmup-epochs", "1", "--target-f1", "0.2", "--launcher", "none"]  # fmt: skip
+    train_args = ["--", "--model", "tiny", "--threads", "1"]
+    assert cli.main([*argv, "--sgd-lr", "0.05", *train_args]) == 0
     rows = read_csv(out / SEED_TABLE_CSV)
     assert [(r["optimizer"], r["global_batch"]) for r in rows] == [
         (o, b) for o in ("sgd", "lamb") for b in ("4", "8", "32", "128")
@@ -46,11 +52,29 @@ def test_a_tiny_table_runs_end_to_end(tmp_path: Path, shards_v1: Path) -> None:
     for row in rows:
         assert row["epochs"] == "2" and float(row["best_micro_f1"]) >= float(row["final_micro_f1"])
         assert row["reached_target"] in ("yes", "no")
+    assert [r["peak_lr"] for r in rows[:4]] == ["0.0250", "0.0500", "0.2000", "0.8000"]
     updates = [int(r["updates"]) for r in rows[:4]]
     assert updates == sorted(updates, reverse=True) and updates[-1] < updates[0]
     page = (out / SEED_TABLE_HTML).read_text()
     assert "sgd/study.html" in page and "32,000" in page  # the seed's own table beside
     assert (out / "lamb" / "runs" / "b128" / "history.csv").is_file()
+
+    made = out / "sgd" / "runs"
+    runs = {str(p): p.read_bytes() for p in made.rglob("*") if p.is_file()}
+    table = (out / SEED_TABLE_CSV).read_text()
+    (out / SEED_TABLE_CSV).unlink()
+    assert cli.main([*argv, "--sgd-lr", "0.05", *train_args]) == 0  # rebuilt, nothing trained
+    assert (out / SEED_TABLE_CSV).read_text() == table
+    assert {str(p): p.read_bytes() for p in made.rglob("*") if p.is_file()} == runs
+    code = cli.main([*argv, "--sgd-lr", "5", *train_args])
+    now = {str(p): p.read_bytes() for p in made.rglob("*") if p.is_file()}
+    assert code == 2 and now == runs and (out / SEED_TABLE_CSV).read_text() == table
+    line = reported_errors()[-1]
+    assert f"{made / 'b4'}: this point was trained with other settings" in line
+    assert "train.py --lr 0.025 -> 2.5" in line and "another --out" in line, line
+    bad_input_row("a rerun with another --sgd-lr", "bigearthnet-seed-table", code,
+                  "refused before any cell trains, naming --lr old -> new; seed_table.csv "
+                  "kept (an identical rerun rebuilds it without training)")  # fmt: skip
 
 
 @pytest.mark.bad_input
@@ -104,35 +128,3 @@ def test_an_out_folder_holding_other_files_is_refused(
 def test_settings_check_their_fields(shards_v1: Path, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="spanning"):
         SeedTableSettings(data=shards_v1, out=tmp_path, batches=(1, 2, 3, 4))
-
-
-@pytest.mark.bad_input
-def test_a_rerun_with_another_lr_is_refused_and_an_identical_one_trains_nothing(
-    tmp_path: Path, shards_v1: Path, reported_errors, bad_input_row
-) -> None:
-    """D06: a rerun with --sgd-lr 5 trained no epoch and wrote peak LRs 1.25 ... 40 beside
-    the F1 of the runs made at 0.05."""
-    out = tmp_path / "table"
-    argv = ["--data", str(shards_v1), "--out", str(out), "--batches", "2,4,8,64",
-            "--optimizers", "sgd", "--epochs", "1", "--ranks", "1", "--launcher", "none",
-            "--target-f1", "0.1", "--base-batch", "4", "--warmup-epochs", "0"]  # fmt: skip
-    train_args = ["--", "--model", "tiny", "--threads", "1"]
-    assert cli.main([*argv, "--sgd-lr", "0.05", *train_args]) == 0
-    made = out / "sgd" / "runs"
-    runs = {str(p): p.read_bytes() for p in made.rglob("*") if p.is_file()}
-    table = (out / SEED_TABLE_CSV).read_text()
-    assert [r["peak_lr"] for r in read_csv(out / SEED_TABLE_CSV)] == [
-        "0.0250", "0.0500", "0.1000", "0.8000"]  # fmt: skip
-    (out / SEED_TABLE_CSV).unlink()
-    assert cli.main([*argv, "--sgd-lr", "0.05", *train_args]) == 0  # rebuilt, nothing trained
-    assert (out / SEED_TABLE_CSV).read_text() == table
-    assert {str(p): p.read_bytes() for p in made.rglob("*") if p.is_file()} == runs
-    code = cli.main([*argv, "--sgd-lr", "5", *train_args])
-    now = {str(p): p.read_bytes() for p in made.rglob("*") if p.is_file()}
-    assert code == 2 and now == runs and (out / SEED_TABLE_CSV).read_text() == table
-    line = reported_errors()[-1]
-    assert f"{out / 'sgd' / 'runs' / 'b2'}: this point was trained with other settings" in line
-    assert "train.py --lr 0.025 -> 2.5" in line and "another --out" in line, line
-    bad_input_row("a rerun with another --sgd-lr", "bigearthnet-seed-table", code,
-                  "refused before any cell trains, naming --lr old -> new; seed_table.csv "
-                  "kept (an identical rerun rebuilds it without training)")  # fmt: skip

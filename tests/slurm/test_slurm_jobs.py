@@ -524,8 +524,9 @@ def test_gloo_training_passes_the_warning_to_its_ranks_and_requeues(
 def test_map_region_job_maps_scenes_as_an_array_then_the_series(
     slurm_cluster: SlurmCluster, workspace: Path, gloo_job: Job
 ) -> None:
-    """Two array tasks map two scenes each on their ranks; the dependent job (afterok)
-    reuses all four maps and builds the series."""
+    """Two array tasks map two scenes each on their ranks; a second array's two tasks
+    compute their shares of the grid's blocks (REGION_STEP=blocks, one rank each); the
+    dependent job (afterok) reuses all four maps and every block and combines them."""
     from bigearthnet.formats.region_folder import scene_map_path
     from bigearthnet.maps.region.periods import from_product_name
     from bigearthnet.synthetic.region import RegionSpec, generate_region
@@ -538,20 +539,28 @@ def test_map_region_job_maps_scenes_as_an_array_then_the_series(
     out = workspace / "series"
     env = job_env(slurm_cluster, workspace, EXPERIMENT="tiny", SCENES_LIST=str(listing),
                   REGION_OUT=str(out), SCENES_PER_TASK="2")  # fmt: skip
+    options = ("--", "--period", "scene-date", "--cell", "60")  # ~62 x 43 cells: 1 block
     array = slurm_cluster.submit("map_region", "--array=0-1", cwd=workspace, env=env)
-    series = slurm_cluster.submit(
-        "map_region", f"--dependency=afterok:{array}", "--", "--period", "scene-date",
-        cwd=workspace, env=env,
+    shares = slurm_cluster.submit(
+        "map_region", "--array=0-1", "--ntasks-per-node=1", f"--dependency=afterok:{array}",
+        *options, cwd=workspace, env={**env, "REGION_STEP": "blocks"},
     )  # fmt: skip
-    job = slurm_cluster.wait(series, 2 * JOB_TIMEOUT)
+    series = slurm_cluster.submit("map_region", f"--dependency=afterok:{shares}", *options,
+                                  cwd=workspace, env=env)  # fmt: skip
+    job = slurm_cluster.wait(series, 3 * JOB_TIMEOUT)
     assert_completed(job)
     assert "done: the series of 4 scene(s)" in job.log(), job.describe()
+    assert "every block: 1 block(s) of 1024 cells a side" in job.log(), job.describe()
+    assert "0 computed, 1 reused" in job.log(), job.describe()
     maps = sorted(p.name for p in (out / "scenes").glob("*.tif") if "probabil" not in p.name)
     named = [from_product_name(str(p)) for p in scenes]  # each scene's map, by its identity
     assert maps == sorted(scene_map_path(out, a.path, a.tile, a.date).name for a in named)
     task_logs = sorted((workspace / "logs").glob("ben-map-region-*.out"))
     mapped = [log for log in task_logs if "scene(s) mapped" in log.read_text()]
     assert len(mapped) == 2 and all("on 2 rank(s)" in log.read_text() for log in mapped)
+    blocks = [log.read_text() for log in task_logs if "of the products computed" in log.read_text()]
+    assert len(blocks) == 2 and {"share 1/2: 1 block(s)" in t for t in blocks} == {True, False}
     record = json.loads((out / "consistency.json").read_text())
     assert len(record["scenes"]) == 4 and record["skipped"] == []
+    assert record["grid"]["cell_m"] == 60.0 and not list(out.glob(".blocks-*"))
     assert (out / "region.html").is_file() and (out / "stac" / "collection.json").is_file()

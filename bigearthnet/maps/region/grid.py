@@ -4,8 +4,17 @@ it, and the rule that takes each cell from one scene where tiles overlap.
 
 * **Grid**: the union of the scenes' footprints in the output CRS, its corners snapped to
   whole cells of the CRS's origin, so two runs over overlapping regions share cell edges.
-* **Reprojection** (``rasterio.warp.reproject``): class probabilities bilinearly, a class
-  or a mask by nearest neighbour. A cell no source pixel covers is NaN.
+* **Blocks**: the products are computed in square blocks of the grid
+  (:meth:`RegionGrid.blocks`), so memory is a block's whatever the region's size.
+* **Reprojection** (``rasterio.warp.reproject``): class probabilities bilinearly, or
+  area-weighted (the mean of the source cells in each grid cell) where the scene map's cells
+  are at most half the grid's (10 m maps into a 600 m grid), a class or a mask by nearest
+  neighbour. A cell no source pixel covers is NaN; area-weighted, so is a cell more than
+  half nodata (as a scene map's own cells). A scene map is read by window, the block's.
+* **Finer than the maps**: a cell under :data:`FINEST_CELL_MAP_M` (the finest cell map a
+  classifier makes, 6 px windows) needs scene maps at least that fine (the dense head's
+  10 m maps): a 600 m map spread over 10 m cells invents detail it never saw
+  (:func:`check_map_cell`). At 60 m and more any scene map is taken, as before.
 * **Overlap rule**: among the scenes of one acquisition date that observe a cell (covered
   and not masked), the cell is taken from the scene whose footprint centre is nearest the
   cell's centre. Every cell some scene observes gets a value (no gap at a seam) and no
@@ -25,12 +34,19 @@ from rasterio.transform import Affine
 from rasterio.warp import Resampling, reproject, transform_bounds, transform_geom
 
 from bigearthnet.core.errors import ConfigError, InputError
+from bigearthnet.formats.class_map import NODATA
 from bigearthnet.formats.region_folder import GridRecord, cell_centres
 
 DEFAULT_CRS = "EPSG:3035"
 DEFAULT_CELL_M = 600.0
+CELL_STEP_M = 10.0  # every cell is a whole number of Sentinel-2's 10 m pixels
+FINEST_CELL_MAP_M = 60.0  # a classifier's finest scene map: 120 px windows at a 6 px stride
+AREA_WEIGHTED_BELOW = 0.5  # scene map cell / grid cell at or under which cells are averaged
+WARP_TILE = 256  # cells: scene maps are warped a tile of this lattice at a time (warp_map)
 AREA_BLOCK_CELLS = 1_000_000  # cells whose areal scale is computed at once
-MAX_CELLS = 40_000 * 40_000  # a continent at 100 m; more is a CRS that cannot hold the region
+# Europe (~5,000 km) at 10 m; more is a CRS that cannot hold the region. The products are
+# computed in blocks, so memory does not limit the grid: the disk does (checked before).
+MAX_CELLS = 500_000 * 500_000
 
 
 @dataclass(frozen=True)
@@ -80,20 +96,36 @@ class RegionGrid:
     def cell(self) -> float:
         return float(self.transform.a)
 
-    def cell_areas_km2(self) -> np.ndarray:
-        """(height, width) float32 km² of every cell on the ground: the nominal cell over the
-        CRS's areal scale at its centre. That scale is 1 in an equal-area CRS (the default
-        LAEA); elsewhere it is not (Web Mercator's is 1/cos² of the latitude: 2.2 at 48° N),
-        so areas are never the nominal cell times a count."""
+    def cell_areas_km2(self, window: GridWindow | None = None) -> np.ndarray:
+        """(height, width) float32 km² of every cell of the grid (or of ``window``) on the
+        ground: the nominal cell over the CRS's areal scale at its centre. That scale is 1
+        in an equal-area CRS (the default LAEA); elsewhere it is not (Web Mercator's is
+        1/cos² of the latitude: 2.2 at 48° N), so areas are never the nominal cell times a
+        count."""
+        window = window or self.whole
         proj = Proj(self.crs)
-        areas = np.empty((self.height, self.width), np.float32)
-        rows = max(1, AREA_BLOCK_CELLS // max(self.width, 1))
-        for row in range(0, self.height, rows):
-            window = GridWindow(row, 0, min(rows, self.height - row), self.width)
-            lon, lat = proj(*self.centres(window), inverse=True)
+        areas = np.empty((window.height, window.width), np.float32)
+        rows = max(1, AREA_BLOCK_CELLS // max(window.width, 1))
+        for row in range(0, window.height, rows):
+            part = GridWindow(window.row + row, window.col, min(rows, window.height - row),
+                              window.width)  # fmt: skip
+            lon, lat = proj(*self.centres(part), inverse=True)
             scale = proj.get_factors(lon, lat).areal_scale
-            areas[window.slices] = self.cell * self.cell / 1e6 / np.asarray(scale)
+            areas[row : row + part.height] = self.cell * self.cell / 1e6 / np.asarray(scale)
         return areas
+
+    @property
+    def whole(self) -> GridWindow:
+        return GridWindow(0, 0, self.height, self.width)
+
+    def blocks(self, size: int) -> list[GridWindow]:
+        """The grid cut into blocks of ``size`` x ``size`` cells (smaller at the right and
+        bottom edges), row by row."""
+        return [
+            GridWindow(row, col, min(size, self.height - row), min(size, self.width - col))
+            for row in range(0, self.height, size)
+            for col in range(0, self.width, size)
+        ]
 
     @classmethod
     def covering(
@@ -128,7 +160,7 @@ class RegionGrid:
 
     def centres(self, window: GridWindow | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(height, width) x and y of every cell's centre, of the grid or of ``window``."""
-        window = window or GridWindow(0, 0, self.height, self.width)
+        window = window or self.whole
         return cell_centres(list(self.transform), window.row, window.col, window.height,
                             window.width)  # fmt: skip
 
@@ -151,6 +183,23 @@ class GridWindow:
     def slices(self) -> tuple[slice, slice]:
         return slice(self.row, self.row + self.height), slice(self.col, self.col + self.width)
 
+    @property
+    def cells(self) -> int:
+        return self.height * self.width
+
+    def within(self, outer: GridWindow) -> tuple[slice, slice]:
+        """This window's slices in an array of ``outer`` (which holds it)."""
+        row, col = self.row - outer.row, self.col - outer.col
+        return slice(row, row + self.height), slice(col, col + self.width)
+
+    def intersection(self, other: GridWindow) -> GridWindow | None:
+        row, col = max(self.row, other.row), max(self.col, other.col)
+        end_row = min(self.row + self.height, other.row + other.height)
+        end_col = min(self.col + self.width, other.col + other.width)
+        if end_row <= row or end_col <= col:
+            return None
+        return GridWindow(row, col, end_row - row, end_col - col)
+
 
 def window_of(grid: RegionGrid, footprint: Footprint) -> GridWindow | None:
     """The grid cells a footprint reaches (its bounds in the grid's CRS, densified, plus a
@@ -166,52 +215,89 @@ def window_of(grid: RegionGrid, footprint: Footprint) -> GridWindow | None:
     return GridWindow(row0, col0, row1 - row0, col1 - col0)
 
 
-def warp(
-    values: np.ndarray,
-    src_crs: str,
-    src_transform: Affine,
-    grid: RegionGrid,
-    window: GridWindow,
-    *,
-    nodata: float,
-    categorical: bool,
-) -> np.ndarray:
-    """(B, H, W) source bands -> (B, window height, window width) float32 on ``window`` of
-    ``grid``, NaN where no source pixel (or only ``nodata``) lies. Classes and masks by
-    nearest, values bilinearly. Only the window is allocated and warped: a scene costs its
-    own footprint, whatever the size of the region."""
-    out = np.full((values.shape[0], window.height, window.width), np.nan, np.float32)
-    reproject(
-        source=values.astype(np.float32),
-        destination=out,
-        src_transform=src_transform,
-        src_crs=src_crs,
-        src_nodata=float(nodata),
-        dst_transform=grid.transform @ Affine.translation(window.col, window.row),
-        dst_crs=grid.crs,
-        dst_nodata=np.nan,
-        resampling=Resampling.nearest if categorical else Resampling.bilinear,
-    )
+def check_map_cell(map_cell: float, cell: float, what: str) -> None:
+    """InputError when a scene map of ``map_cell`` metres cannot feed a grid of ``cell``:
+    under :data:`FINEST_CELL_MAP_M` the maps must be at least as fine as the grid."""
+    if cell < FINEST_CELL_MAP_M and map_cell > cell:
+        raise InputError(
+            f"--cell {cell:g}: {what} has cells of {map_cell:g} m (a classifier's cell map); "
+            f"cells under {FINEST_CELL_MAP_M:g} m need scene maps as fine, the 10 m maps of a "
+            f"model with the dense head: map with such a model, or take --cell "
+            f"{FINEST_CELL_MAP_M:g} or more"
+        )
+
+
+def map_resampling(map_cell: float, cell: float) -> Resampling:
+    """How a scene map's probabilities go onto grid cells of ``cell`` metres: averaged over
+    each cell's area where the map's cells are at most half as large (bilinear would take
+    4 of the 3,600 10 m pixels of a 600 m cell), else bilinearly."""
+    if map_cell <= AREA_WEIGHTED_BELOW * cell:
+        return Resampling.average
+    return Resampling.bilinear
+
+
+def warp_map(src, grid: RegionGrid, window: GridWindow, resampling: Resampling) -> np.ndarray:
+    """The bands of the open class-map file ``src`` (stored values, :data:`NODATA` where
+    unseen) -> (B, window height, window width) float32 on ``window`` of ``grid``, NaN where
+    unseen. GDAL reads only the source window it needs, so a 10 m scene map costs the
+    block's share of it; area-weighted, a cell more than half unseen is unseen.
+
+    Warped a tile of :data:`WARP_TILE` cells of the grid's own lattice at a time: GDAL
+    approximates the projection along each chunk's rows (to 0.125 px), so a cell's value
+    would depend on the chunk it was warped in, and with it on the block size. On a fixed
+    lattice it does not: any block made of whole tiles gives the same values."""
+    import rasterio
+
+    out = np.full((src.count, window.height, window.width), np.nan, np.float32)
+    bands = rasterio.band(src, list(range(1, src.count + 1)))
+    for tile in _lattice(window):
+        part = np.full((src.count, tile.height, tile.width), np.nan, np.float32)
+        reproject(
+            source=bands,
+            destination=part,
+            src_nodata=float(NODATA),
+            dst_transform=grid.transform @ Affine.translation(tile.col, tile.row),
+            dst_crs=grid.crs,
+            dst_nodata=np.nan,
+            resampling=resampling,
+            NODATA_VALUES_PCT_THRESHOLD=50,
+        )
+        out[(slice(None), *tile.within(window))] = part
     return out
+
+
+def _lattice(window: GridWindow) -> list[GridWindow]:
+    """``window`` cut by the grid's lattice of :data:`WARP_TILE` cells."""
+    tiles = []
+    for row in range(window.row - window.row % WARP_TILE, window.row + window.height, WARP_TILE):
+        for col in range(window.col - window.col % WARP_TILE, window.col + window.width,
+                         WARP_TILE):  # fmt: skip
+            tile = window.intersection(GridWindow(row, col, WARP_TILE, WARP_TILE))
+            if tile is not None:
+                tiles.append(tile)
+    return tiles
 
 
 class NearestMosaic:
     """The overlap rule for one acquisition date, one scene at a time: each cell holds the
     values of the observing scene (not NaN there) whose footprint centre is nearest the
-    cell's centre; the first added wins a tie. Memory: the mosaic and one scene's window."""
+    cell's centre; the first added wins a tie. Over ``block`` of the grid (default: all of
+    it). Memory: the mosaic and one scene's window."""
 
-    def __init__(self, grid: RegionGrid, bands: int) -> None:
+    def __init__(self, grid: RegionGrid, bands: int, block: GridWindow | None = None) -> None:
         self.grid = grid
-        self.values = np.full((bands, grid.height, grid.width), np.nan, np.float32)
-        self.chosen = np.full((grid.height, grid.width), -1, np.int32)  # scene index
+        self.block = block or grid.whole
+        shape = (self.block.height, self.block.width)
+        self.values = np.full((bands, *shape), np.nan, np.float32)
+        self.chosen = np.full(shape, -1, np.int32)  # scene index
         self.scenes = 0  # scenes offered so far; the next one's index
-        self._distance = np.full((grid.height, grid.width), np.inf)
+        self._distance = np.full(shape, np.inf)
 
     def add(self, values: np.ndarray, window: GridWindow, centre: tuple[float, float]) -> None:
-        """Offer the next scene's (B, h, w) ``values`` on ``window``; its footprint's centre
-        in the grid's CRS."""
+        """Offer the next scene's (B, h, w) ``values`` on ``window`` (inside the block); its
+        footprint's centre in the grid's CRS."""
         index, self.scenes = self.scenes, self.scenes + 1
-        rows, cols = window.slices
+        rows, cols = window.within(self.block)
         xs, ys = self.grid.centres(window)
         distance = np.hypot(xs - centre[0], ys - centre[1])
         nearer = ~np.isnan(values).any(axis=0) & (distance < self._distance[rows, cols])

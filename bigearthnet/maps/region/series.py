@@ -23,7 +23,7 @@ at most 7.8; below persistence 0.98 a very confident one can), while a lasting c
 ``S`` once and is kept when its new class outweighs the old by ``S`` summed over the
 periods it holds: about 2.3 nats a period over two periods, scores of 0.5 against 0.05.
 Cells are independent, so a region is decoded in blocks of cells (:func:`viterbi` takes any
-number) and the memory is that of one block.
+number) and the memory is that of one block; :func:`consistency` too, vectorised over cells.
 """
 
 from __future__ import annotations
@@ -118,27 +118,38 @@ def consistency(labels: np.ndarray, observed: np.ndarray, lasting: int = 2) -> C
     of their own. So a change in the last observed period is not confirmed yet, one after
     the first period is one observation against the rest (at the ends of a series a wrong
     observation costs the decoder one switch, not two), and A A X B B is one change, A to B
-    (beside a real change, a wrong observation costs one switch too)."""
+    (beside a real change, a wrong observation costs one switch too).
+
+    Vectorised over cells (a 10 m block holds millions): each cell's observed periods are
+    moved to the front in time order (a stable sort), then one pass over the T positions
+    follows every cell's runs at once."""
     periods, cells = labels.shape
-    flicker = triples = 0
-    changes = np.zeros(cells, np.int32)
+    order = np.argsort(~observed, axis=0, kind="stable")  # observed periods first, in order
+    seq = np.take_along_axis(labels, order, axis=0)
+    seen = observed.sum(axis=0)  # observed periods per cell
+    position = np.arange(periods)[:, None]
+    valid = position < seen
+    same_as_two_before = valid[2:] & (seq[2:] == seq[:-2]) & (seq[1:-1] != seq[:-2])
+    switch = valid[1:] & (seq[1:] != seq[:-1])  # a class change between observed periods
+    changes = switch.sum(axis=0).astype(np.int32)
     first = np.full(cells, -1, np.int32)
-    for cell in range(cells):
-        times = np.flatnonzero(observed[:, cell])
-        seq = labels[times, cell]
-        if len(seq) >= 3:
-            a, b, c = seq[:-2], seq[1:-1], seq[2:]
-            flicker += int(np.sum((a == c) & (a != b)))
-            triples += len(seq) - 2
-        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
-        changes[cell] = len(starts) - 1 if len(seq) else 0
-        held = np.diff(np.r_[starts, len(seq)])
-        settled = None  # the class of the last run held long enough
-        for start, length in zip(starts, held):
-            if length < lasting:
-                continue
-            if settled is not None and seq[start] != settled:
-                first[cell] = times[start]
-                break
-            settled = seq[start]
-    return Consistency(flicker, triples, changes, first)
+    settled = np.full(cells, -1, np.int64)  # the class of the last run held long enough
+    has_settled = np.zeros(cells, bool)
+    run_start = np.zeros(cells, np.int64)
+    done = np.zeros(cells, bool)
+    columns = np.arange(cells)
+    for k in range(1, periods + 1):
+        # A run ends before position k where the sequence ends or its class switches.
+        ends = (k == seen) | ((k < seen) & (seq[min(k, periods - 1)] != seq[k - 1]))
+        ends &= k <= seen
+        held = ends & ~done & (k - run_start >= lasting)
+        cls = seq[k - 1]
+        changed = held & has_settled & (cls != settled)
+        first[changed] = order[run_start[changed], columns[changed]]
+        done |= changed
+        keep = held & ~changed
+        settled[keep], has_settled[keep] = cls[keep], True
+        run_start[ends] = k
+    return Consistency(
+        int(same_as_two_before.sum()), int(np.maximum(seen - 2, 0).sum()), changes, first
+    )

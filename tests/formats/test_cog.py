@@ -1,0 +1,109 @@
+"""bigearthnet.formats.cog: a COG made from a mosaic of parts written block by block is the
+COG of the same bands written whole (values, tags, colour table, category names, scales),
+with overviews down to one tile; and copying a large mosaic does not load it (slow)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rasterio
+from rasterio.transform import Affine
+from rio_cogeo.cogeo import cog_validate
+
+from bigearthnet.core import constants
+from bigearthnet.formats.class_map import probabilities_path, write_class_map
+from bigearthnet.formats.cog import COPY_CACHE_BYTES, Mosaic, Part, open_part
+
+GRID = {"crs": "EPSG:3035", "transform": Affine(10.0, 0, 4_000_000.0, 0, -10.0, 3_000_000.0)}
+CLASSES = constants.CLASSES_19
+
+
+def _parts(folder: Path, top: np.ndarray, scores: np.ndarray, block: int) -> tuple[Mosaic, ...]:
+    """Each block's top class (band 1) and probabilities (bands 2-20) in one file."""
+    height, width = top.shape
+    tops, probabilities = [], []
+    for row in range(0, height, block):
+        for col in range(0, width, block):
+            h, w = min(block, height - row), min(block, width - col)
+            path = folder / f"part-{row}-{col}.tif"
+            with open_part(path, (1 + len(CLASSES), h, w), "uint8", GRID, 255) as dst:
+                dst.write(top[row : row + h, col : col + w], 1)
+                dst.write(scores[:, row : row + h, col : col + w],
+                          list(range(2, 2 + len(CLASSES))))  # fmt: skip
+            tops.append(Part(path, (1,), row, col, h, w))
+            probabilities.append(Part(path, tuple(range(2, 2 + len(CLASSES))), row, col, h, w))
+    return (Mosaic(1, height, width, "uint8", tuple(tops)),
+            Mosaic(len(CLASSES), height, width, "uint8", tuple(probabilities)))  # fmt: skip
+
+
+def test_a_mosaic_is_the_cog_of_its_bands_written_whole(tmp_path):
+    rng = np.random.default_rng(0)
+    top = rng.integers(0, 19, (1100, 700)).astype(np.uint8)
+    top[:40] = 255
+    scores = rng.integers(0, 251, (19, 1100, 700)).astype(np.uint8)
+    write_class_map(tmp_path / "whole.tif", top, GRID, CLASSES, {"model": "m"},
+                    probabilities=scores)  # fmt: skip
+    mosaic, companion = _parts(tmp_path, top, scores, 256)
+    write_class_map(tmp_path / "mosaic.tif", mosaic, GRID, CLASSES, {"model": "m"},
+                    probabilities=companion)  # fmt: skip
+    for name in ("mosaic.tif", probabilities_path("mosaic.tif").name):
+        path, whole = tmp_path / name, tmp_path / name.replace("mosaic", "whole")
+        assert cog_validate(str(path), quiet=True)[:2] == (True, [])
+        with rasterio.open(path) as made, rasterio.open(whole) as expected:
+            np.testing.assert_array_equal(made.read(), expected.read())
+            assert made.profile == expected.profile and made.tags() == expected.tags()
+            assert made.scales == expected.scales
+            assert made.descriptions == expected.descriptions
+            assert made.overviews(1) == [2, 4]  # 1,100 px down to 275: under one tile
+            if made.count == 1:
+                assert made.colormap(1) == expected.colormap(1)
+                assert made.tags(1) == expected.tags(1)
+    assert (tmp_path / "mosaic.tif.aux.xml").read_text() == (
+        tmp_path / "whole.tif.aux.xml"
+    ).read_text()
+    assert not list(tmp_path.glob(".*"))  # no VRT left behind
+
+
+COPY = """
+import resource, sys
+from pathlib import Path
+import numpy as np
+from rasterio.transform import Affine
+from bigearthnet.formats.cog import COPY_CACHE_BYTES, Mosaic, Part, open_part, write_cog
+side, block, folder = int(sys.argv[1]), 4096, Path(sys.argv[2])
+grid = {"crs": "EPSG:3035", "transform": Affine(10.0, 0, 4e6, 0, -10.0, 3e6)}
+parts = []
+for row in range(0, side, block):
+    for col in range(0, side, block):
+        path = folder / f"p{row}-{col}.tif"
+        cells = np.random.default_rng(row + col).integers(0, 19, (1, 64, 64), dtype=np.uint8)
+        with open_part(path, (1, block, block), "uint8", grid, 255) as dst:
+            dst.write(np.kron(cells, np.ones((1, 64, 64), np.uint8)))
+        parts.append(Part(path, (1,), row, col, block, block))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+write_cog(folder / "big.tif", Mosaic(1, side, side, "uint8", tuple(parts)), grid, {},
+          lambda dst: None, 255)
+print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+@pytest.mark.slow
+def test_copying_a_large_mosaic_does_not_load_it(tmp_path):
+    """A 32,768 px square (1 GB of bands) and an 8,192 px one (64 MB): the copy's peak memory
+    grows by GDAL's capped block cache at most, never by the raster (measured: 0.21 and
+    0.28 GB; 16,384 and 32,768 px: 0.27 GB both)."""
+    peaks = {}
+    for side in (8192, 32768):
+        folder = tmp_path / str(side)
+        folder.mkdir()
+        done = subprocess.run([sys.executable, "-c", COPY, str(side), str(folder)],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        peaks[side] = [int(v) * 1024 for v in done.stdout.split()]  # ru_maxrss: KB
+        with rasterio.open(folder / "big.tif") as src:
+            assert src.width == side and side // max(src.overviews(1)) <= 512  # one tile
+    assert peaks[32768][1] < 0.5e9
+    assert peaks[32768][1] - peaks[8192][1] < COPY_CACHE_BYTES + (32 << 20), peaks
