@@ -58,7 +58,7 @@ def run(args, work: Path) -> list[Figure]:
     out = work / "p10-export"
     common.say(f"P10: exporting {source}")
     started = time.perf_counter()
-    summary = export_run(ExportOptions(run_dir=source, out=out, force=True))
+    summary = export_run(ExportOptions(run_dir=source, out=out, overwrite=True))
     export_s = time.perf_counter() - started
     if "onnx" not in summary.info.formats:
         return [Figure("P10", "ONNX export failed", None, limited_by="; ".join(summary.notes))]

@@ -4,7 +4,7 @@
 checked with onnxruntime), ``model_card.md``, ``item.json`` (STAC + MLM) and ``export.json``
 (:mod:`bigearthnet.formats.exported`). Everything is written into a hidden folder beside
 ``OUT`` and renamed into place at the end (:func:`bigearthnet.core.folders.publishing`): an
-interrupted export leaves no folder that looks complete, and ``--force`` replaces only an
+interrupted export leaves no folder that looks complete, and ``--overwrite`` replaces only an
 export folder.
 """
 
@@ -66,7 +66,7 @@ def export_run(opts: ExportOptions) -> ExportSummary:
     loaded = load_model(run_dir, opts.checkpoint, stats_from)
     trained_on = training_data(loaded.config, loaded.record)  # card facts, when still there
     evaluation, notes = _evaluation(run_dir, loaded, eval_dir)
-    with publishing(out, OWNER, replace=opts.force) as work:
+    with publishing(out, OWNER, replace=opts.overwrite) as work:
         onnx, sizes = _write_models(work, loaded, opts.formats, notes)
         info = _export_info(loaded, trained_on, evaluation, opts.name, onnx, sizes)
         facts = _run_facts(run_dir, loaded, trained_on, evaluation)

@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 
 from bigearthnet.core import constants
-from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.declare import check_fields, option, reuse
 from bigearthnet.core.errors import (
     ConfigError,
     InputError,
     require_positive_int,
 )
-from bigearthnet.core.folders import Owner, check_output, publishing
+from bigearthnet.core.folders import REPLACE_FLAG, Owner, Replacing, check_output, publishing
 from bigearthnet.core.room import Needs, check_room
 from bigearthnet.core.util import atomic_path
 from bigearthnet.formats.s2_layouts import BOA_ADD_OFFSET, REFLECTANCE_SCALE
@@ -193,6 +193,7 @@ class DemoScene(SyntheticLook):
     blocks: int = option(3, f"N x N land-cover squares of 240 px (3: a 7.2 km scene), at "
                          f"most {MAX_BLOCKS}: one Sentinel-2 tile", check=_blocks,
                          metavar="N")  # fmt: skip
+    overwrite: bool = reuse(Replacing, "overwrite")
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -209,15 +210,17 @@ class DemoScene(SyntheticLook):
 
 
 def write_demo_scene(out: Path, spec: DemoScene) -> tuple[Path, SceneTruth]:
-    """``bigearthnet-synth scene``: the scene ``spec`` describes at ``out`` (a new path, or
-    an empty folder), built beside it and renamed into place; returns the scene's path (what
-    ``bigearthnet-map scene`` takes) and its truth. InputError, before anything is written,
-    for a path that exists or a scene too large for the disk or the memory."""
+    """``bigearthnet-synth scene``: the scene ``spec`` describes at ``out`` (a new path, an
+    empty folder, or with ``spec.overwrite`` a scene folder of this command), built beside
+    it and renamed into place; returns the scene's path (what ``bigearthnet-map scene``
+    takes) and its truth. InputError, before anything is written, for a path that holds
+    anything else or a scene too large for the disk or the memory."""
     out, stack = Path(out), spec.layout == "stack"  # a stack is a file, the rest folders
-    if stack and out.exists():
-        raise InputError(f"{out}: exists; choose a new path")
+    if stack and out.exists():  # a file holds no mark: nothing tells it is this command's
+        raise InputError(f"{out}: exists; choose a new path ({REPLACE_FLAG} replaces only a "
+                         "folder this command made)")  # fmt: skip
     if not stack:
-        check_output(out, OWNER)
+        check_output(out, OWNER, replace=spec.overwrite)
     check_room(out, spec.needs())
     truth = spec.truth()
 
@@ -230,7 +233,7 @@ def write_demo_scene(out: Path, spec: DemoScene) -> tuple[Path, SceneTruth]:
         with atomic_path(out) as tmp:
             write(tmp)
         return out, truth
-    with publishing(out, OWNER) as work:
+    with publishing(out, OWNER, replace=spec.overwrite) as work:
         scene = write(work)
     return out / scene.relative_to(work), truth
 

@@ -57,11 +57,11 @@ def _one_line(errors: list[str], *needles: str) -> str:
 def test_export_over_its_own_run_is_refused(run, where, reported_errors, bad_input_row) -> None:
     out = {"the run": run, "its parent": run.parent, "its checkpoints": run / "checkpoints"}[where]
     before = _tree(run)
-    code = export_main([str(run), "--out", str(out), "--force"])
+    code = export_main([str(run), "--out", str(out), "--overwrite"])
     assert code == 2 and _tree(run) == before
     _one_line(reported_errors(), str(out), "overlaps")
-    bad_input_row(f"--out = {where}, --force", "bigearthnet-export RUN --out X --force", code,
-                  "refused before anything is written; the run is intact")  # fmt: skip
+    bad_input_row(f"--out = {where}, --overwrite", "bigearthnet-export RUN --out X --overwrite",
+                  code, "refused before anything is written; the run is intact")  # fmt: skip
 
 
 def test_an_unknown_v2_split_value_refuses_the_archive(
