@@ -24,9 +24,11 @@ from bigearthnet.cli.common import Command, Parser, declared_parser, dispatch
 from bigearthnet.cli.map_out import check_out
 from bigearthnet.core import constants
 from bigearthnet.core.declare import from_args, nested, option
+from bigearthnet.core.folders import check_output
 from bigearthnet.inference.predictor import ModelChoice
 from bigearthnet.maps.change import ChangeOptions
 from bigearthnet.maps.patches import (
+    OWNER,
     PROG,
     MapError,
     MapFile,
@@ -171,6 +173,7 @@ def make_maps(command: PatchesCommand) -> list[MapFile]:
     opts = command.maps
     check_out(opts.out, command.model, shards=opts.shards, archive=opts.archive,
               s1_archive=opts.s1_archive)  # fmt: skip
+    check_output(opts.out, OWNER, replace=opts.overwrite)  # before the work, not after it
     _check_inputs(command)
     loaded = command.model.open()
     skipped: list[tuple[str, str]] = []
@@ -180,7 +183,7 @@ def make_maps(command: PatchesCommand) -> list[MapFile]:
         print(f"{PROG}: skipped {name}: {reason}", file=sys.stderr)
     if not places:
         raise MapError(f"no patch to map ({len(skipped)} unreadable)")
-    files = write_maps(opts.out, places, scores, loaded)
+    files = write_maps(opts.out, places, scores, loaded, overwrite=opts.overwrite)
     print(
         f"[map] {len(places)} patches ({len(skipped)} skipped) -> {len(files)} GeoTIFF(s) "
         f"in {opts.out}: " + ", ".join(f"{f.name}.tif" for f in files)

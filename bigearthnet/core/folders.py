@@ -123,8 +123,8 @@ def claim_folder(
 class Owner:
     """A command that publishes whole folders: how it is named, its mark, and what it may
     replace (with :data:`REPLACE_FLAG`). ``signature`` and ``names``: its folders made
-    before marks hold the file ``signature`` and nothing but ``names`` (None: every folder
-    it made is marked)."""
+    before marks hold the file ``signature`` and nothing but ``names`` (glob patterns too:
+    ``*.tif``) (None: every folder it made is marked)."""
 
     made_by: str  # the command as users type it, e.g. "bigearthnet-synth"
     mark: str  # the mark file inside every folder it made
@@ -139,7 +139,8 @@ class Owner:
             return _made_by(mark) == self.made_by
         if self.signature is None or not (folder / self.signature).is_file():
             return False
-        return all(p.name in self.names | {self.signature} for p in folder.iterdir())
+        own = self.names | {self.signature}
+        return all(any(fnmatch.fnmatchcase(p.name, n) for n in own) for p in folder.iterdir())
 
 
 def folder_path(text: str) -> Path:

@@ -80,13 +80,14 @@ def test_publishing_replaces_only_a_folder_its_command_made(tmp_path):
 
 
 @pytest.mark.bad_input
-@pytest.mark.parametrize("command", ["synth scene", "synth region"])
+@pytest.mark.parametrize("command", ["synth scene", "synth region", "map patches"])
 def test_each_command_publishing_a_folder_refuses_a_folder_of_user_files(
     tmp_path, command, reported_errors, bad_input_row
 ):
     """Issue #48: one way to publish a folder and one name for "replace": a command that
     writes its folder whole refuses, even with --overwrite and before any work, a folder it
-    did not make."""
+    did not make; map patches wrote its maps among the user's files."""
+    from bigearthnet.cli.map import main as map_main
     from bigearthnet.cli.synth import main as synth_main
 
     user = tmp_path / "mine"
@@ -95,6 +96,9 @@ def test_each_command_publishing_a_folder_refuses_a_folder_of_user_files(
         "synth scene": (synth_main, ["scene", str(user), "--layout", "tif"],
                         "bigearthnet-synth scene"),
         "synth region": (synth_main, ["region", str(user)], "bigearthnet-synth region"),
+        "map patches": (map_main, ["--shards", str(tmp_path / "shards"), "--run-dir",
+                                   str(tmp_path / "run"), "--out", str(user)],
+                        "bigearthnet-map patches"),
     }[command]  # fmt: skip
     code = main([*argv, "--overwrite"])
     assert code == 2 and _tree(user) == before
@@ -107,6 +111,16 @@ def test_each_command_publishing_a_folder_refuses_a_folder_of_user_files(
         code,
         "refused before any work, naming what it holds; nothing touched",
     )
+
+
+def test_a_folder_made_before_marks_is_known_by_its_names_or_patterns(tmp_path):
+    owner = Owner("bigearthnet-test", ".bigearthnet-test", signature="patches.csv",
+                  names=frozenset({"*.tif", "*.png"}))  # fmt: skip
+    for name in ("patches.csv", "T33UUP.tif", "T33UUP.tif.probabilities.tif", "T33UUP.png"):
+        (tmp_path / name).write_text("")
+    assert owner.made(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine\n")
+    assert not owner.made(tmp_path)
 
 
 def test_an_error_while_writing_leaves_nothing_and_keeps_the_old_folder(tmp_path):
