@@ -56,7 +56,7 @@ from bigearthnet.evaluation.report import Predictions, clear_metrics, format_tab
 from bigearthnet.evaluation.summary import EvalSummary, summary_of
 from bigearthnet.formats import checkpoints, run_folder
 from bigearthnet.formats.history import HistoryRow, read_history
-from bigearthnet.formats.shards import Manifest
+from bigearthnet.formats.manifest import Manifest
 from bigearthnet.inference.predictor import check_bands
 from bigearthnet.inference.trained_run import LoadedModel, check_data_labels, load_model
 

@@ -42,14 +42,8 @@ from bigearthnet.core import constants
 from bigearthnet.core.errors import RunFailed, UsageError
 from bigearthnet.core.folders import claim_folder
 from bigearthnet.core.util import atomic_write_json, overlapping, write_csv
-from bigearthnet.formats.shards import (
-    MANIFEST,
-    REJECTS,
-    Manifest,
-    ShardEntry,
-    channel_encoding,
-    write_manifest,
-)
+from bigearthnet.formats.manifest import MANIFEST, Manifest, ShardEntry, write_manifest
+from bigearthnet.formats.shards import REJECTS, channel_encoding
 from bigearthnet.preprocessing import reference_maps
 from bigearthnet.preprocessing.assembly import write_shard
 from bigearthnet.preprocessing.plan import PARTS, Options, Plan, ShardPlan, make_plan

@@ -55,9 +55,9 @@ from bigearthnet.core.constants import (
     MAP_43_TO_19,
     PATCH_METRES,
 )
-from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.declare import check_fields, option, reuse
 from bigearthnet.core.errors import ConfigError, require_positive_int
-from bigearthnet.core.folders import Owner, check_output, publishing
+from bigearthnet.core.folders import Owner, Replacing, check_output, publishing
 from bigearthnet.core.room import Needs, check_room
 from bigearthnet.formats.archive_origin import MARK as SYNTHETIC_MARK
 from bigearthnet.formats.archive_origin import write_synthetic_mark
@@ -282,7 +282,7 @@ def _run_jobs(root: str, seed: int, jobs: list[PatchJob], workers: int) -> dict[
 # it emptied a folder of the user's files and replaced a copy of a shards folder). Made
 # before marks: a realistic v2 archive (truth.parquet, which no real archive holds).
 OWNER = Owner(
-    "bigearthnet-synth", ".bigearthnet-synth", replace_flag="--overwrite", signature=TRUTH_FILE,
+    "bigearthnet-synth", ".bigearthnet-synth", signature=TRUTH_FILE,
     names=frozenset({V2_S2_DIR, V2_S1_DIR, V2_METADATA, V2_SNOW_CLOUD, V2_MAPS_DIR,
                      TRUTH_MAPS, SYNTHETIC_MARK}),
 )  # fmt: skip
@@ -315,10 +315,7 @@ class ArchiveSpec(SyntheticLook):
         1, "processes writing patches in parallel; output does not depend on it",
         check=require_positive_int, short="-j", metavar="W",
     )  # fmt: skip
-    overwrite: bool = option(
-        False, "replace OUT if it is an archive of this command (the old one is removed only "
-        "at the end); a folder of anything else is never replaced",
-    )  # fmt: skip
+    overwrite: bool = reuse(Replacing, "overwrite")
     s1: bool = option(
         False, "also Sentinel-1 VV/VH (float32 dB) of the same regions: v2 in "
         "OUT/BigEarthNet-S1, v1 as the S1 v1.0 archive OUT/BigEarthNet-S1-v1.0 (preprocess "

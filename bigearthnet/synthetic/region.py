@@ -36,9 +36,9 @@ import numpy as np
 from rasterio.warp import transform
 
 from bigearthnet.core import constants
-from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.declare import check_fields, option, reuse
 from bigearthnet.core.errors import ConfigError
-from bigearthnet.core.folders import Owner, check_output, publishing
+from bigearthnet.core.folders import Owner, Replacing, check_output, publishing
 from bigearthnet.core.room import Needs, check_room
 from bigearthnet.core.util import atomic_write_json
 from bigearthnet.synthetic import region_cover as cover
@@ -111,6 +111,7 @@ class RegionSpec(SyntheticLook):
         "Zarr products, STAC items with COGs (stac: Earth Search's style, stac-pc: Planetary "
         "Computer's), or mixed: the forms in turn", choices=REGION_LAYOUTS,
     )  # fmt: skip
+    overwrite: bool = reuse(Replacing, "overwrite")
     overlap: float = 1200.0  # metres two neighbouring tiles share
 
     def __post_init__(self) -> None:
@@ -135,16 +136,17 @@ class RegionSpec(SyntheticLook):
 
 
 def generate_region(out: Path, spec: RegionSpec) -> dict:
-    """Write the region to ``out`` (a new path, or an empty folder), built beside it and
-    renamed into place; returns the truth. InputError, before anything is written, for a
-    folder that holds anything, or a region too large for the disk or the memory."""
-    check_output(out, OWNER)
+    """Write the region to ``out`` (a new path, an empty folder, or with ``spec.overwrite`` a
+    region of this command), built beside it and renamed into place; returns the truth.
+    InputError, before anything is written, for a folder that holds anything else, or a
+    region too large for the disk or the memory."""
+    check_output(out, OWNER, replace=spec.overwrite)
     check_room(out, spec.needs())
     rng = np.random.default_rng(spec.seed)
     tiles = _tiles(spec)
     truth = _truth(spec, tiles, rng)
     dates = [FIRST_DATE + dt.timedelta(days=DAYS_BETWEEN * d) for d in range(spec.dates)]
-    with publishing(out, OWNER) as tmp:
+    with publishing(out, OWNER, replace=spec.overwrite) as tmp:
         scenes: list[dict] = []
         for tile in tiles:
             block_of, feature = pixel_cover(tile, spec, truth)

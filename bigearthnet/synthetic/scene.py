@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 
 from bigearthnet.core import constants
-from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.declare import check_fields, option, reuse
 from bigearthnet.core.errors import (
     ConfigError,
     InputError,
     require_positive_int,
 )
-from bigearthnet.core.folders import Owner, check_output, publishing
+from bigearthnet.core.folders import REPLACE_FLAG, Owner, Replacing, check_output, publishing
 from bigearthnet.core.room import Needs, check_room
 from bigearthnet.core.util import atomic_path
 from bigearthnet.formats.s2_layouts import BOA_ADD_OFFSET, REFLECTANCE_SCALE
@@ -104,7 +104,7 @@ def render_classes(
     for index, band in enumerate(constants.BANDS):
         field = full[index]
         field[cloud] = CLOUD_REFLECTANCE
-        factor = constants.BAND_RESOLUTION_M[band] // 10
+        factor = constants.band_factor(band)
         native = size // factor
         coarse = field.reshape(native, factor, native, factor).mean(axis=(1, 3))
         noisy = coarse * (1 + 0.01 * rng.standard_normal(coarse.shape)) + 8 * rng.standard_normal(
@@ -193,6 +193,7 @@ class DemoScene(SyntheticLook):
     blocks: int = option(3, f"N x N land-cover squares of 240 px (3: a 7.2 km scene), at "
                          f"most {MAX_BLOCKS}: one Sentinel-2 tile", check=_blocks,
                          metavar="N")  # fmt: skip
+    overwrite: bool = reuse(Replacing, "overwrite")
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -209,15 +210,17 @@ class DemoScene(SyntheticLook):
 
 
 def write_demo_scene(out: Path, spec: DemoScene) -> tuple[Path, SceneTruth]:
-    """``bigearthnet-synth scene``: the scene ``spec`` describes at ``out`` (a new path, or
-    an empty folder), built beside it and renamed into place; returns the scene's path (what
-    ``bigearthnet-map scene`` takes) and its truth. InputError, before anything is written,
-    for a path that exists or a scene too large for the disk or the memory."""
+    """``bigearthnet-synth scene``: the scene ``spec`` describes at ``out`` (a new path, an
+    empty folder, or with ``spec.overwrite`` a scene folder of this command), built beside
+    it and renamed into place; returns the scene's path (what ``bigearthnet-map scene``
+    takes) and its truth. InputError, before anything is written, for a path that holds
+    anything else or a scene too large for the disk or the memory."""
     out, stack = Path(out), spec.layout == "stack"  # a stack is a file, the rest folders
-    if stack and out.exists():
-        raise InputError(f"{out}: exists; choose a new path")
+    if stack and out.exists():  # a file holds no mark: nothing tells it is this command's
+        raise InputError(f"{out}: exists; choose a new path ({REPLACE_FLAG} replaces only a "
+                         "folder this command made)")  # fmt: skip
     if not stack:
-        check_output(out, OWNER)
+        check_output(out, OWNER, replace=spec.overwrite)
     check_room(out, spec.needs())
     truth = spec.truth()
 
@@ -230,7 +233,7 @@ def write_demo_scene(out: Path, spec: DemoScene) -> tuple[Path, SceneTruth]:
         with atomic_path(out) as tmp:
             write(tmp)
         return out, truth
-    with publishing(out, OWNER) as work:
+    with publishing(out, OWNER, replace=spec.overwrite) as work:
         scene = write(work)
     return out / scene.relative_to(work), truth
 
@@ -267,8 +270,7 @@ def write_bands(
     import rasterio
 
     for band, image in bands.items():
-        res = 20 if band == "SCL" else constants.BAND_RESOLUTION_M[band]
-        factor = res // 10
+        res, factor = constants.band_resolution_m(band), constants.band_factor(band)
         if layout == "safe":
             folder = out / "GRANULE" / GRANULE / "IMG_DATA" / f"R{res}m"
             path = folder / f"{TILE_DATE}_{band}_{res}m.jp2"
@@ -294,7 +296,7 @@ def write_stack(out: Path, truth: SceneTruth, bands: dict[str, np.ndarray]) -> N
     out.parent.mkdir(parents=True, exist_ok=True)
     with rasterio.open(out, "w", **profile) as dst:
         for index, band in enumerate(constants.BANDS, start=1):
-            factor = constants.BAND_RESOLUTION_M[band] // 10
+            factor = constants.band_factor(band)
             dst.write(bands[band].repeat(factor, axis=0).repeat(factor, axis=1), index)
             dst.set_band_description(index, band)
         dst.scales = (REFLECTANCE_SCALE,) * dst.count  # offset-free DN

@@ -24,7 +24,7 @@ from bigearthnet.evaluation import evaluate as evaluation
 from bigearthnet.evaluation import metrics, plots, report
 from bigearthnet.evaluation.options import EvalOptions
 from bigearthnet.evaluation.summary import read_metrics
-from bigearthnet.formats.shards import Manifest, read_manifest, write_manifest
+from bigearthnet.formats.manifest import Manifest, read_manifest, write_manifest
 
 PLOTS = ("f1_per_class.png", "pr_curves.png", "training_curves.png")
 

@@ -20,10 +20,10 @@ from rasterio.shutil import copy as copy_dataset
 import train
 from bigearthnet.cli.map import main as map_main
 from bigearthnet.core import constants
-from bigearthnet.formats.shards import read_manifest
+from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.maps.change import CHANGE_NODATA, NO_CHANGE, UNCERTAIN
-from bigearthnet.maps.scene_input import Scene
-from bigearthnet.maps.windows import strip_windows
+from bigearthnet.maps.scene.input import Scene
+from bigearthnet.maps.scene.windows import strip_windows
 from bigearthnet.synthetic.scene import SceneTruth, write_scene
 
 # 3 x 3 blocks of 240 px (2.4 km): each holds the centre of one 120 px window at stride 60.
