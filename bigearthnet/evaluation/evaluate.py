@@ -24,7 +24,9 @@ training_curves.png loss, validation F1 and learning rate from RUN/history.csv (
 =================== =====================================================================
 
 The report's files are written by :mod:`bigearthnet.evaluation.report`, its figures drawn by
-:mod:`bigearthnet.evaluation.plots`, both on rank 0.
+:mod:`bigearthnet.evaluation.plots`, both on rank 0, into a folder of evaluate.py's own
+(:func:`claim_report_folder`: its mark ``.bigearthnet-evaluate``); an ``OUT`` of other
+files is refused before the model loads.
 """
 
 from __future__ import annotations
@@ -39,11 +41,13 @@ import numpy as np
 from bigearthnet.core import constants, distributed, runlock
 from bigearthnet.core.config import ConfigError, load_run_config
 from bigearthnet.core.errors import EvaluationError, RequeueRequested
+from bigearthnet.core.folders import claim_folder
 from bigearthnet.data.rank_data import RankData
 from bigearthnet.evaluation import metrics
 from bigearthnet.evaluation.options import EvalOptions, evaluation_data
 from bigearthnet.evaluation.plots import (
     F1_PLOT,
+    PLOTS,
     PR_CURVES_PLOT,
     TRAINING_PLOT,
     draw_plots,
@@ -52,8 +56,15 @@ from bigearthnet.evaluation.plots import (
     plot_training_curves,
     write_plots,
 )
-from bigearthnet.evaluation.report import Predictions, clear_metrics, format_table, write_outputs
-from bigearthnet.evaluation.summary import EvalSummary, summary_of
+from bigearthnet.evaluation.report import (
+    PER_CLASS_FILE,
+    PREDICTIONS_FILE,
+    Predictions,
+    clear_metrics,
+    format_table,
+    write_outputs,
+)
+from bigearthnet.evaluation.summary import THRESHOLDS_FILE, EvalSummary, summary_of
 from bigearthnet.formats import checkpoints, run_folder
 from bigearthnet.formats.history import HistoryRow, read_history
 from bigearthnet.formats.manifest import Manifest
@@ -193,6 +204,19 @@ def prepare(
     return EvalSetup(loaded, data_dir, manifest, parts, threshold, batch_size)
 
 
+REPORT_MARK = ".bigearthnet-evaluate"
+
+
+def claim_report_folder(out_dir: Path) -> None:
+    """Make ``out_dir`` a report folder of evaluate.py (its mark inside), or check that it
+    is one: absent, empty, marked, or (made before marks) holding only the report's files.
+    A folder of anything else is refused in one line naming it (the report's files would
+    mix with, and overwrite, the user's)."""
+    own = (run_folder.METRICS, PER_CLASS_FILE, PREDICTIONS_FILE, THRESHOLDS_FILE, *PLOTS)
+    claim_folder(out_dir, mark=REPORT_MARK, made_by="evaluate.py", option="--out",
+                 own_names=own)  # fmt: skip
+
+
 def evaluate_run(opts: EvalOptions, stop: Callable[[], bool] | None = None) -> EvalSummary:
     """Collective: evaluate a checkpoint of ``opts.run_dir`` on ``opts.split``; returns the
     metrics.
@@ -217,6 +241,9 @@ def evaluate_run(opts: EvalOptions, stop: Callable[[], bool] | None = None) -> E
         load_run_config(run_dir)  # a mistyped folder is refused before a lock is made in it
         if out is None and distributed.is_root():  # writes into the run folder: one writer
             runlock.acquire(run_dir)
+        out_dir = Path(out) if out else run_folder.eval_dir(run_dir, split)
+        if distributed.is_root() and out_dir.exists():  # before the work, not after it
+            claim_report_folder(out_dir)
         setup = prepare(run_dir, opts.data, splits, checkpoint, opts.threshold, opts.batch_size,
                         opts.stats_from)  # fmt: skip
     except (ValueError, OSError) as err:  # ConfigError, ShardError, CheckpointError, h5py
@@ -235,8 +262,7 @@ def evaluate_run(opts: EvalOptions, stop: Callable[[], bool] | None = None) -> E
                 log.warning("thresholds tuned and reported on val: optimistic numbers")
             thresholds = metrics.tune_thresholds(scored["val"].labels, scored["val"].scores)
         summary = build_report(setup, predictions, split, checkpoint, thresholds)
-        out_dir = Path(out) if out else run_folder.eval_dir(run_dir, split)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        claim_report_folder(out_dir)  # made only now: a failed evaluation leaves none
         clear_metrics(out_dir)  # then plots, files, and metrics.json last
         write_plots(out_dir, draw_plots(_renderers(summary, predictions, setup, history)))
         write_outputs(out_dir, summary, predictions, thresholds)

@@ -18,6 +18,7 @@ from bigearthnet.evaluation.summary import THRESHOLDS_FILE, EvalSummary, write_m
 from bigearthnet.formats import run_folder
 
 PREDICTIONS_FILE = "predictions.h5"
+PER_CLASS_FILE = "per_class.csv"
 PER_CLASS_FIELDS = ("class", "index", "support", "precision", "recall", "f1", "ap")
 
 
@@ -40,7 +41,7 @@ def write_outputs(
     last: its presence says the evaluation folder is complete (an export trusts it)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_metrics(out_dir)
-    write_csv(out_dir / "per_class.csv", PER_CLASS_FIELDS, per_class_rows(summary))
+    write_csv(out_dir / PER_CLASS_FILE, PER_CLASS_FIELDS, per_class_rows(summary))
     write_predictions(out_dir / PREDICTIONS_FILE, predictions, summary)
     if thresholds is not None:
         atomic_write_json(

@@ -34,10 +34,9 @@ from bigearthnet.core.folders import REPLACE_FLAG, Owner, Replacing, check_outpu
 from bigearthnet.core.room import Needs, check_room
 from bigearthnet.core.util import atomic_path
 from bigearthnet.formats.s2_layouts import BOA_ADD_OFFSET, REFLECTANCE_SCALE
-from bigearthnet.synthetic import sizes, spectra
-from bigearthnet.synthetic.look import SyntheticLook
+from bigearthnet.synthetic import sizes
+from bigearthnet.synthetic.look import LOOKS, Look, SyntheticLook
 from bigearthnet.synthetic.places import region_of
-from bigearthnet.synthetic.render import class_signatures
 from bigearthnet.synthetic.scene_forms import FORM_LAYOUTS, stored, write_form
 
 EPSG = 32633
@@ -71,35 +70,29 @@ def render_scene(truth: SceneTruth, seed: int, difficulty: str) -> dict[str, np.
     if truth.cloud is not None:
         row0, col0, row1, col1 = truth.cloud
         cloud[row0:row1, col0:col1] = True
-    looks = Looks(difficulty, month=SCENE_DATE.month, region=region_of(SCENE_COUNTRY))
-    return render_classes(grid, cloud, truth.border, seed, looks)
+    seen = Appearance(LOOKS[difficulty], month=SCENE_DATE.month, region=region_of(SCENE_COUNTRY))
+    return render_classes(grid, cloud, truth.border, seed, seen)
 
 
 @dataclass(frozen=True)
-class Looks:
-    """How classes look: ``simple`` (the simple archive's far-apart signatures) or
-    ``realistic`` (the realistic archive's spectra, :mod:`.spectra`, in ``month`` and
-    ``region``): the scene must look like the archive its model learned from."""
+class Appearance:
+    """How classes look in a scene: the look of its archive (the scene must look like the
+    archive its model learned from), in ``month`` and ``region`` (a country's index)."""
 
-    difficulty: str
+    look: Look
     month: int = 8
     region: int = 0
 
 
 def render_classes(
-    grid: np.ndarray, cloud: np.ndarray, border: int, seed: int, looks: Looks
+    grid: np.ndarray, cloud: np.ndarray, border: int, seed: int, seen: Appearance
 ) -> dict[str, np.ndarray]:
     """A (size, size) 10 m grid of 19-class indices -> band -> uint16 image at the band's
     native resolution, and ``SCL``: bright in every band and SCL cloud where ``cloud`` (a
     mask of even-aligned 2 x 2 blocks), nodata in a ``border`` of px at every edge."""
     rng = np.random.default_rng(seed)
     size = grid.shape[0]
-    if looks.difficulty == "realistic":
-        full = spectra.render_field(rng, grid, looks.month, looks.region)
-    else:
-        texture = 1.0 + 0.05 * _smooth(rng, size)
-        signatures = class_signatures(19)
-        full = np.stack([signatures[grid, i] * texture for i in range(len(constants.BANDS))])
+    full = seen.look.field(rng, grid, seen.month, seen.region)
     bands = {}
     for index, band in enumerate(constants.BANDS):
         field = full[index]
@@ -121,16 +114,6 @@ def render_classes(
         scl[:edge], scl[-edge:], scl[:, :edge], scl[:, -edge:] = 0, 0, 0, 0
     bands["SCL"] = scl
     return bands
-
-
-def _smooth(rng: np.random.Generator, size: int, knots: int = 8) -> np.ndarray:
-    """A smooth N(0, ~1) field: random knots, bilinearly interpolated."""
-    coarse = rng.standard_normal((knots, knots))
-    axis = np.linspace(0, knots - 1, size)
-    lo = np.floor(axis).astype(int).clip(0, knots - 2)
-    frac = axis - lo
-    rows = coarse[lo] * (1 - frac)[:, None] + coarse[lo + 1] * frac[:, None]
-    return rows[:, lo] * (1 - frac) + rows[:, lo + 1] * frac
 
 
 def _profile(
