@@ -30,7 +30,7 @@ def folder_mb(path: Path) -> float:
 def test_patches(data: Path, count: int) -> np.ndarray:
     import h5py
 
-    from bigearthnet.formats.shards import read_manifest
+    from bigearthnet.formats.manifest import read_manifest
 
     chunks, total = [], 0
     for entry in read_manifest(data).split_shards("test"):
@@ -58,7 +58,7 @@ def run(args, work: Path) -> list[Figure]:
     out = work / "p10-export"
     common.say(f"P10: exporting {source}")
     started = time.perf_counter()
-    summary = export_run(ExportOptions(run_dir=source, out=out, force=True))
+    summary = export_run(ExportOptions(run_dir=source, out=out, overwrite=True))
     export_s = time.perf_counter() - started
     if "onnx" not in summary.info.formats:
         return [Figure("P10", "ONNX export failed", None, limited_by="; ".join(summary.notes))]

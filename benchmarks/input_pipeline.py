@@ -62,7 +62,7 @@ def run(args, work: Path) -> list[Figure]:
     from bigearthnet.core.batch import BatchPlan
     from bigearthnet.data.normalization import band_stats
     from bigearthnet.data.rank_data import RankData
-    from bigearthnet.formats.shards import read_manifest
+    from bigearthnet.formats.manifest import read_manifest
 
     data = common.eval_shards(work)
     manifest = read_manifest(data)

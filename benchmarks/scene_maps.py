@@ -87,8 +87,8 @@ def measure_worker(mode: str, scene_dir: Path, run: Path | None) -> float:
 
 def worker(mode: str, scene_dir: Path, run: Path | None) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from bigearthnet.maps.scene_input import Scene
-    from bigearthnet.maps.windows import window_origins, windows_of
+    from bigearthnet.maps.scene.input import Scene
+    from bigearthnet.maps.scene.windows import window_origins, windows_of
 
     with Scene(scene_dir) as source:
         started = time.perf_counter()

@@ -52,7 +52,7 @@ def keras_worker(data: Path, threads: int) -> None:
     from bigearthnet import models
     from bigearthnet.data.normalization import band_stats
     from bigearthnet.data.rank_data import RankData
-    from bigearthnet.formats.shards import read_manifest
+    from bigearthnet.formats.manifest import read_manifest
 
     manifest = read_manifest(data)
     part = RankData(data, manifest, "train", labels=19, cache="memory", verify=False)

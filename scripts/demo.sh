@@ -36,7 +36,7 @@ step "4/8 evaluate the best checkpoint on the test split, 2 ranks -> $DEMO_DIR/r
   --run-dir "$DEMO_DIR/run" --split test
 
 step "5/8 export the best checkpoint -> $DEMO_DIR/export (SavedModel, ONNX, model card, STAC item)"
-"$bin/bigearthnet-export" "$DEMO_DIR/run" --out "$DEMO_DIR/export" --force
+"$bin/bigearthnet-export" "$DEMO_DIR/run" --out "$DEMO_DIR/export" --overwrite
 
 # Maps go under the run folder, so its page (report.html) shows their previews.
 maps="$DEMO_DIR/run/maps"

@@ -206,6 +206,11 @@ def fault_row(request):
     return record
 
 
+def cell(value: object) -> str:
+    """A Markdown table cell: a ``|`` in the text (``import | run``) would end the cell."""
+    return str(value).replace("|", "\\|")
+
+
 def fault_table(rows: list[dict]) -> str:
     lines = [
         "| fault | runs | survived | data lost | time to detect | test |",
@@ -214,8 +219,8 @@ def fault_table(rows: list[dict]) -> str:
     for row in rows:
         detect = "-" if row["detect_s"] is None else f"{row['detect_s']:.1f} s"
         lines.append(
-            f"| {row['fault']} | {row['runs']} | {row['survived']} | {row['data_lost']} "
-            f"| {detect} | `{row['test']}` |"
+            f"| {cell(row['fault'])} | {row['runs']} | {row['survived']} "
+            f"| {cell(row['data_lost'])} | {detect} | `{cell(row['test'])}` |"
         )
     return "\n".join(lines)
 
@@ -248,8 +253,8 @@ def bad_input_table(rows: list[dict]) -> str:
     ]
     for row in rows:
         lines.append(
-            f"| {row['input']} | `{row['command']}` | {row['exit']} | {row['verdict']} "
-            f"| `{row['test']}` |"
+            f"| {cell(row['input'])} | `{cell(row['command'])}` | {row['exit']} "
+            f"| {cell(row['verdict'])} | `{cell(row['test'])}` |"
         )
     return "\n".join(lines + [f"\n{len(rows)} bad inputs, every one handled as promised."])
 

@@ -2,7 +2,7 @@
 
 * ``bigearthnet-map [patches]``: the patches of an archive or of shards
   (:mod:`bigearthnet.maps.patches`);
-* ``bigearthnet-map scene``: a whole Sentinel-2 scene (:mod:`bigearthnet.maps.scene`);
+* ``bigearthnet-map scene``: a whole Sentinel-2 scene (:mod:`bigearthnet.maps.scene.mapping`);
 * ``bigearthnet-map change A B``: two scene maps compared (:mod:`bigearthnet.maps.change`);
 * ``bigearthnet-map region``: a region over time (:mod:`bigearthnet.cli.map_region`).
 
@@ -24,9 +24,11 @@ from bigearthnet.cli.common import Command, Parser, declared_parser, dispatch
 from bigearthnet.cli.map_out import check_out
 from bigearthnet.core import constants
 from bigearthnet.core.declare import from_args, nested, option
+from bigearthnet.core.folders import check_output
 from bigearthnet.inference.predictor import ModelChoice
 from bigearthnet.maps.change import ChangeOptions
 from bigearthnet.maps.patches import (
+    OWNER,
     PROG,
     MapError,
     MapFile,
@@ -36,8 +38,8 @@ from bigearthnet.maps.patches import (
     shard_batches,
     write_maps,
 )
-from bigearthnet.maps.scene_options import SceneMapOptions
-from bigearthnet.maps.scene_output import require_map_path
+from bigearthnet.maps.scene.options import SceneMapOptions
+from bigearthnet.maps.scene.output import require_map_path
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ def _inputs(opts: PatchMapOptions, loaded, skipped: list) -> tuple[int, Iterator
     from bigearthnet.inference.predictor import check_bands
 
     if opts.shards is not None:
-        from bigearthnet.formats.shards import read_manifest
+        from bigearthnet.formats.manifest import read_manifest
 
         manifest = read_manifest(opts.shards)
         check_bands(loaded, manifest.bands, f"shards {opts.shards}")
@@ -155,7 +157,7 @@ def _inputs(opts: PatchMapOptions, loaded, skipped: list) -> tuple[int, Iterator
 def _check_inputs(command: PatchesCommand) -> None:
     """What is read before TensorFlow loads (a mistyped folder answers at once): the model's
     folder, and the shards' manifest or the archive's layout (read again with the model)."""
-    from bigearthnet.formats.shards import read_manifest
+    from bigearthnet.formats.manifest import read_manifest
     from bigearthnet.preprocessing.archive import detect_version
 
     command.model.check()
@@ -171,6 +173,7 @@ def make_maps(command: PatchesCommand) -> list[MapFile]:
     opts = command.maps
     check_out(opts.out, command.model, shards=opts.shards, archive=opts.archive,
               s1_archive=opts.s1_archive)  # fmt: skip
+    check_output(opts.out, OWNER, replace=opts.overwrite)  # before the work, not after it
     _check_inputs(command)
     loaded = command.model.open()
     skipped: list[tuple[str, str]] = []
@@ -180,7 +183,7 @@ def make_maps(command: PatchesCommand) -> list[MapFile]:
         print(f"{PROG}: skipped {name}: {reason}", file=sys.stderr)
     if not places:
         raise MapError(f"no patch to map ({len(skipped)} unreadable)")
-    files = write_maps(opts.out, places, scores, loaded)
+    files = write_maps(opts.out, places, scores, loaded, overwrite=opts.overwrite)
     print(
         f"[map] {len(places)} patches ({len(skipped)} skipped) -> {len(files)} GeoTIFF(s) "
         f"in {opts.out}: " + ", ".join(f"{f.name}.tif" for f in files)
@@ -195,22 +198,22 @@ def _map(args: argparse.Namespace) -> None:
 
 
 def _map_scene(args: argparse.Namespace) -> None:
-    from bigearthnet.cli.map_region import check_scene
+    from bigearthnet.maps.inputs import identify
 
     command = from_args(SceneCommand, args)
-    check_out(command.out, command.model, scenes=(str(command.scene),))
-    check_scene(command.scene)
+    scene = identify(command.scene)  # its form, decided once: the scene carries the answers
+    check_out(command.out, command.model, scenes=(scene,))
     command.model.check()
     # Only now TensorFlow (distributed and the scene map import it): the checks above answer
     # at once. TF's C++ INFO lines (oneDNN, CPU features) would bury the one-line messages.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     from bigearthnet.core import distributed
     from bigearthnet.core.config import default_threads
-    from bigearthnet.maps.scene import map_scene
+    from bigearthnet.maps.scene.mapping import map_scene
 
     # Before the model loads: TensorFlow's thread pools can only be sized before it starts.
     distributed.init(threads=default_threads())
-    map_scene(command.scene, command.out, command.map, command.model.open())
+    map_scene(scene, command.out, command.map, command.model.open())
 
 
 def _map_change(args: argparse.Namespace) -> None:

@@ -51,35 +51,32 @@ def build_region_parser() -> Parser:
 
 
 def acquisitions_of(command: RegionCommand):
-    """The scenes given, as Acquisitions; InputError naming the scene or the CSV row."""
-    from bigearthnet.maps.inputs import stac_item
-    from bigearthnet.maps.region.periods import from_csv, of_scene
+    """The scenes given, as Acquisitions, each identified once (every JSON file parsed
+    once: a saved search's items share its parse); InputError naming the scene or the CSV
+    row."""
+    from bigearthnet.maps.inputs import JsonFiles, identify, items_in
+    from bigearthnet.maps.region.periods import from_csv, of_path, of_scene
 
-    found = [of_scene(str(path)) for path in command.scenes]
+    json_files = JsonFiles()
+
+    def identified(scene: str):
+        return identify(scene, json_files=json_files)
+
+    found = [of_path(str(path), identified) for path in command.scenes]
     if command.scenes_csv is not None:
-        found += from_csv(command.scenes_csv)
+        found += from_csv(command.scenes_csv, identified)
     if command.stac_items is not None:
-        found += [of_scene(ref) for ref in stac_item.items_in(command.stac_items)]
+        found += [of_scene(item) for item in items_in(command.stac_items, json_files)]
     if not found:
         raise InputError("no scene given: SCENE..., --scenes-csv CSV or --stac-items FILE|DIR")
     return found
-
-
-def check_scene(scene: str | Path) -> None:
-    """InputError for a scene that is not there, said before TensorFlow loads (its form and
-    bands are checked once the model's bands are known). A region skips such a scene."""
-    from bigearthnet.maps.inputs.refs import split_ref
-
-    local, _ = split_ref(scene)
-    if not local.exists():
-        raise InputError(f"{local}: no such scene (file or folder)")
 
 
 def map_region_command(args: argparse.Namespace) -> None:
     command = from_args(RegionCommand, args)
     options, model = command.region, command.region.model
     acquisitions = acquisitions_of(command)
-    check_out(options.out, model, scenes=[a.path for a in acquisitions])
+    check_out(options.out, model, scenes=[a.scene or a.path for a in acquisitions])
     model.check()
     # Only now TensorFlow (the pipeline imports it): every check above answers at once.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")

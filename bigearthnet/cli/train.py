@@ -88,8 +88,8 @@ def check_inputs(cfg: TrainConfig) -> TrainConfig:
     whether they hold the reference maps a --pixel-loss-weight needs), and a --run-dir
     train.py may write into. Returns ``cfg`` with the pixel-loss weight resolved."""
     from bigearthnet.core.dense_head import with_pixel_head
+    from bigearthnet.formats.manifest import read_manifest
     from bigearthnet.formats.run_folder import check_training_folder
-    from bigearthnet.formats.shards import read_manifest
 
     check_model(cfg)
     cfg = with_pixel_head(cfg, read_manifest(cfg.data).map_count("train"))
@@ -120,7 +120,7 @@ def _train(args: argparse.Namespace, command: list[str]) -> int:
             elastic=cfg.elastic,
         )
         if cfg.elastic:
-            from bigearthnet.formats.shards import read_manifest
+            from bigearthnet.formats.manifest import read_manifest
             from bigearthnet.training.elastic import ElasticTrainer
 
             # The evaluation runs inside the elastic function, in whatever world trained

@@ -90,6 +90,38 @@ BAND_RESOLUTION_M: dict[str, int] = {
 }  # fmt: skip
 """Ground sampling distance of each band in metres."""
 
+GRID_M = 10
+"""The finest band's pixel in metres: every band's grid is a whole multiple of it."""
+
+NATIVE_RESOLUTIONS_M: tuple[int, ...] = (10, 20, 60)
+"""The pixel sizes Sentinel-2 delivers bands (and L2A's scene classification, 20 m) at."""
+
+SCL = "SCL"
+SCL_RESOLUTION_M = 20
+"""L2A's scene classification band (clouds, shadows, snow) and its pixel in metres."""
+
+
+def resolution_factor(metres: float) -> int | None:
+    """How many 10 m pixels a pixel of ``metres`` spans per side (10, 20, 60 m: 1, 2, 6): the
+    one rule every scene form, and every writer of one, places a band on the 10 m grid by;
+    None for a size no Sentinel-2 band has (rounded to the metre)."""
+    res = round(metres)
+    return res // GRID_M if res in NATIVE_RESOLUTIONS_M else None
+
+
+def band_resolution_m(band: str) -> int:
+    """The native pixel of ``band`` (one of :data:`BANDS`, or :data:`SCL`) in metres."""
+    return SCL_RESOLUTION_M if band == SCL else BAND_RESOLUTION_M[band]
+
+
+def band_factor(band: str) -> int:
+    """The 10 m pixels per side of one native pixel of ``band`` (B02: 1, B05 and SCL: 2,
+    B01: 6)."""
+    factor = resolution_factor(band_resolution_m(band))
+    assert factor is not None  # native resolutions only
+    return factor
+
+
 BAND_NATIVE_SIZE: dict[str, int] = {
     band: PATCH_METRES // res for band, res in BAND_RESOLUTION_M.items()
 }
@@ -333,8 +365,13 @@ def class_colours(num_classes: int) -> np.ndarray:
     return np.asarray([CLC_COLOURS_43[first_source[c]] for c in range(19)], dtype=np.uint8)
 
 
+def hex_colour(rgb) -> str:
+    """A colour (0..255 red, green, blue; more values, such as alpha, ignored) as an
+    ``rrggbb`` hex string (no ``#``): the one formatter of colours for pages, styles and
+    STAC."""
+    return "".join(f"{int(v):02x}" for v in tuple(rgb)[:3])
+
+
 def class_hex_colours(num_classes: int) -> list[str]:
     """The colours of :func:`class_colours` as ``rrggbb`` hex strings (no ``#``)."""
-    return [
-        "{:02x}{:02x}{:02x}".format(*(int(v) for v in rgb)) for rgb in class_colours(num_classes)
-    ]
+    return [hex_colour(rgb) for rgb in class_colours(num_classes)]

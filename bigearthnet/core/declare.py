@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,7 +47,7 @@ T = TypeVar("T")
 Check = Callable[[str, Any], Any]
 _TITLE = "__option_group__"  # a group's heading in --help (group())
 _SPEC = ("help", "check", "choices", "metavar", "flag", "short", "positional", "parse",
-         "required_by", "const", "env", "repeat", "legacy")  # fmt: skip
+         "required_by", "const", "env", "repeat", "legacy", "deprecated")  # fmt: skip
 
 
 def option(
@@ -65,6 +66,7 @@ def option(
     env: str | None = None,
     repeat: bool = False,
     legacy: Mapping[Any, Any] | None = None,
+    deprecated: tuple[str, ...] = (),
     **metadata: Any,
 ) -> Any:
     """A dataclass field that is a command-line option. ``default`` MISSING: required.
@@ -74,12 +76,16 @@ def option(
     value of the flag given alone. ``env``: the environment variable that, when set,
     replaces the default (a job script's setting). ``repeat``: a tuple given one flag per
     value (``--x A --x B``). ``legacy``: values of an older form, each accepted as the
-    current one it maps to (a run folder written before). ``metadata``: more facts about
-    the option, for its other readers (a run's recipe)."""
+    current one it maps to (a run folder written before). ``deprecated``: older flags of
+    the option, still accepted (a job script written before a rename) with one warning
+    line naming the current flag. ``metadata``: more facts about the option, for its other
+    readers (a run's recipe)."""
     spec = {"help": help, "check": check, "choices": choices, "metavar": metavar,
             "flag": flag, "short": short, "positional": positional, "parse": parse,
             "required_by": required_by, "const": const, "env": env, "repeat": repeat,
-            "legacy": legacy}  # fmt: skip
+            "legacy": legacy, "deprecated": deprecated}  # fmt: skip
+    if repeat and deprecated:
+        raise TypeError("option(): a repeated option has no deprecated flags")
     if required_by is not None:
         default = None
     return dataclasses.field(default=default, metadata={**metadata, KEY: spec})
@@ -239,7 +245,40 @@ def _add(target: Any, field: dataclasses.Field, hint: Any, layered: bool) -> Non
         target.add_argument(field.name, **kwargs)
         return
     flags = [flag_name(field), *([spec["short"]] if spec["short"] else [])]
+    if spec["deprecated"]:
+        kwargs["help"] += f" ({', '.join(spec['deprecated'])}: the same, deprecated)"
     target.add_argument(*flags, dest=field.name, required=required, **kwargs)
+    for old in spec["deprecated"]:  # hidden from --help: the note above names them
+        olds = [old, f"--no-{old[2:]}"] if kind is bool else [old]
+        given = {k: v for k, v in kwargs.items() if k not in ("action", "help")}
+        target.add_argument(*olds, dest=field.name, action=_Renamed, current=flags[0],
+                            switch=kind is bool, help=argparse.SUPPRESS, **given)  # fmt: skip
+
+
+class _Renamed(argparse.Action):
+    """An older flag of an option: parsed as the current one (``switch``: a bool's flag or
+    its ``--no-`` form), with one warning line naming the flag to type instead."""
+
+    def __init__(
+        self, option_strings: list[str], dest: str, *, current: str, switch: bool, **kwargs: Any
+    ) -> None:
+        if switch:
+            kwargs["nargs"] = 0
+        super().__init__(option_strings, dest, **kwargs)
+        self.current, self.switch = current, switch
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        negated = self.switch and str(option_string).startswith("--no-")
+        now = f"--no-{self.current[2:]}" if negated else self.current
+        print(f"{parser.prog}: warning: {option_string} is deprecated; use {now}",
+              file=sys.stderr)  # fmt: skip
+        setattr(namespace, self.dest, (not negated) if self.switch else values)
 
 
 def _default_note(field: dataclasses.Field, kind: Any) -> str:

@@ -13,10 +13,13 @@ the user's own files.
   renames an earlier ``OUT`` aside, renames the new one in, then removes the old one. A
   kill at any step leaves under ``OUT`` the old folder or the new one, whole (between the
   two renames: none, and the old one aside, which the next run renames back). ``OUT`` must
-  be absent, empty, or - with the command's replace flag (``--overwrite``, ``--force``) -
-  a folder this same command made (:class:`Owner`: its mark inside, or the layout of its
-  folders made before marks). Anything else is refused in one line naming the folder and
-  what it holds.
+  be absent, empty, or - with ``--overwrite`` - a folder this same command made
+  (:class:`Owner`: its mark inside, or the layout of its folders made before marks).
+  Anything else is refused in one line naming the folder and what it holds.
+
+"Replace what is there" has one name in every command, ``--overwrite``: the field of
+:class:`Replacing`, which each command's declaration takes (``reuse``); in place it starts
+over (the shards), whole it replaces the folder once the new one is complete.
 
 The work folders beside ``OUT`` are named ``.<name>.partial-<pid>@<host>-<token>`` (the
 old folder set aside: ``.replaced-``), so the next run into the same ``OUT`` tells a
@@ -29,6 +32,7 @@ host, or a process of that PID still running, leaves it where it is.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fnmatch
 import glob
 import json
@@ -42,12 +46,28 @@ from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bigearthnet.core.declare import flag_name, option
 from bigearthnet.core.errors import ConfigError, InputError
 from bigearthnet.core.util import flush_folder, fsync_tree
 
 log = logging.getLogger("bigearthnet")  # the ranks' logger where set up, else stderr
 PARTIAL, REPLACED = "partial", "replaced"
 _WRITER = re.compile(r"(?P<pid>\d+)@(?P<host>[A-Za-z0-9._-]+)-(?P<token>[0-9a-f]{8})")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replacing:
+    """The one option that replaces what a command wrote before: a command's declaration
+    takes it with ``reuse(Replacing, "overwrite", ...)`` (its help, or an older flag, may
+    differ there; its name and default may not)."""
+
+    overwrite: bool = option(
+        False, "replace the output folder if this command made it (the old one is removed "
+        "only once the new one is whole); a folder of anything else is never replaced",
+    )  # fmt: skip
+
+
+REPLACE_FLAG = flag_name(next(iter(dataclasses.fields(Replacing))))  # "--overwrite"
 
 
 def mark_text(made_by: str) -> str:
@@ -102,13 +122,13 @@ def claim_folder(
 @dataclass(frozen=True)
 class Owner:
     """A command that publishes whole folders: how it is named, its mark, and what it may
-    replace. ``signature`` and ``names``: its folders made before marks hold the file
-    ``signature`` and nothing but ``names`` (None: every folder it made is marked)."""
+    replace (with :data:`REPLACE_FLAG`). ``signature`` and ``names``: its folders made
+    before marks hold the file ``signature`` and nothing but ``names`` (glob patterns too:
+    ``*.tif``) (None: every folder it made is marked)."""
 
     made_by: str  # the command as users type it, e.g. "bigearthnet-synth"
     mark: str  # the mark file inside every folder it made
     option: str = "OUT"  # the output as the command line names it
-    replace_flag: str | None = None  # the flag that replaces its own earlier folder
     signature: str | None = None
     names: frozenset[str] = field(default_factory=frozenset)
 
@@ -119,7 +139,8 @@ class Owner:
             return _made_by(mark) == self.made_by
         if self.signature is None or not (folder / self.signature).is_file():
             return False
-        return all(p.name in self.names | {self.signature} for p in folder.iterdir())
+        own = self.names | {self.signature}
+        return all(any(fnmatch.fnmatchcase(p.name, n) for n in own) for p in folder.iterdir())
 
 
 def folder_path(text: str) -> Path:
@@ -153,17 +174,13 @@ def check_output(out: Path, owner: Owner, *, replace: bool = False) -> None:
         return
     if not owner.made(out):
         held = _shown(sorted(p.name for p in out.iterdir()))
-        only = (
-            f" ({owner.replace_flag} replaces only a folder it made)" if owner.replace_flag else ""
-        )
         raise InputError(
             f"{out}: {owner.option} holds other files ({held}) and is no folder of "
-            f"{owner.made_by}{only}: choose an empty or a new folder"
+            f"{owner.made_by} ({REPLACE_FLAG} replaces only a folder it made): choose an empty "
+            "or a new folder"
         )
-    if owner.replace_flag is None:
-        raise InputError(f"{out}: exists; choose a new path")
     if not replace:
-        raise InputError(f"{out}: exists and is not empty ({owner.replace_flag} replaces it)")
+        raise InputError(f"{out}: exists and is not empty ({REPLACE_FLAG} replaces it)")
 
 
 @contextlib.contextmanager

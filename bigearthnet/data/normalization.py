@@ -10,8 +10,9 @@ import numpy as np
 import tensorflow as tf
 
 from bigearthnet.core import constants
+from bigearthnet.formats.manifest import Manifest
 from bigearthnet.formats.model_inputs import ModelInputs
-from bigearthnet.formats.shards import S1_DB_OFFSET, S1_DB_SCALE, Manifest, channel_encoding
+from bigearthnet.formats.shards import S1_DB_OFFSET, S1_DB_SCALE, channel_encoding
 
 
 def model_inputs(manifest: Manifest, num_classes: int) -> ModelInputs:

@@ -42,16 +42,9 @@ import tensorflow as tf
 
 from bigearthnet.data.loader import Prefetcher, RowGather, aligned_empty, tensor_view
 from bigearthnet.data.partition import epoch_order, rank_range, split_batches
+from bigearthnet.formats.manifest import Manifest, ShardEntry, split_shards, verify_shard
 from bigearthnet.formats.shard_maps import HAS_MAP_KEY, MAP_KEY, map_shape
-from bigearthnet.formats.shards import (
-    CHUNK_ROWS,
-    Manifest,
-    ShardEntry,
-    ShardError,
-    read_rows,
-    split_shards,
-    verify_shard,
-)
+from bigearthnet.formats.shards import CHUNK_ROWS, ShardError, read_rows
 
 WINDOW_BLOCKS = 8  # streaming: 8 x 16 patches (44 MB) shuffled together
 

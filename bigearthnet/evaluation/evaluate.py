@@ -29,7 +29,9 @@ pixel_evaluation`): metrics.json's pixel keys, ``pixel_per_class.csv``,
 ``pixel_confusion.csv`` and ``pixel_confusion.png``.
 
 The report's files are written by :mod:`bigearthnet.evaluation.report`, its figures drawn by
-:mod:`bigearthnet.evaluation.plots`, both on rank 0.
+:mod:`bigearthnet.evaluation.plots`, both on rank 0, into a folder of evaluate.py's own
+(:func:`claim_report_folder`: its mark ``.bigearthnet-evaluate``); an ``OUT`` of other
+files is refused before the model loads.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import numpy as np
 from bigearthnet.core import constants, distributed, runlock
 from bigearthnet.core.config import ConfigError, load_run_config
 from bigearthnet.core.errors import EvaluationError, RequeueRequested
+from bigearthnet.core.folders import claim_folder
 from bigearthnet.data.rank_data import RankData
 from bigearthnet.evaluation import metrics
 from bigearthnet.evaluation.options import EvalOptions, evaluation_data
@@ -56,6 +59,7 @@ from bigearthnet.evaluation.pixel_evaluation import (
 from bigearthnet.evaluation.plots import (
     F1_PLOT,
     PIXEL_CONFUSION_PLOT,
+    PLOTS,
     PR_CURVES_PLOT,
     TRAINING_PLOT,
     draw_plots,
@@ -65,12 +69,19 @@ from bigearthnet.evaluation.plots import (
     plot_training_curves,
     write_plots,
 )
-from bigearthnet.evaluation.report import Predictions, clear_metrics, format_table, write_outputs
-from bigearthnet.evaluation.summary import EvalSummary, summary_of
+from bigearthnet.evaluation.report import (
+    PER_CLASS_FILE,
+    PREDICTIONS_FILE,
+    Predictions,
+    clear_metrics,
+    format_table,
+    write_outputs,
+)
+from bigearthnet.evaluation.summary import THRESHOLDS_FILE, EvalSummary, summary_of
 from bigearthnet.formats import checkpoints, run_folder
 from bigearthnet.formats.history import HistoryRow, read_history
-from bigearthnet.formats.pixel_eval import REFERENCE
-from bigearthnet.formats.shards import Manifest
+from bigearthnet.formats.manifest import Manifest
+from bigearthnet.formats.pixel_eval import PIXEL_CONFUSION, PIXEL_PER_CLASS, REFERENCE
 from bigearthnet.inference.predictor import check_bands
 from bigearthnet.inference.trained_run import LoadedModel, check_data_labels, load_model
 
@@ -228,6 +239,20 @@ def prepare(
     return EvalSetup(loaded, data_dir, manifest, parts, threshold, batch_size, scorer)
 
 
+REPORT_MARK = ".bigearthnet-evaluate"
+
+
+def claim_report_folder(out_dir: Path) -> None:
+    """Make ``out_dir`` a report folder of evaluate.py (its mark inside), or check that it
+    is one: absent, empty, marked, or (made before marks) holding only the report's files.
+    A folder of anything else is refused in one line naming it (the report's files would
+    mix with, and overwrite, the user's)."""
+    own = (run_folder.METRICS, PER_CLASS_FILE, PREDICTIONS_FILE, THRESHOLDS_FILE, *PLOTS,
+           PIXEL_CONFUSION, PIXEL_PER_CLASS)  # fmt: skip
+    claim_folder(out_dir, mark=REPORT_MARK, made_by="evaluate.py", option="--out",
+                 own_names=own)  # fmt: skip
+
+
 def evaluate_run(opts: EvalOptions, stop: Callable[[], bool] | None = None) -> EvalSummary:
     """Collective: evaluate a checkpoint of ``opts.run_dir`` on ``opts.split``; returns the
     metrics.
@@ -252,6 +277,9 @@ def evaluate_run(opts: EvalOptions, stop: Callable[[], bool] | None = None) -> E
         load_run_config(run_dir)  # a mistyped folder is refused before a lock is made in it
         if out is None and distributed.is_root():  # writes into the run folder: one writer
             runlock.acquire(run_dir)
+        out_dir = Path(out) if out else run_folder.eval_dir(run_dir, split)
+        if distributed.is_root() and out_dir.exists():  # before the work, not after it
+            claim_report_folder(out_dir)
         setup = prepare(run_dir, opts.data, splits, checkpoint, opts.threshold, opts.batch_size,
                         opts.stats_from)  # fmt: skip
     except (ValueError, OSError) as err:  # ConfigError, ShardError, CheckpointError, h5py
@@ -280,8 +308,7 @@ def evaluate_run(opts: EvalOptions, stop: Callable[[], bool] | None = None) -> E
                 log.warning("thresholds tuned and reported on val: optimistic numbers")
             thresholds = metrics.tune_thresholds(scored["val"].labels, scored["val"].scores)
         summary = build_report(setup, predictions, split, checkpoint, thresholds, confusions)
-        out_dir = Path(out) if out else run_folder.eval_dir(run_dir, split)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        claim_report_folder(out_dir)  # made only now: a failed evaluation leaves none
         clear_metrics(out_dir)  # then plots, files, and metrics.json last
         renderers = _renderers(summary, predictions, setup, history, confusions)
         write_plots(out_dir, draw_plots(renderers))

@@ -13,7 +13,7 @@ from bigearthnet.core.config import TrainConfig, load_run_config
 from bigearthnet.core.declare import check_fields, option, reuse
 from bigearthnet.core.errors import ConfigError, require_open_fraction, require_positive_int
 from bigearthnet.formats import weights_record
-from bigearthnet.formats.shards import Manifest, read_manifest
+from bigearthnet.formats.manifest import Manifest, read_manifest
 from bigearthnet.inference.run_checkpoint import RunCheckpoint, run_checkpoint
 
 

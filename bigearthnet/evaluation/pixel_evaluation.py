@@ -40,9 +40,9 @@ from bigearthnet.evaluation.pixel_metrics import (
 )
 from bigearthnet.evaluation.summary import PixelFigures, PixelSummary
 from bigearthnet.formats.archive_origin import read_origin
+from bigearthnet.formats.manifest import Manifest
 from bigearthnet.formats.pixel_eval import AGAINST, REFERENCE, TRUTH
 from bigearthnet.formats.shard_maps import NO_LABEL_INDEX
-from bigearthnet.formats.shards import Manifest
 from bigearthnet.formats.truth_maps import TRUTH_MAPS, read_truth_maps
 from bigearthnet.inference.trained_run import LoadedModel
 

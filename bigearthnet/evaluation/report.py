@@ -22,6 +22,7 @@ from bigearthnet.formats import pixel_eval, run_folder
 from bigearthnet.formats.pixel_eval import PIXEL_CONFUSION, PIXEL_PER_CLASS
 
 PREDICTIONS_FILE = "predictions.h5"
+PER_CLASS_FILE = "per_class.csv"
 PIXEL_CLASS_COUNTS = "pixel_class_counts"  # predictions.h5's dataset of the dense head's
 PER_CLASS_FIELDS = ("class", "index", "support", "precision", "recall", "f1", "ap")
 
@@ -49,7 +50,7 @@ def write_outputs(
     removed otherwise: every file in the folder is of its evaluation."""
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_metrics(out_dir)
-    write_csv(out_dir / "per_class.csv", PER_CLASS_FIELDS, per_class_rows(summary))
+    write_csv(out_dir / PER_CLASS_FILE, PER_CLASS_FIELDS, per_class_rows(summary))
     if confusions:
         pixel_eval.write_confusions(out_dir, constants.CLASSES_19, confusions)
         pixel_eval.write_pixel_classes(out_dir, pixel_rows(confusions))

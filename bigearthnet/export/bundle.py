@@ -5,7 +5,7 @@ per-pixel probabilities), ``model.onnx`` (the same, checked with onnxruntime),
 ``model_card.md``, ``item.json`` (STAC + MLM) and ``export.json``
 (:mod:`bigearthnet.formats.exported`). Everything is written into a hidden folder beside
 ``OUT`` and renamed into place at the end (:func:`bigearthnet.core.folders.publishing`): an
-interrupted export leaves no folder that looks complete, and ``--force`` replaces only an
+interrupted export leaves no folder that looks complete, and ``--overwrite`` replaces only an
 export folder.
 """
 
@@ -40,7 +40,7 @@ from bigearthnet.formats import checkpoints, exported, run_folder
 from bigearthnet.formats.archive_origin import ArchiveOrigin
 from bigearthnet.formats.exported import ExportInfo, ExportSource, write_export_info
 from bigearthnet.formats.history import read_history
-from bigearthnet.formats.shards import Manifest
+from bigearthnet.formats.manifest import Manifest
 from bigearthnet.inference.trained_run import LoadedModel, load_model, training_data
 
 log = distributed.log
@@ -67,7 +67,7 @@ def export_run(opts: ExportOptions) -> ExportSummary:
     loaded = load_model(run_dir, opts.checkpoint, stats_from)
     trained_on = training_data(loaded.config, loaded.record)  # card facts, when still there
     evaluation, notes = _evaluation(run_dir, loaded, eval_dir)
-    with publishing(out, OWNER, replace=opts.force) as work:
+    with publishing(out, OWNER, replace=opts.overwrite) as work:
         onnx, sizes = _write_models(work, loaded, opts.formats, notes)
         info = _export_info(loaded, trained_on, evaluation, opts.name, onnx, sizes)
         facts = _run_facts(run_dir, loaded, trained_on, evaluation)

@@ -18,7 +18,8 @@ from bigearthnet.evaluation.report import format_score
 from bigearthnet.evaluation.summary import EvalSummary
 from bigearthnet.formats.archive_origin import UNKNOWN, ArchiveOrigin
 from bigearthnet.formats.exported import MLM_VERSION, ExportInfo
-from bigearthnet.formats.shards import Manifest, describe_encoding
+from bigearthnet.formats.manifest import Manifest
+from bigearthnet.formats.shards import describe_encoding
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,13 @@ from pathlib import Path
 
 from bigearthnet.core.declare import check_fields, option, reuse
 from bigearthnet.core.errors import ConfigError, InputError
-from bigearthnet.core.folders import Owner, check_output, folder_path, require_outside_cwd
+from bigearthnet.core.folders import (
+    Owner,
+    Replacing,
+    check_output,
+    folder_path,
+    require_outside_cwd,
+)
 from bigearthnet.core.util import overlapping
 from bigearthnet.export.stac import MODEL_NAME_PATTERN
 from bigearthnet.formats import exported
@@ -20,8 +26,7 @@ from bigearthnet.inference.run_checkpoint import RunCheckpoint, run_checkpoint
 FORMATS = ("savedmodel", "onnx")
 # An export folder: its mark, or (made before marks) export.json beside the model files.
 OWNER = Owner(
-    "bigearthnet-export", ".bigearthnet-export", option="--out", replace_flag="--force",
-    signature=exported.INFO_FILE,
+    "bigearthnet-export", ".bigearthnet-export", option="--out", signature=exported.INFO_FILE,
     names=frozenset({exported.SAVEDMODEL_DIR, exported.ONNX_FILE, exported.CARD_FILE,
                      exported.STAC_FILE}),
 )  # fmt: skip
@@ -68,8 +73,7 @@ class ExportOptions(RunCheckpoint):
         None, "the model's name in the card and the STAC item (default: "
         "bigearthnet-MODEL-Cc-RUNNAME-eEPOCH)", check=model_name,
     )  # fmt: skip
-    force: bool = option(False, "replace DIR if it is an export folder (never a folder of "
-                         "anything else)")  # fmt: skip
+    overwrite: bool = reuse(Replacing, "overwrite", deprecated=("--force",))
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -81,7 +85,7 @@ class ExportOptions(RunCheckpoint):
         """InputError, before anything is written or TensorFlow loads, for an OUT that
         overlaps an input or cannot be written, or a run folder or checkpoint not there."""
         out = self.out
-        # --force replaces OUT wholesale: OUT must be no input, hold none, lie in none.
+        # --overwrite replaces OUT wholesale: OUT must be no input, hold none, lie in none.
         inputs = {"the run": self.run_dir, "--eval-dir": self.eval_dir,
                   "--stats-from": self.stats_from}  # fmt: skip
         clash = overlapping(out, inputs, replaces=True)
@@ -91,5 +95,5 @@ class ExportOptions(RunCheckpoint):
             )
         if not out.parent.is_dir():
             raise InputError(f"{out}: its parent folder does not exist")
-        check_output(out, OWNER, replace=self.force)
+        check_output(out, OWNER, replace=self.overwrite)
         run_checkpoint(self.run_dir, self.checkpoint)

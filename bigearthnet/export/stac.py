@@ -25,7 +25,8 @@ from bigearthnet.core import constants
 from bigearthnet.formats import exported
 from bigearthnet.formats.archive_origin import ArchiveOrigin
 from bigearthnet.formats.exported import ExportError, ExportInfo
-from bigearthnet.formats.shards import Manifest, describe_encoding, read_locations
+from bigearthnet.formats.manifest import Manifest
+from bigearthnet.formats.shards import describe_encoding, read_locations
 from bigearthnet.formats.stac_validation import MLM_SCHEMA, validate_stac
 
 # BigEarthNet's coverage (ten European countries) and acquisition period, for an export
@@ -61,7 +62,7 @@ def training_footprint(data_dir: Path, manifest: Manifest | None) -> Footprint:
     corners: dict[str, list[tuple[float, float]]] = defaultdict(list)
     stamps: list[str] = []
     for entry in manifest.split_shards("train"):
-        where = read_locations(data_dir, entry)
+        where = read_locations(entry.path(data_dir))
         for crs, (x, y) in zip(where.crs, where.ulxy):
             corners[crs].append((float(x), float(y)))
         stamps += [m.group(1) for m in map(ACQUIRED.search, where.names) if m]

@@ -3,7 +3,7 @@ nothing trained on it passes for a model of Sentinel-2 imagery.
 
 :func:`write_synthetic_mark` is its one writer (the generator, inside the archive it builds)
 and :func:`read_origin` its one reader (preprocessing, which carries the origin into the
-shards' ``manifest.json``: :attr:`bigearthnet.formats.shards.Manifest.origin`; the run page
+shards' ``manifest.json``: :attr:`bigearthnet.formats.manifest.Manifest.origin`; the run page
 and the model card read it there). A real BigEarthNet archive has no such file: an archive
 without it is ``real``. Manifests written before origins were recorded read as ``unknown``.
 """

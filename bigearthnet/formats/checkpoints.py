@@ -129,7 +129,7 @@ class CheckpointRecord:
     val_micro_map: float | None = None
     val_macro_map: float | None = None
     data: str | None = None  # the --data folder trained on, and its shards' identity
-    data_id: str | None = None  # (shards.Manifest.data_id): a resume checks it
+    data_id: str | None = None  # (manifest.Manifest.data_id): a resume checks it
     # What inference needs besides the weights (channels, normalisation, resampling,
     # classes): a run predicts the same whether its shards still exist or not. None: a
     # pointer written before it was recorded (inference.trained_run decides what then).

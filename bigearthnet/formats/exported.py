@@ -44,7 +44,7 @@ class ExportSource:
     checkpoint: str  # the checkpoint prefix restored
     epoch: int | None
     data: str  # the shards the run trained on
-    data_id: str | None  # their identity (shards.Manifest.data_id)
+    data_id: str | None  # their identity (manifest.Manifest.data_id)
     init_weights: str | None = None  # where training started: imported weights or a run
 
 

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bigearthnet.core.constants import hex_colour
 from bigearthnet.core.util import atomic_write_text
 
 SUFFIX = ".qml"
@@ -34,7 +35,7 @@ class StyleEntry:
 
     @property
     def hex(self) -> str:
-        return "#" + "".join(f"{int(v):02x}" for v in self.colour)
+        return f"#{hex_colour(self.colour)}"
 
 
 def style_path(raster: Path | str) -> Path:

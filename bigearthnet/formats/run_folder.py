@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bigearthnet.core.config import RUN_CONFIG
 from bigearthnet.core.errors import ConfigError
-from bigearthnet.formats import exported, shards, weights_record
+from bigearthnet.formats import exported, manifest, weights_record
 
 CONFIG = RUN_CONFIG  # core.config reads and writes it (below this layer)
 CHECKPOINTS = "checkpoints"
@@ -58,7 +58,7 @@ def check_training_folder(run_dir: str | Path) -> None:
             f"fine-tune from it with --init-weights {path} and another --run-dir"
         )
     made_by = {exported.INFO_FILE: "an export (bigearthnet-export)",
-               shards.MANIFEST: "a shards folder (bigearthnet-preprocess)"}  # fmt: skip
+               manifest.MANIFEST: "a shards folder (bigearthnet-preprocess)"}  # fmt: skip
     for name, what in made_by.items():
         if (path / name).is_file():
             raise ConfigError(f"{path}: {what}, not a training run: give another --run-dir")

@@ -30,11 +30,12 @@ of :mod:`bigearthnet.synthetic.scene_forms`.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 
 from bigearthnet.core import constants
 
-SCL = "SCL"
+SCL = constants.SCL  # the scene classification band
 # What L2A values mean (decided per scene by bigearthnet.maps.radiometry; written by the test
 # writers of bigearthnet.synthetic): DN = 10,000 x reflectance, stored + 1,000 from baseline 04.00.
 REFLECTANCE_SCALE = 1e-4  # reflectance per DN, BigEarthNet's and every L2A product's
@@ -50,7 +51,7 @@ PRODUCT_NAME = re.compile(
 # --- EOPF Zarr
 ZARR_REFLECTANCE = "measurements/reflectance"
 ZARR_SCL = "conditions/mask/l2a_classification/r20m/scl"
-ZARR_RESOLUTIONS = (10, 20, 60)
+ZARR_RESOLUTIONS = constants.NATIVE_RESOLUTIONS_M  # r10m, r20m, r60m
 ZARR_X, ZARR_Y = "x", "y"
 ZARR_METADATA = "stac_discovery"  # root attribute: a STAC item (dict)
 
@@ -146,6 +147,15 @@ def tile_of(properties: dict) -> str | None:
         stated += f"{properties.get('mgrs:latitude_band', '')}"
         stated += f"{properties.get('mgrs:grid_square', '')}"
     return mgrs_tile(str(stated).removeprefix("MGRS-")) if stated else None
+
+
+def named_tile_and_date(text: str | os.PathLike) -> tuple[str, dt.date] | None:
+    """The MGRS tile and acquisition date of the standard product name in ``text`` (a path
+    holding one: ``.../S2B_MSIL2A_20200801T100559_..._T33UXP_...``); None without one."""
+    named = PRODUCT_NAME.search(str(text))
+    if named is None:
+        return None
+    return named["tile"], dt.datetime.strptime(named["date"], "%Y%m%d").date()
 
 
 def utc_date(when: dt.datetime) -> dt.date:

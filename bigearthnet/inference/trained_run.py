@@ -33,8 +33,9 @@ from bigearthnet.data.normalization import model_inputs, normalize
 from bigearthnet.formats import checkpoints, weights_record
 from bigearthnet.formats.checkpoints import CheckpointError, CheckpointRecord
 from bigearthnet.formats.class_map import RUN_DIR_TAG, WEIGHTS_DIGEST
+from bigearthnet.formats.manifest import Manifest, read_manifest
 from bigearthnet.formats.model_inputs import ModelInputs
-from bigearthnet.formats.shards import Manifest, ShardError, read_manifest
+from bigearthnet.formats.shards import ShardError
 from bigearthnet.inference.run_checkpoint import run_checkpoint
 
 log = distributed.log

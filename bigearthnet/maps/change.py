@@ -44,7 +44,7 @@ from bigearthnet.formats.cog import write_cog
 from bigearthnet.formats.qgis_style import StyleEntry, write_style
 from bigearthnet.maps.patches import MapError
 from bigearthnet.maps.preview import UNCHANGED, LegendEntry, sampled_colours, write_preview
-from bigearthnet.maps.scene_output import preview_path, require_map_path
+from bigearthnet.maps.scene.output import preview_path, require_map_path
 
 CODE_BASE = 100  # from * CODE_BASE + to: readable as two 2-digit class indices
 NO_CHANGE = 0

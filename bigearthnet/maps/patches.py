@@ -27,6 +27,11 @@ one band per class, p stored as ``round(p * 250)`` (resolution 0.004) with a GDA
 Beside each map: ``<name>.png``, a colour preview of the top class with a legend of the
 classes present (a fixed CORINE colour per class). ``patches.csv`` lists every patch with
 its file, row, column and top class.
+
+The folder is published whole (:func:`bigearthnet.core.folders.publishing`): built beside
+``--out`` and renamed into place, so a rerun never leaves the maps of an earlier one among
+its own. ``--out`` is new, empty, or - with ``--overwrite`` - a folder of maps this command
+made (checked before any patch is read).
 """
 
 from __future__ import annotations
@@ -42,15 +47,25 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bigearthnet.core import constants
-from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.declare import check_fields, option, reuse
 from bigearthnet.core.errors import InputError, require_folder_path, require_positive_int
+from bigearthnet.core.folders import Owner, Replacing, publishing
 from bigearthnet.formats.class_map import NODATA, linked_tags, scaled, write_class_map
 from bigearthnet.preprocessing.archive_input import ArchiveInput
 
 if TYPE_CHECKING:
-    from bigearthnet.formats.shards import Manifest
+    from bigearthnet.formats.manifest import Manifest
 
 PIXEL_M = constants.PATCH_METRES
+PATCHES_CSV = "patches.csv"
+# A folder of this command: its mark, or (made before marks) patches.csv beside the maps.
+OWNER = Owner(
+    "bigearthnet-map patches",
+    ".bigearthnet-map-patches",
+    option="--out",
+    signature=PATCHES_CSV,
+    names=frozenset({"*.tif", "*.png", "*.qml", "*.aux.xml"}),
+)
 TILE_PATTERN = re.compile(r"_(T\d{2}[A-Z]{3})(?=_|$)")  # Sentinel-2 MGRS tile in v2 names
 PROG = "bigearthnet-map"
 
@@ -76,6 +91,7 @@ class PatchMapOptions(ArchiveInput):
     )
     batch_size: int = option(64, "patches per batch", check=require_positive_int, metavar="N")
     progress: bool = option(True, "a progress bar")
+    overwrite: bool = reuse(Replacing, "overwrite")
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -170,7 +186,8 @@ def shard_batches(
     data_dir: Path, manifest: Manifest, splits: list[str], batch_size: int
 ) -> tuple[int, Iterator[tuple[np.ndarray, list[Place]]]]:
     """Number of patches, and batches of (uint16 images, places) read from the shards."""
-    from bigearthnet.formats.shards import read_locations, read_rows, split_shards, verify_shard
+    from bigearthnet.formats.manifest import split_shards, verify_shard
+    from bigearthnet.formats.shards import read_locations, read_rows
 
     entries = [entry for split in splits for entry in split_shards(manifest, split)]
     for entry in entries:  # a changed or truncated shard: one line naming it, before any map
@@ -180,7 +197,7 @@ def shard_batches(
         for entry in entries:
             for lo in range(0, entry.count, batch_size):
                 hi = min(lo + batch_size, entry.count)
-                where = read_locations(data_dir, entry, lo, hi)
+                where = read_locations(entry.path(data_dir), lo, hi)
                 places = [
                     Place(name, crs, float(x), float(y))
                     for name, crs, (x, y) in zip(where.names, where.crs, where.ulxy)
@@ -343,21 +360,25 @@ def patch_rows(files: list[MapFile], places: list[Place], scores: np.ndarray, cl
     return rows
 
 
-def write_maps(out: Path, places: list[Place], scores: np.ndarray, loaded) -> list[MapFile]:
-    """Every class map, its preview and patches.csv into ``out``."""
+def write_maps(
+    out: Path, places: list[Place], scores: np.ndarray, loaded, *, overwrite: bool = False
+) -> list[MapFile]:
+    """Every class map, its preview and patches.csv: the folder ``out``, published whole
+    (``overwrite``: replacing one this command made)."""
     from rasterio.crs import CRS
 
     from bigearthnet.core.util import write_csv
 
-    out.mkdir(parents=True, exist_ok=True)
     classes = loaded.class_names
-    tags = linked_tags(loaded.provenance, out)  # the run, relative to the maps
+    tags = linked_tags(loaded.provenance, out)  # the run, relative to where the maps will lie
     files = plan_files(places)
-    for map_file in files:
-        top, probabilities = file_bands(map_file, scores)
-        path = out / f"{map_file.name}.tif"
-        write_preview(path.with_suffix(".png"), map_file, top, classes)
-        grid = {"crs": CRS.from_user_input(map_file.crs), "transform": map_file.transform}
-        write_class_map(path, top, grid, classes, tags, probabilities=probabilities)
-    write_csv(out / "patches.csv", PATCH_FIELDS, patch_rows(files, places, scores, classes))
+    with publishing(out, OWNER, replace=overwrite) as work:
+        for map_file in files:
+            top, probabilities = file_bands(map_file, scores)
+            path = work / f"{map_file.name}.tif"
+            write_preview(path.with_suffix(".png"), map_file, top, classes)
+            grid = {"crs": CRS.from_user_input(map_file.crs), "transform": map_file.transform}
+            write_class_map(path, top, grid, classes, tags, probabilities=probabilities)
+        rows = patch_rows(files, places, scores, classes)
+        write_csv(work / PATCHES_CSV, PATCH_FIELDS, rows)
     return files

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bigearthnet.core.constants import hex_colour
 from bigearthnet.evaluation.plots import save_figure
 
 MAX_LEGEND = 24  # a legend longer than this is cut (the CSV beside the map has them all)
@@ -22,7 +23,7 @@ class LegendEntry:
     label: str
 
     def hex(self) -> str:
-        return "#" + "".join(f"{int(v):02x}" for v in self.colour[:3])
+        return f"#{hex_colour(self.colour)}"
 
 
 def sampled_colours(colormap: str, count: int) -> list[tuple[int, int, int]]:

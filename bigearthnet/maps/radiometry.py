@@ -32,7 +32,7 @@ message says to convert (DN = round(10,000 x reflectance), uint16).
 **The pixels' consent.** The flag itself is wrong on some items (earth-search#71, #66,
 cirrus-earth-search#33: false on COGs already harmonised), so every decision is checked
 against the scene's own valid, cloud-free pixels (nodata and, with SCL, clouds, shadows and
-snow excluded, as :class:`~bigearthnet.maps.scene_input.Strip` says): the stored values of
+snow excluded, as :class:`~bigearthnet.maps.scene.input.Strip` says): the stored values of
 B02 and B04 in a sparse grid of :data:`SAMPLE_GRID` x :data:`SAMPLE_GRID` blocks of 120 x 120
 px spread over the area mapped (a few per cent of a tile's pixels, read at full resolution
 through the form's own readers). The statistic is the :data:`PERCENTILE` st percentile of each

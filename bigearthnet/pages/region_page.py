@@ -87,9 +87,9 @@ def _areas_figure(plt, areas: dict[str, list[float]], periods: list[str], classe
 
 
 def _legend(classes: list[str], areas: dict[str, list[float]]) -> list[dict]:
-    colours = constants.class_colours(len(classes))
+    colours = constants.class_hex_colours(len(classes))
     return [
-        {"name": name, "colour": "#" + "".join(f"{int(v):02x}" for v in colours[index])}
+        {"name": name, "colour": f"#{colours[index]}"}
         for index, name in enumerate(classes)
         if name in areas
     ]

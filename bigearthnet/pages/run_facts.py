@@ -25,9 +25,10 @@ from bigearthnet.formats.elastic_log import (
     read_events,
 )
 from bigearthnet.formats.history import HistoryRow, read_history
+from bigearthnet.formats.manifest import Manifest, read_manifest
 from bigearthnet.formats.run_command import RunCommand, read_commands
 from bigearthnet.formats.run_status import RunStatus, read_status
-from bigearthnet.formats.shards import Manifest, ShardError, read_manifest
+from bigearthnet.formats.shards import ShardError
 from bigearthnet.pages.region_link import region_folders, region_pages
 
 MAX_PREVIEWS = 12

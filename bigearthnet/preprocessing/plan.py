@@ -22,13 +22,10 @@ import numpy as np
 from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option, reuse
 from bigearthnet.core.errors import ConfigError, require_non_negative_int, require_positive_int
-from bigearthnet.core.folders import folder_path
+from bigearthnet.core.folders import Replacing, folder_path
 from bigearthnet.formats.archive_origin import UNKNOWN, ArchiveOrigin, read_origin
 from bigearthnet.formats.shard_maps import MISMATCH_POLICIES
-from bigearthnet.formats.shards import (
-    FORMAT_VERSION,
-    shard_name,
-)
+from bigearthnet.formats.shards import FORMAT_VERSION, shard_name
 from bigearthnet.preprocessing import splits
 from bigearthnet.preprocessing.archive import (
     V2_MAPS_DIR,
@@ -104,7 +101,11 @@ class Options(ArchiveInput):
         False, "only merge finished shards into manifest.json (after a multi-task run)"
     )
     strict: bool = option(False, "exit 1 when any patch is rejected or reference map refused")
-    overwrite: bool = option(False, "delete earlier outputs in OUT first")
+    overwrite: bool = reuse(
+        Replacing,
+        "overwrite",
+        help="delete earlier outputs in OUT first (only in a folder of this command)",
+    )
     progress: bool = option(True, "a progress bar (logs stay)")
 
     def __post_init__(self) -> None:

@@ -40,16 +40,10 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.core.errors import RunFailed, UsageError
-from bigearthnet.core.folders import claim_folder
+from bigearthnet.core.folders import REPLACE_FLAG, claim_folder
 from bigearthnet.core.util import atomic_write_json, overlapping, write_csv
-from bigearthnet.formats.shards import (
-    MANIFEST,
-    REJECTS,
-    Manifest,
-    ShardEntry,
-    channel_encoding,
-    write_manifest,
-)
+from bigearthnet.formats.manifest import MANIFEST, Manifest, ShardEntry, write_manifest
+from bigearthnet.formats.shards import REJECTS, channel_encoding
 from bigearthnet.preprocessing import reference_maps
 from bigearthnet.preprocessing.assembly import write_shard
 from bigearthnet.preprocessing.plan import PARTS, Options, Plan, ShardPlan, make_plan
@@ -143,7 +137,7 @@ def _check_plan_id(out: Path, plan_id: str) -> None:
         if previous != plan_id:
             raise UsageError(
                 f"{out}: holds shards of a different archive or options (plan {previous}, now "
-                f"{plan_id}); use --overwrite to start over or another OUT"
+                f"{plan_id}); use {REPLACE_FLAG} to start over or another OUT"
             )
     else:
         atomic_write_json(path, {"plan_id": plan_id})
@@ -230,7 +224,9 @@ def join(opts: Options, plan: Plan, argv: list[str] | None = None) -> Manifest:
     records = [json.loads(_part_path(opts.out, s).read_text()) for s in plan.shards]
     stale = [r["file"] for r in records if r.get("plan_id") != plan.plan_id]
     if stale:
-        raise UsageError(f"{opts.out}: {stale[0]} belongs to another plan; rerun with --overwrite")
+        raise UsageError(
+            f"{opts.out}: {stale[0]} belongs to another plan; rerun with {REPLACE_FLAG}"
+        )
     rejects = plan.not_written + [tuple(x) for r in records for x in r["rejects"]]
     map_notes = [tuple(x) for r in records for x in r.get("map_notes", ())]
     _write_rejects(opts.out / REJECTS, rejects + map_notes)

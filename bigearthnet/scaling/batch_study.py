@@ -42,9 +42,9 @@ from bigearthnet.core import recipe
 from bigearthnet.core.config import TrainConfig, load_run_config
 from bigearthnet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError, RunFailed
 from bigearthnet.formats.history import HistoryRow, read_history
+from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.formats.run_folder import CONFIG, STATUS
 from bigearthnet.formats.run_status import read_status
-from bigearthnet.formats.shards import read_manifest
 from bigearthnet.scaling.study_outputs import (
     STUDY_RUNS,
     StudyResult,

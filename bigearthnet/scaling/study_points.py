@@ -19,7 +19,7 @@ from bigearthnet.core.batch import BatchPlan
 from bigearthnet.core.config import TrainConfig, add_arguments, resolve
 from bigearthnet.core.dense_head import with_pixel_head
 from bigearthnet.core.errors import ConfigError
-from bigearthnet.formats.shards import read_manifest
+from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.scaling.study_outputs import StudyResult
 from bigearthnet.scaling.study_settings import StudySettings
 

@@ -55,9 +55,9 @@ from bigearthnet.core.constants import (
     MAP_43_TO_19,
     PATCH_METRES,
 )
-from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.declare import check_fields, option, reuse
 from bigearthnet.core.errors import ConfigError, require_positive_int
-from bigearthnet.core.folders import Owner, check_output, publishing
+from bigearthnet.core.folders import Owner, Replacing, check_output, publishing
 from bigearthnet.core.room import Needs, check_room
 from bigearthnet.formats.archive_origin import MARK as SYNTHETIC_MARK
 from bigearthnet.formats.archive_origin import write_synthetic_mark
@@ -65,11 +65,10 @@ from bigearthnet.formats.truth_maps import TRUTH_MAPS
 from bigearthnet.preprocessing.archive import V2_MAPS_DIR, V2_METADATA, V2_S2_DIR, V2_SNOW_CLOUD
 from bigearthnet.preprocessing.sentinel1 import V1_S1_ARCHIVE, V2_S1_DIR
 from bigearthnet.synthetic import sizes
-from bigearthnet.synthetic.landscape import plan_patch, v1_classes
-from bigearthnet.synthetic.look import SyntheticLook
+from bigearthnet.synthetic.landscape import v1_classes
+from bigearthnet.synthetic.look import LOOKS, SyntheticLook
 from bigearthnet.synthetic.metadata import v1_labels_json, v1_s1_json, write_v2_tables
 from bigearthnet.synthetic.places import plan_tiles, region_of, stamp
-from bigearthnet.synthetic.reben_stats import CLOUD_SHARE, SNOW_SHARE, SPLIT_SHARE
 from bigearthnet.synthetic.reference_maps import write_truths
 from bigearthnet.synthetic.render import (
     PatchJob,
@@ -92,7 +91,6 @@ __all__ = [
 
 LAYOUTS: tuple[str, ...] = ("v1", "v2")
 
-_SNOW_CLOUD_FRACTION = 0.07
 _DROPPED_EXTRA_PROB = 0.12
 _PATCHES_PER_TILE = 100
 _TILE_GRID = 90  # a 109.8 km Sentinel-2 tile holds ~90 x 90 patches of 1.2 km
@@ -139,11 +137,6 @@ def _draw_classes_v2(rng: np.random.Generator) -> tuple[int, ...]:
     return tuple(int(c) for c in rng.choice(len(CLASSES_19), size=_num_regions(rng), replace=False))
 
 
-def _num_snow_cloud(num_patches: int) -> int:
-    count = round(_SNOW_CLOUD_FRACTION * num_patches)
-    return max(1, count) if num_patches >= 10 else min(count, num_patches - 1)
-
-
 def _v2_splits(rng: np.random.Generator, num_patches: int, train: float = 0.6) -> list[str]:
     """A random train/validation/test assignment with exact counts: ``train``, then the
     rest halved (60/20/20 simple, 50/25/25 as reBEN realistic)."""
@@ -154,29 +147,14 @@ def _v2_splits(rng: np.random.Generator, num_patches: int, train: float = 0.6) -
     return [ordered[i] for i in rng.permutation(num_patches)]
 
 
-def _overlays(rng: np.random.Generator, num_patches: int, realistic: bool) -> list[str | None]:
-    """Which v2 patches are snowy or cloudy: reBEN's shares (11.1 %, 1.6 %) realistic, else
-    ~7 % half and half."""
-    overlays: list[str | None] = [None] * num_patches
-    if realistic:
-        draw = rng.random(num_patches)
-        for i, value in enumerate(draw):
-            overlays[i] = "snow" if value < SNOW_SHARE else "cloud" if value < (
-                SNOW_SHARE + CLOUD_SHARE) else None  # fmt: skip
-        return overlays
-    flagged = rng.choice(num_patches, size=_num_snow_cloud(num_patches), replace=False)
-    for n, i in enumerate(sorted(int(f) for f in flagged)):
-        overlays[i] = "snow" if (n + int(rng.integers(2))) % 2 else "cloud"
-    return overlays
-
-
 def plan_archive(
     num_patches: int, layout: str, seed: int, s1: bool = False, difficulty: str = "simple"
 ) -> tuple[list[SyntheticPatch], list[PatchJob], list[dict]]:
     """Decide every name, place, date, label and split from the seed (no pixels yet);
-    ``s1`` adds each patch's Sentinel-1 folder (the same plan otherwise). ``realistic``
-    draws labels and truth from the landscape model (:mod:`.landscape`)."""
-    realistic = difficulty == "realistic"
+    ``s1`` adds each patch's Sentinel-1 folder (the same plan otherwise). The look of
+    ``difficulty`` shares the splits, picks the snowy and cloudy patches and (realistic)
+    draws labels from a truth (:mod:`bigearthnet.synthetic.look`)."""
+    look = LOOKS[difficulty]
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0]))
     tiles = plan_tiles(rng, min(num_patches, max(2, math.ceil(num_patches / _PATCHES_PER_TILE))))
     tile_of = [i % len(tiles) for i in range(num_patches)]
@@ -184,9 +162,9 @@ def plan_archive(
         [int(c) for c in rng.choice(_TILE_GRID**2, size=tile_of.count(t), replace=False)]
         for t in range(len(tiles))
     ]
-    train = SPLIT_SHARE["train"] if realistic else 0.6
-    splits = _v2_splits(rng, num_patches, train) if layout == "v2" else [None] * num_patches
-    overlays = _overlays(rng, num_patches, realistic) if layout == "v2" else [None] * num_patches
+    v2 = layout == "v2"
+    splits = _v2_splits(rng, num_patches, look.train_share) if v2 else [None] * num_patches
+    overlays = look.overlays(rng, num_patches) if v2 else [None] * num_patches
     representative = representative43()
     patches, jobs, rows = [], [], []
     for i in range(num_patches):
@@ -199,7 +177,7 @@ def plan_archive(
         s1_name = f"{s1_product}_{tile.mgrs}_{col}_{row}"
         s1_json = None
         epsg = 32600 + tile.zone
-        truth = plan_patch(rng) if realistic else None
+        truth = look.patch_truth(rng)
         if layout == "v1":
             classes = v1_classes(rng, truth.labels) if truth else _draw_classes_v1(rng)
             labels = tuple(CLASSES_43[c] for c in sorted(set(classes)))
@@ -282,7 +260,7 @@ def _run_jobs(root: str, seed: int, jobs: list[PatchJob], workers: int) -> dict[
 # it emptied a folder of the user's files and replaced a copy of a shards folder). Made
 # before marks: a realistic v2 archive (truth.parquet, which no real archive holds).
 OWNER = Owner(
-    "bigearthnet-synth", ".bigearthnet-synth", replace_flag="--overwrite", signature=TRUTH_FILE,
+    "bigearthnet-synth", ".bigearthnet-synth", signature=TRUTH_FILE,
     names=frozenset({V2_S2_DIR, V2_S1_DIR, V2_METADATA, V2_SNOW_CLOUD, V2_MAPS_DIR,
                      TRUTH_MAPS, SYNTHETIC_MARK}),
 )  # fmt: skip
@@ -315,10 +293,7 @@ class ArchiveSpec(SyntheticLook):
         1, "processes writing patches in parallel; output does not depend on it",
         check=require_positive_int, short="-j", metavar="W",
     )  # fmt: skip
-    overwrite: bool = option(
-        False, "replace OUT if it is an archive of this command (the old one is removed only "
-        "at the end); a folder of anything else is never replaced",
-    )  # fmt: skip
+    overwrite: bool = reuse(Replacing, "overwrite")
     s1: bool = option(
         False, "also Sentinel-1 VV/VH (float32 dB) of the same regions: v2 in "
         "OUT/BigEarthNet-S1, v1 as the S1 v1.0 archive OUT/BigEarthNet-S1-v1.0 (preprocess "
@@ -354,6 +329,6 @@ def generate_archive(out_dir: os.PathLike | str, spec: ArchiveSpec) -> list[Synt
             write_truths(work, [p.name for p in patches], truths)
         write_synthetic_mark(work, layout=layout, difficulty=spec.difficulty, seed=seed,
                              patches=spec.patches)  # fmt: skip
-        if spec.difficulty == "realistic":
+        if spec.look.truth_table:
             write_truth(work, [p.name for p in patches], [job.truth or () for job in jobs])
     return patches

@@ -4,12 +4,13 @@ several dates, with land cover that changes in known places at known dates and c
 marked in SCL.
 
 * **Truth** lives on the European LAEA grid (EPSG:3035) in blocks of ``block`` metres, a
-  class per block and date. Realistic (the default): the archive's landscape model over
-  the blocks, the changes that happen (a forest felled, a field built on; a flooded field
-  for one date) and small unmapped features inside blocks (:mod:`.region_cover`). Simple:
-  any of :data:`REGION_CLASSES` anywhere; about 25 % of blocks change lastingly to any
-  other, about 15 % show a one-date look-alike that reverts (inland water). Lasting changes
-  come at a date with at least two dates before and after it.
+  class per block and date, as the look of ``--difficulty`` covers them
+  (:mod:`.region_cover`). Realistic (the default): the archive's landscape model over the
+  blocks, the changes that happen (a forest felled, a field built on; a flooded field for
+  one date) and small unmapped features inside blocks. Simple: a few classes anywhere;
+  about 25 % of blocks change lastingly to any other, about 15 % show a one-date
+  look-alike that reverts (inland water). Lasting changes come at a date with at least two
+  dates before and after it.
 * **Tiles** are squares of ``size`` px at 10 m in their own UTM zone, in two columns (west
   of 12 E in zone 32, east in zone 33) and ``tiles / 2`` rows, overlapping by ``overlap``
   metres. Each pixel takes the class of the block its centre falls in (or of the small
@@ -36,24 +37,22 @@ import numpy as np
 from rasterio.warp import transform
 
 from bigearthnet.core import constants
-from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.declare import check_fields, option, reuse
 from bigearthnet.core.errors import ConfigError
-from bigearthnet.core.folders import Owner, check_output, publishing
+from bigearthnet.core.folders import Owner, Replacing, check_output, publishing
 from bigearthnet.core.room import Needs, check_room
 from bigearthnet.core.util import atomic_write_json
 from bigearthnet.synthetic import region_cover as cover
 from bigearthnet.synthetic import sizes
 from bigearthnet.synthetic.look import SyntheticLook
 from bigearthnet.synthetic.places import region_of
-from bigearthnet.synthetic.scene import Looks, render_classes, write_bands
+from bigearthnet.synthetic.scene import Appearance, render_classes, write_bands
 from bigearthnet.synthetic.scene_forms import FORM_LAYOUTS, write_form
 
 TRUTH_CRS = "EPSG:3035"
 CENTRE_LONLAT = (12.0, 48.0)  # on the boundary of UTM zones 32 and 33
 COUNTRY = "Austria"  # 12 E 48 N: how the realistic spectra look there
 # Classes the synthetic archive's tiny model tells apart well (as bigearthnet-synth scene).
-REGION_CLASSES: tuple[int, ...] = (0, 2, 5, 8, 11, 13, 14, 16, 18, 9, 3)
-FLOOD_CLASS = 17  # inland waters: the look-alike that comes and goes
 FIRST_DATE = dt.date(2020, 3, 15)
 MIN_BLOCK = constants.PATCH_SIZE * 10.0  # metres: one BigEarthNet patch
 MAX_BLOCK = 100_000.0  # metres: larger than any region this writes, a block of one class
@@ -111,6 +110,7 @@ class RegionSpec(SyntheticLook):
         "Zarr products, STAC items with COGs (stac: Earth Search's style, stac-pc: Planetary "
         "Computer's), or mixed: the forms in turn", choices=REGION_LAYOUTS,
     )  # fmt: skip
+    overwrite: bool = reuse(Replacing, "overwrite")
     overlap: float = 1200.0  # metres two neighbouring tiles share
 
     def __post_init__(self) -> None:
@@ -135,16 +135,17 @@ class RegionSpec(SyntheticLook):
 
 
 def generate_region(out: Path, spec: RegionSpec) -> dict:
-    """Write the region to ``out`` (a new path, or an empty folder), built beside it and
-    renamed into place; returns the truth. InputError, before anything is written, for a
-    folder that holds anything, or a region too large for the disk or the memory."""
-    check_output(out, OWNER)
+    """Write the region to ``out`` (a new path, an empty folder, or with ``spec.overwrite`` a
+    region of this command), built beside it and renamed into place; returns the truth.
+    InputError, before anything is written, for a folder that holds anything else, or a
+    region too large for the disk or the memory."""
+    check_output(out, OWNER, replace=spec.overwrite)
     check_room(out, spec.needs())
     rng = np.random.default_rng(spec.seed)
     tiles = _tiles(spec)
     truth = _truth(spec, tiles, rng)
     dates = [FIRST_DATE + dt.timedelta(days=DAYS_BETWEEN * d) for d in range(spec.dates)]
-    with publishing(out, OWNER) as tmp:
+    with publishing(out, OWNER, replace=spec.overwrite) as tmp:
         scenes: list[dict] = []
         for tile in tiles:
             block_of, feature = pixel_cover(tile, spec, truth)
@@ -153,9 +154,9 @@ def generate_region(out: Path, spec: RegionSpec) -> dict:
                 grid = truth["classes"][d][block_of]
                 grid = np.where(feature >= 0, feature, grid)  # unmapped small features
                 cloud = _cloud(spec.size, rng)
-                looks = Looks(spec.difficulty, month=date.month, region=region_of(COUNTRY))
+                seen = Appearance(spec.look, month=date.month, region=region_of(COUNTRY))
                 bands = render_classes(np.asarray(grid), cloud, 0, int(rng.integers(1 << 31)),
-                                       looks)  # fmt: skip
+                                       seen)  # fmt: skip
                 epsg, origin = tile["epsg"], (tile["left"], tile["top"])
                 form = MIXED[len(scenes) % len(MIXED)] if spec.layout == "mixed" else spec.layout
                 if form in FORM_LAYOUTS:
@@ -207,13 +208,7 @@ def _truth(spec: RegionSpec, tiles: list[dict], rng: np.random.Generator) -> dic
     top = np.ceil(max(x[3] for x in boxes) / b) * b
     cols = int(np.ceil((max(x[2] for x in boxes) - left) / b))
     rows = int(np.ceil((top - min(x[1] for x in boxes)) / b))
-    if spec.difficulty == "simple":
-        start, plan = _simple_events(spec, rows, cols, rng)
-        found: list[dict] = []
-    else:
-        start, landscape = cover.block_classes(rng, rows, cols)
-        plan = _realistic_events(spec, start, rng)
-        found = cover.features(rng, landscape, start, spec.block)
+    start, plan, found = spec.look.region_cover(rng, rows, cols, spec.dates, spec.block)
     classes = np.repeat(start[None], spec.dates, axis=0)
     events = []
     for (r, c), kind, at, new in plan:
@@ -225,38 +220,6 @@ def _truth(spec: RegionSpec, tiles: list[dict], rng: np.random.Generator) -> dic
                        "from": int(start[r, c]), "to": new})  # fmt: skip
     return {"left": float(left), "top": float(top), "rows": rows, "cols": cols,
             "classes": classes, "events": events, "features": found}  # fmt: skip
-
-
-Event = tuple[tuple[int, int], str, int, int]  # (block), kind, date index, class
-
-
-def _simple_events(
-    spec: RegionSpec, rows: int, cols: int, rng: np.random.Generator
-) -> tuple[np.ndarray, list[Event]]:
-    """Any of :data:`REGION_CLASSES` anywhere; a quarter change to any other, 15 % flood."""
-    start = rng.choice(REGION_CLASSES, (rows, cols))
-    kind = rng.choice(3, (rows, cols), p=[0.60, 0.25, 0.15])
-    plan: list[Event] = []
-    for r, c in zip(*np.nonzero(kind == 1)):
-        at = int(rng.integers(2, spec.dates - 1))
-        new = int(rng.choice([k for k in REGION_CLASSES if k != start[r, c]]))
-        plan.append(((int(r), int(c)), "lasting", at, new))
-    for r, c in zip(*np.nonzero(kind == 2)):
-        plan.append(((int(r), int(c)), "transient", int(rng.integers(1, spec.dates - 1)),
-                     FLOOD_CLASS))  # fmt: skip
-    return start, plan
-
-
-def _realistic_events(spec: RegionSpec, start: np.ndarray, rng: np.random.Generator) -> list[Event]:
-    """The changes that happen to each block's class (:mod:`.region_cover`)."""
-    plan: list[Event] = []
-    for (r, c), k in np.ndenumerate(start):
-        new = cover.lasting_change(rng, int(k))
-        if new is not None:
-            plan.append(((r, c), "lasting", int(rng.integers(2, spec.dates - 1)), new))
-        elif cover.floods(rng, int(k)):
-            plan.append(((r, c), "transient", int(rng.integers(1, spec.dates - 1)), FLOOD_CLASS))
-    return plan
 
 
 def pixel_cover(

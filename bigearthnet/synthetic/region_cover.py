@@ -1,6 +1,15 @@
-"""What covers a realistic synthetic region (``bigearthnet-synth region``, the default
-``--difficulty realistic``): the archive's landscape model (:mod:`.landscape`) laid over the
-region's LAEA blocks, so a map is held to land cover shaped like the archive it learnt from.
+"""What covers a synthetic region (``bigearthnet-synth region``): its blocks' classes, the
+changes that come to them, and small features, for each look
+(:mod:`bigearthnet.synthetic.look` picks the one of its look).
+
+Simple (:func:`simple_events`): any of :data:`REGION_CLASSES` anywhere; about 25 % of
+blocks change lastingly to any other, about 15 % show a one-date look-alike that reverts
+(:data:`FLOOD_CLASS`).
+
+Realistic (the default, ``--difficulty realistic``; :func:`block_classes`,
+:func:`realistic_events`, :func:`features`): the archive's landscape model
+(:mod:`.landscape`) laid over the region's LAEA blocks, so a map is held to land cover
+shaped like the archive it learnt from.
 
 * **Landscapes** of the Alpine foreland at 12 E 48 N (no sea, no Mediterranean) cover
   squares of :data:`ZONE_BLOCKS` x :data:`ZONE_BLOCKS` blocks; each block's class is drawn
@@ -22,6 +31,8 @@ import numpy as np
 
 from bigearthnet.synthetic import landscape as ls
 
+REGION_CLASSES: tuple[int, ...] = (0, 2, 5, 8, 11, 13, 14, 16, 18, 9, 3)  # simple's classes
+FLOOD_CLASS = 17  # inland waters: the look-alike that comes and goes
 ZONE_BLOCKS = 3  # a landscape spans 3 x 3 blocks
 INLAND: dict[str, float] = {  # landscape -> weight at 12 E 48 N
     "temperate forest": 0.25,
@@ -75,6 +86,38 @@ def lasting_change(rng: np.random.Generator, start: int) -> int | None:
 
 def floods(rng: np.random.Generator, start: int) -> bool:
     return start in FLOODABLE and rng.random() < FLOOD_SHARE
+
+
+Event = tuple[tuple[int, int], str, int, int]  # (block), kind, date index, class
+
+
+def simple_events(
+    rng: np.random.Generator, rows: int, cols: int, dates: int
+) -> tuple[np.ndarray, list[Event]]:
+    """Any of :data:`REGION_CLASSES` anywhere; a quarter change to any other, 15 % flood."""
+    start = rng.choice(REGION_CLASSES, (rows, cols))
+    kind = rng.choice(3, (rows, cols), p=[0.60, 0.25, 0.15])
+    plan: list[Event] = []
+    for r, c in zip(*np.nonzero(kind == 1)):
+        at = int(rng.integers(2, dates - 1))
+        new = int(rng.choice([k for k in REGION_CLASSES if k != start[r, c]]))
+        plan.append(((int(r), int(c)), "lasting", at, new))
+    for r, c in zip(*np.nonzero(kind == 2)):
+        plan.append(((int(r), int(c)), "transient", int(rng.integers(1, dates - 1)),
+                     FLOOD_CLASS))  # fmt: skip
+    return start, plan
+
+
+def realistic_events(rng: np.random.Generator, start: np.ndarray, dates: int) -> list[Event]:
+    """The changes that happen to each block's class of ``start``, over ``dates`` dates."""
+    plan: list[Event] = []
+    for (r, c), k in np.ndenumerate(start):
+        new = lasting_change(rng, int(k))
+        if new is not None:
+            plan.append(((r, c), "lasting", int(rng.integers(2, dates - 1)), new))
+        elif floods(rng, int(k)):
+            plan.append(((r, c), "transient", int(rng.integers(1, dates - 1)), FLOOD_CLASS))
+    return plan
 
 
 def features(

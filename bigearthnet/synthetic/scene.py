@@ -24,20 +24,19 @@ from pathlib import Path
 import numpy as np
 
 from bigearthnet.core import constants
-from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.declare import check_fields, option, reuse
 from bigearthnet.core.errors import (
     ConfigError,
     InputError,
     require_positive_int,
 )
-from bigearthnet.core.folders import Owner, check_output, publishing
+from bigearthnet.core.folders import REPLACE_FLAG, Owner, Replacing, check_output, publishing
 from bigearthnet.core.room import Needs, check_room
 from bigearthnet.core.util import atomic_path
 from bigearthnet.formats.s2_layouts import BOA_ADD_OFFSET, REFLECTANCE_SCALE
-from bigearthnet.synthetic import sizes, spectra
-from bigearthnet.synthetic.look import SyntheticLook
+from bigearthnet.synthetic import sizes
+from bigearthnet.synthetic.look import LOOKS, Look, SyntheticLook
 from bigearthnet.synthetic.places import region_of
-from bigearthnet.synthetic.render import class_signatures
 from bigearthnet.synthetic.scene_forms import FORM_LAYOUTS, stored, write_form
 
 EPSG = 32633
@@ -71,40 +70,34 @@ def render_scene(truth: SceneTruth, seed: int, difficulty: str) -> dict[str, np.
     if truth.cloud is not None:
         row0, col0, row1, col1 = truth.cloud
         cloud[row0:row1, col0:col1] = True
-    looks = Looks(difficulty, month=SCENE_DATE.month, region=region_of(SCENE_COUNTRY))
-    return render_classes(grid, cloud, truth.border, seed, looks)
+    seen = Appearance(LOOKS[difficulty], month=SCENE_DATE.month, region=region_of(SCENE_COUNTRY))
+    return render_classes(grid, cloud, truth.border, seed, seen)
 
 
 @dataclass(frozen=True)
-class Looks:
-    """How classes look: ``simple`` (the simple archive's far-apart signatures) or
-    ``realistic`` (the realistic archive's spectra, :mod:`.spectra`, in ``month`` and
-    ``region``): the scene must look like the archive its model learned from."""
+class Appearance:
+    """How classes look in a scene: the look of its archive (the scene must look like the
+    archive its model learned from), in ``month`` and ``region`` (a country's index)."""
 
-    difficulty: str
+    look: Look
     month: int = 8
     region: int = 0
 
 
 def render_classes(
-    grid: np.ndarray, cloud: np.ndarray, border: int, seed: int, looks: Looks
+    grid: np.ndarray, cloud: np.ndarray, border: int, seed: int, seen: Appearance
 ) -> dict[str, np.ndarray]:
     """A (size, size) 10 m grid of 19-class indices -> band -> uint16 image at the band's
     native resolution, and ``SCL``: bright in every band and SCL cloud where ``cloud`` (a
     mask of even-aligned 2 x 2 blocks), nodata in a ``border`` of px at every edge."""
     rng = np.random.default_rng(seed)
     size = grid.shape[0]
-    if looks.difficulty == "realistic":
-        full = spectra.render_field(rng, grid, looks.month, looks.region)
-    else:
-        texture = 1.0 + 0.05 * _smooth(rng, size)
-        signatures = class_signatures(19)
-        full = np.stack([signatures[grid, i] * texture for i in range(len(constants.BANDS))])
+    full = seen.look.field(rng, grid, seen.month, seen.region)
     bands = {}
     for index, band in enumerate(constants.BANDS):
         field = full[index]
         field[cloud] = CLOUD_REFLECTANCE
-        factor = constants.BAND_RESOLUTION_M[band] // 10
+        factor = constants.band_factor(band)
         native = size // factor
         coarse = field.reshape(native, factor, native, factor).mean(axis=(1, 3))
         noisy = coarse * (1 + 0.01 * rng.standard_normal(coarse.shape)) + 8 * rng.standard_normal(
@@ -121,16 +114,6 @@ def render_classes(
         scl[:edge], scl[-edge:], scl[:, :edge], scl[:, -edge:] = 0, 0, 0, 0
     bands["SCL"] = scl
     return bands
-
-
-def _smooth(rng: np.random.Generator, size: int, knots: int = 8) -> np.ndarray:
-    """A smooth N(0, ~1) field: random knots, bilinearly interpolated."""
-    coarse = rng.standard_normal((knots, knots))
-    axis = np.linspace(0, knots - 1, size)
-    lo = np.floor(axis).astype(int).clip(0, knots - 2)
-    frac = axis - lo
-    rows = coarse[lo] * (1 - frac)[:, None] + coarse[lo + 1] * frac[:, None]
-    return rows[:, lo] * (1 - frac) + rows[:, lo + 1] * frac
 
 
 def _profile(
@@ -193,6 +176,7 @@ class DemoScene(SyntheticLook):
     blocks: int = option(3, f"N x N land-cover squares of 240 px (3: a 7.2 km scene), at "
                          f"most {MAX_BLOCKS}: one Sentinel-2 tile", check=_blocks,
                          metavar="N")  # fmt: skip
+    overwrite: bool = reuse(Replacing, "overwrite")
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -209,15 +193,17 @@ class DemoScene(SyntheticLook):
 
 
 def write_demo_scene(out: Path, spec: DemoScene) -> tuple[Path, SceneTruth]:
-    """``bigearthnet-synth scene``: the scene ``spec`` describes at ``out`` (a new path, or
-    an empty folder), built beside it and renamed into place; returns the scene's path (what
-    ``bigearthnet-map scene`` takes) and its truth. InputError, before anything is written,
-    for a path that exists or a scene too large for the disk or the memory."""
+    """``bigearthnet-synth scene``: the scene ``spec`` describes at ``out`` (a new path, an
+    empty folder, or with ``spec.overwrite`` a scene folder of this command), built beside
+    it and renamed into place; returns the scene's path (what ``bigearthnet-map scene``
+    takes) and its truth. InputError, before anything is written, for a path that holds
+    anything else or a scene too large for the disk or the memory."""
     out, stack = Path(out), spec.layout == "stack"  # a stack is a file, the rest folders
-    if stack and out.exists():
-        raise InputError(f"{out}: exists; choose a new path")
+    if stack and out.exists():  # a file holds no mark: nothing tells it is this command's
+        raise InputError(f"{out}: exists; choose a new path ({REPLACE_FLAG} replaces only a "
+                         "folder this command made)")  # fmt: skip
     if not stack:
-        check_output(out, OWNER)
+        check_output(out, OWNER, replace=spec.overwrite)
     check_room(out, spec.needs())
     truth = spec.truth()
 
@@ -230,7 +216,7 @@ def write_demo_scene(out: Path, spec: DemoScene) -> tuple[Path, SceneTruth]:
         with atomic_path(out) as tmp:
             write(tmp)
         return out, truth
-    with publishing(out, OWNER) as work:
+    with publishing(out, OWNER, replace=spec.overwrite) as work:
         scene = write(work)
     return out / scene.relative_to(work), truth
 
@@ -267,8 +253,7 @@ def write_bands(
     import rasterio
 
     for band, image in bands.items():
-        res = 20 if band == "SCL" else constants.BAND_RESOLUTION_M[band]
-        factor = res // 10
+        res, factor = constants.band_resolution_m(band), constants.band_factor(band)
         if layout == "safe":
             folder = out / "GRANULE" / GRANULE / "IMG_DATA" / f"R{res}m"
             path = folder / f"{TILE_DATE}_{band}_{res}m.jp2"
@@ -294,7 +279,7 @@ def write_stack(out: Path, truth: SceneTruth, bands: dict[str, np.ndarray]) -> N
     out.parent.mkdir(parents=True, exist_ok=True)
     with rasterio.open(out, "w", **profile) as dst:
         for index, band in enumerate(constants.BANDS, start=1):
-            factor = constants.BAND_RESOLUTION_M[band] // 10
+            factor = constants.band_factor(band)
             dst.write(bands[band].repeat(factor, axis=0).repeat(factor, axis=1), index)
             dst.set_band_description(index, band)
         dst.scales = (REFLECTANCE_SCALE,) * dst.count  # offset-free DN

@@ -16,9 +16,9 @@ that catalog stores them.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,10 +28,21 @@ from bigearthnet.core import constants
 from bigearthnet.formats import s2_layouts as layout
 from bigearthnet.formats.s2_layouts import BOA_ADD_OFFSET, REFLECTANCE_SCALE
 
-FORM_LAYOUTS = ("zarr", "zarr-zip", "zarr-v2", "stac", "stac-pc")
 BASELINE = "04.00"
-STAC_STYLE = {"stac": "earth-search", "stac-pc": "pc"}
 ASSETS = "assets"  # beside the item files' folder: the COGs of each item
+
+
+# Each form's test writer (SAFE, band GeoTIFFs and stacks: bigearthnet.synthetic.scene):
+# (folder, bands, (epsg, origin, size), STAC properties, product name) -> the scene's path.
+# A new input form's writer is an entry here.
+FORM_WRITERS: dict[str, Callable[..., Path]] = {
+    "zarr": lambda *scene: _write_zarr(*scene, zipped=False, version=3),
+    "zarr-zip": lambda *scene: _write_zarr(*scene, zipped=True, version=3),
+    "zarr-v2": lambda *scene: _write_zarr(*scene, zipped=False, version=2),  # EOPF's, before 2026
+    "stac": lambda *scene: _write_stac(*scene, style="earth-search"),
+    "stac-pc": lambda *scene: _write_stac(*scene, style="pc"),
+}
+FORM_LAYOUTS = tuple(FORM_WRITERS)
 
 
 def stored(band: str, image: np.ndarray) -> np.ndarray:
@@ -56,22 +67,18 @@ def write_form(
     as ``form`` (:data:`FORM_LAYOUTS`) into ``folder``, named ``name`` + ``.zarr``,
     ``.zarr.zip`` or ``.json`` (a STAC item's COGs go to ``folder/../assets/<name>/``);
     returns the scene's path. ``name`` is a product name: tile and date come from it."""
-    found = layout.PRODUCT_NAME.search(name)
+    found = layout.named_tile_and_date(name)
     if found is None:
         raise ValueError(f"{name}: not an L2A product name")
-    date = dt.datetime.strptime(found["date"], "%Y%m%d").date()
+    tile, date = found
     props = {
         "datetime": f"{date.isoformat()}T10:05:59Z",
         "proj:epsg": epsg,
-        "s2:mgrs_tile": found["tile"],
+        "s2:mgrs_tile": tile,
         "s2:product_type": "S2MSI2A",
         "s2:processing_baseline": BASELINE,
     }
-    grid = (epsg, origin, size)
-    if form.startswith("zarr"):
-        version: Literal[2, 3] = 2 if form == "zarr-v2" else 3  # EOPF's samples before 2026
-        return _write_zarr(folder, bands, grid, props, name, form == "zarr-zip", version)
-    return _write_stac(folder, bands, grid, props, name, STAC_STYLE[form])
+    return FORM_WRITERS[form](folder, bands, (epsg, origin, size), props, name)
 
 
 def _centres(origin: float, count: int, step: float) -> np.ndarray:
@@ -88,7 +95,7 @@ def _downsampled(image: np.ndarray, factor: int) -> np.ndarray:
 
 
 def _write_zarr(
-    folder: Path, bands, grid, props: dict, name: str, zipped: bool, version: Literal[2, 3]
+    folder: Path, bands, grid, props: dict, name: str, *, zipped: bool, version: Literal[2, 3]
 ) -> Path:
     import zarr
 
@@ -107,12 +114,13 @@ def _write_zarr(
                            attributes={layout.ZARR_METADATA: item})  # fmt: skip
     for res in layout.ZARR_RESOLUTIONS:
         group = root.require_group(layout.zarr_group(res))
-        _coordinates(group, origin, size // (res // 10), float(res))
+        factor = constants.resolution_factor(res)
+        assert factor is not None  # the product's groups are at native resolutions
+        _coordinates(group, origin, size // factor, float(res))
         for band in constants.BANDS:
-            native = constants.BAND_RESOLUTION_M[band]
-            if native > res:
+            if constants.band_factor(band) > factor:
                 continue  # each group: its bands, and copies of the finer ones
-            image = _downsampled(stored(band, bands[band]), res // native)
+            image = _downsampled(stored(band, bands[band]), factor // constants.band_factor(band))
             _array(group, band.lower(), image, scaled=True)
     scl_group = root.require_group(layout.ZARR_SCL.rsplit("/", 1)[0])
     _coordinates(scl_group, origin, size // 2, 20.0)
@@ -149,7 +157,7 @@ def _array(group, name: str, image: np.ndarray, scaled: bool) -> None:
     array[:] = image
 
 
-def _write_stac(items: Path, bands, grid, props: dict, name: str, style: str) -> Path:
+def _write_stac(items: Path, bands, grid, props: dict, name: str, *, style: str) -> Path:
     """``items/<name>.json`` and its COGs in ``assets/<name>/`` beside ``items`` (so a folder
     of items holds items only); hrefs relative to the item."""
     epsg, origin, _ = grid
@@ -159,7 +167,13 @@ def _write_stac(items: Path, bands, grid, props: dict, name: str, style: str) ->
     for band in (*constants.BANDS, layout.SCL):
         key = layout.asset_key(band, style)
         path = folder / f"{key}.tif"
-        _write_cog(path, stored(band, bands[band]), f"EPSG:{epsg}", origin, _resolution(band))
+        _write_cog(
+            path,
+            stored(band, bands[band]),
+            f"EPSG:{epsg}",
+            origin,
+            constants.band_resolution_m(band),
+        )
         asset: dict[str, Any] = {"href": f"../{ASSETS}/{name}/{path.name}", "roles": ["data"],
                  "type": "image/tiff; application=geotiff; profile=cloud-optimized"}  # fmt: skip
         if style == "earth-search" and band != layout.SCL:
@@ -207,10 +221,6 @@ def _assets_folder(items: Path, name: str) -> Path:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     return folder
-
-
-def _resolution(band: str) -> int:
-    return 20 if band == layout.SCL else constants.BAND_RESOLUTION_M[band]
 
 
 def _write_cog(path: Path, image: np.ndarray, crs: str, origin, res: int) -> None:

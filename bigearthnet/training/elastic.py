@@ -38,8 +38,8 @@ from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import first_line
 from bigearthnet.formats.checkpoints import Position
 from bigearthnet.formats.history import HistoryRow
+from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.formats.model_inputs import ModelInputs
-from bigearthnet.formats.shards import read_manifest
 from bigearthnet.training.driver import EpochDriver, RunHooks
 from bigearthnet.training.initial import keep_start
 from bigearthnet.training.outputs import RunOutputs

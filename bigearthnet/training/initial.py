@@ -28,8 +28,8 @@ from bigearthnet.core import constants, distributed
 from bigearthnet.core.config import RUN_CONFIG, TrainConfig, load_run_config
 from bigearthnet.core.errors import ConfigError, InputError
 from bigearthnet.formats import checkpoints, weights_record
+from bigearthnet.formats.manifest import Manifest
 from bigearthnet.formats.model_inputs import ModelInputs
-from bigearthnet.formats.shards import Manifest
 from bigearthnet.formats.weights_record import WeightsRecord
 from bigearthnet.inference.run_checkpoint import run_checkpoint
 from bigearthnet.inference.trained_run import load_model, recorded_inputs

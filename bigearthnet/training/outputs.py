@@ -67,7 +67,7 @@ class RunOutputs:
     ) -> None:
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
-        self.data_id = data_id  # shards.Manifest.data_id of --data: in every checkpoint
+        self.data_id = data_id  # manifest.Manifest.data_id of --data: in every checkpoint
         self.bands = bands  # the channels of --data (None: not checked)
         self.command = command  # the command line that started this process, if known
         # the options the run in this folder was made with (its config.yaml), once a

@@ -25,7 +25,7 @@ from bigearthnet.core.errors import InputError
 from bigearthnet.data.normalization import model_inputs
 from bigearthnet.formats.checkpoints import CheckpointRecord, Position
 from bigearthnet.formats.history import HistoryRow
-from bigearthnet.formats.shards import Manifest, read_manifest
+from bigearthnet.formats.manifest import Manifest, read_manifest
 from bigearthnet.training.driver import EpochDriver
 from bigearthnet.training.initial import initial_weights, keep_start
 from bigearthnet.training.outputs import RunOutputs

@@ -4,7 +4,7 @@ folder (:mod:`bigearthnet.formats.weights_record`) the registry's models load.
 Reading, layout, channels, normalisation, head: each step refuses what does not fit in one
 line naming the file, and every adaptation is kept in the record and printed. The folder is
 written beside ``out`` and renamed into place when complete
-(:func:`bigearthnet.core.folders.publishing`); ``--force`` replaces only a folder this
+(:func:`bigearthnet.core.folders.publishing`); ``--overwrite`` replaces only a folder this
 command made.
 """
 
@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 
 from bigearthnet.core import constants
-from bigearthnet.core.declare import check_fields, option
+from bigearthnet.core.declare import check_fields, option, reuse
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.folders import (
     Owner,
+    Replacing,
     check_output,
     folder_path,
     publishing,
@@ -67,8 +68,7 @@ class WeightsOptions:
         "keep a classifier head; --no-head imports the backbone alone (needed for a head of "
         "another class count than 19 or 43, e.g. ImageNet's 1000)",
     )
-    force: bool = option(False, "replace --out if this command made it (never a folder of "
-                         "anything else)")  # fmt: skip
+    overwrite: bool = reuse(Replacing, "overwrite", deprecated=("--force",))
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -129,28 +129,28 @@ def convert_file(opts: WeightsOptions) -> Converted:
 
 # An imported weights folder: its mark, or (made before marks) weights.json and weights.h5.
 OWNER = Owner(
-    "bigearthnet-weights import", ".bigearthnet-weights", option="--out", replace_flag="--force",
+    "bigearthnet-weights import", ".bigearthnet-weights", option="--out",
     signature=weights_record.RECORD_FILE, names=frozenset({weights_record.WEIGHTS_FILE}),
 )  # fmt: skip
 
 
 def import_weights(opts: WeightsOptions) -> WeightsRecord:
     """Convert ``opts.src`` and write the weights folder ``opts.out``; returns its record."""
-    check_out(opts.src, opts.out, opts.force, OWNER)
+    check_out(opts.src, opts.out, opts.overwrite, OWNER)
     converted = convert_file(opts)
-    with publishing(Path(opts.out), OWNER, replace=opts.force) as folder:
+    with publishing(Path(opts.out), OWNER, replace=opts.overwrite) as folder:
         keras_model(converted).save_weights(str(folder / weights_record.WEIGHTS_FILE))
         weights_record.write(folder, converted.record)
     return converted.record
 
 
-def check_out(src: str | Path, out: str | Path, force: bool, owner: Owner) -> None:
+def check_out(src: str | Path, out: str | Path, overwrite: bool, owner: Owner) -> None:
     """InputError when writing ``out`` could overwrite ``src`` or a folder ``owner`` did not
-    make, or replace one of its own without ``force``."""
-    clash = overlapping(out, {"SRC": src}, replaces=force)
+    make, or replace one of its own without ``overwrite``."""
+    clash = overlapping(out, {"SRC": src}, replaces=overwrite)
     if clash:
         raise InputError(f"--out {out} would overwrite {clash}")
-    check_output(Path(out), owner, replace=force)
+    check_output(Path(out), owner, replace=overwrite)
 
 
 def keras_model(converted: Converted):  # -> tf.keras.Model (TensorFlow imported here only)

@@ -6,7 +6,7 @@ source file as ``init_weights``), one checkpoint whose pointer (``best.json``, e
 records the model's inputs - channels, the source's normalisation in the shards' codes,
 resampling, classes - and ``weights.json``, the import's record (source, file digest,
 adaptations). It is written beside ``out`` and renamed into place when complete;
-``--force`` replaces only a run folder this command made.
+``--overwrite`` replaces only a run folder this command made.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from bigearthnet.weights.importer import (
 )
 
 # A run folder of this command: its mark, or (made before marks) weights.json beside the
-# config and the checkpoint; --force never replaces a run train.py made.
+# config and the checkpoint; --overwrite never replaces a run train.py made.
 OWNER = Owner(
-    "bigearthnet-weights run", ".bigearthnet-weights-run", option="--out", replace_flag="--force",
+    "bigearthnet-weights run", ".bigearthnet-weights-run", option="--out",
     signature=weights_record.RECORD_FILE, names=frozenset({RUN_CONFIG, run_folder.CHECKPOINTS}),
 )  # fmt: skip
 
@@ -40,7 +40,7 @@ def make_run(opts: WeightsOptions) -> WeightsRecord:
     """Write the run folder ``opts.out`` for the classifier in ``opts.src``; returns the
     import record."""
     src = opts.src
-    check_out(src, opts.out, opts.force, OWNER)
+    check_out(src, opts.out, opts.overwrite, OWNER)
     converted = convert_file(opts)
     record = converted.record
     if not record.has_head:
@@ -52,7 +52,7 @@ def make_run(opts: WeightsOptions) -> WeightsRecord:
         )
     check_registry_fit(record, src)
     final = Path(opts.out)
-    with publishing(final, OWNER, replace=opts.force) as folder:
+    with publishing(final, OWNER, replace=opts.overwrite) as folder:
         _write_run(folder, final, keras_model(converted), record)
     return record
 

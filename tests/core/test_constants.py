@@ -50,3 +50,19 @@ def test_dropped_nodata_and_unknown_codes_have_no_label() -> None:
         True, True, False, False,
     ]  # fmt: skip
     assert len(constants.CLASSES_19) <= constants.NO_LABEL <= np.iinfo(np.uint8).max
+
+
+def test_every_band_sits_on_the_10_m_grid_by_one_rule() -> None:
+    """A band's factor (files, COGs, Zarr arrays, the test writers) is its pixel over 10 m;
+    a pixel no Sentinel-2 band has is None (a reader names it)."""
+    assert [constants.band_factor(b) for b in ("B02", "B05", "B01", constants.SCL)] == [1, 2, 6, 2]
+    assert constants.resolution_factor(20.0000001) == 2
+    assert constants.resolution_factor(30) is None and constants.resolution_factor(0.5) is None
+
+
+def test_a_colour_is_formatted_in_one_place() -> None:
+    """Pages, QGIS styles, legends and STAC colour hints take their hex from one helper."""
+    assert constants.hex_colour((230, 0, 77, 255)) == "e6004d"
+    assert constants.class_hex_colours(19)[0] == constants.hex_colour(
+        constants.class_colours(19)[0]
+    )

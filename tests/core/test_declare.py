@@ -111,6 +111,36 @@ def test_a_library_caller_gets_the_same_checks() -> None:
         Command(inner=Inner(), source=Path("s"), out=Path("o"), force="no")  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class Renamed:
+    """Options whose flags were renamed: the old flags still parse, with a warning."""
+
+    overwrite: bool = option(False, "replace", deprecated=("--force",))
+    size: float = option(1.0, "a size", check=require_positive, deprecated=("--scale",))
+
+
+def test_a_deprecated_flag_is_taken_as_the_current_one_with_a_warning(
+    capsys, reported_errors
+) -> None:
+    """Issue #48: one name for "replace" (--overwrite), the other kept for the job scripts
+    that type it: parsed and checked as the current flag, one warning line naming it."""
+    parser = Parser(prog="demo")
+    add_options(parser, Renamed)
+    assert from_args(Renamed, parser.parse_args(["--force", "--scale", "2"])) == Renamed(True, 2.0)
+    assert from_args(Renamed, parser.parse_args(["--force", "--no-force"])) == Renamed(False)
+    assert capsys.readouterr().err.splitlines() == [
+        "demo: warning: --force is deprecated; use --overwrite",
+        "demo: warning: --scale is deprecated; use --size",
+        "demo: warning: --force is deprecated; use --overwrite",
+        "demo: warning: --no-force is deprecated; use --no-overwrite",
+    ]
+    text = parser.format_help()
+    assert "replace (default: off) (--force: the same, deprecated)" in text
+    assert text.count("--force") == 1 and "--no-force" not in text  # the note only
+    assert run(parser, lambda args: None, ["--scale", "0"]) == 2
+    assert "argument --scale: must be positive, got 0.0" in reported_errors()[-1]
+
+
 @group("shared options")
 @dataclass(frozen=True, kw_only=True)
 class Shared:

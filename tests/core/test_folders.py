@@ -26,8 +26,8 @@ from bigearthnet.core.folders import (
     require_outside_cwd,
 )
 
-OWNER = Owner("bigearthnet-test", ".bigearthnet-test", replace_flag="--overwrite",
-              signature="made.json", names=frozenset({"data.txt"}))  # fmt: skip
+OWNER = Owner("bigearthnet-test", ".bigearthnet-test", signature="made.json",
+              names=frozenset({"data.txt"}))  # fmt: skip
 HOST = socket.gethostname()
 
 
@@ -77,6 +77,50 @@ def test_publishing_replaces_only_a_folder_its_command_made(tmp_path):
     )
     assert _tree(user) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["older", "out", "user"]
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("command", ["synth scene", "synth region", "map patches"])
+def test_each_command_publishing_a_folder_refuses_a_folder_of_user_files(
+    tmp_path, command, reported_errors, bad_input_row
+):
+    """Issue #48: one way to publish a folder and one name for "replace": a command that
+    writes its folder whole refuses, even with --overwrite and before any work, a folder it
+    did not make; map patches wrote its maps among the user's files."""
+    from bigearthnet.cli.map import main as map_main
+    from bigearthnet.cli.synth import main as synth_main
+
+    user = tmp_path / "mine"
+    before = _user_folder(user)
+    main, argv, made_by = {
+        "synth scene": (synth_main, ["scene", str(user), "--layout", "tif"],
+                        "bigearthnet-synth scene"),
+        "synth region": (synth_main, ["region", str(user)], "bigearthnet-synth region"),
+        "map patches": (map_main, ["--shards", str(tmp_path / "shards"), "--run-dir",
+                                   str(tmp_path / "run"), "--out", str(user)],
+                        "bigearthnet-map patches"),
+    }[command]  # fmt: skip
+    code = main([*argv, "--overwrite"])
+    assert code == 2 and _tree(user) == before
+    assert (f"holds other files (notes.txt, sub) and is no folder of {made_by} (--overwrite "
+            "replaces only a folder it made)") in reported_errors()[-1]  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    bad_input_row(
+        "OUT a folder of the user's files, --overwrite",
+        f"bigearthnet-{command}",
+        code,
+        "refused before any work, naming what it holds; nothing touched",
+    )
+
+
+def test_a_folder_made_before_marks_is_known_by_its_names_or_patterns(tmp_path):
+    owner = Owner("bigearthnet-test", ".bigearthnet-test", signature="patches.csv",
+                  names=frozenset({"*.tif", "*.png"}))  # fmt: skip
+    for name in ("patches.csv", "T33UUP.tif", "T33UUP.tif.probabilities.tif", "T33UUP.png"):
+        (tmp_path / name).write_text("")
+    assert owner.made(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine\n")
+    assert not owner.made(tmp_path)
 
 
 def test_an_error_while_writing_leaves_nothing_and_keeps_the_old_folder(tmp_path):
@@ -148,7 +192,7 @@ KILLED = textwrap.dedent("""
     from pathlib import Path
     from bigearthnet.core import folders
     out, step = Path(sys.argv[1]), sys.argv[2]
-    owner = folders.Owner("bigearthnet-test", ".bigearthnet-test", replace_flag="--overwrite")
+    owner = folders.Owner("bigearthnet-test", ".bigearthnet-test")
     real_rename, real_rmtree, renames = os.rename, shutil.rmtree, []
     def rename(src, dst):
         renames.append(dst)

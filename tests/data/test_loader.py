@@ -17,7 +17,7 @@ from bigearthnet.data.cache import choose_cache
 from bigearthnet.data.loader import RowGather, aligned_empty, loader_threads
 from bigearthnet.data.rank_data import RankData
 from bigearthnet.formats.history import read_history
-from bigearthnet.formats.shards import read_manifest
+from bigearthnet.formats.manifest import read_manifest
 
 GB = 1024**3
 GPU = "/device:GPU:0"

@@ -15,8 +15,9 @@ import train
 from bigearthnet.core.batch import BatchPlan
 from bigearthnet.data.partition import partition_takes, rank_range, split_batches
 from bigearthnet.data.rank_data import RankData
+from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.formats.shard_maps import HAS_MAP_KEY, MAP_KEY
-from bigearthnet.formats.shards import read_manifest, read_rows
+from bigearthnet.formats.shards import read_rows
 
 
 @pytest.mark.parametrize("total, size", [(10, 3), (7, 7), (100, 8), (5, 2)])

@@ -24,7 +24,7 @@ from bigearthnet.evaluation import evaluate as evaluation
 from bigearthnet.evaluation import metrics, plots, report
 from bigearthnet.evaluation.options import EvalOptions
 from bigearthnet.evaluation.summary import read_metrics
-from bigearthnet.formats.shards import Manifest, read_manifest, write_manifest
+from bigearthnet.formats.manifest import Manifest, read_manifest, write_manifest
 
 PLOTS = ("f1_per_class.png", "pr_curves.png", "training_curves.png")
 
@@ -269,6 +269,27 @@ def test_bad_input_exits_2_with_one_line(
     err = reported_errors()
     assert len(err) == 1 and "evaluate.py: error: " in err[0] and message in err[0]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.bad_input
+def test_an_out_of_other_files_is_refused_before_the_work(
+    trained_run: Path, tmp_path: Path, reported_errors, bad_input_row
+) -> None:
+    """--out was written into whatever it named: the report's files replaced the user's
+    of the same name (metrics.json) among the rest (issue #48: every command that writes a
+    folder goes through core/folders)."""
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    for name in ("metrics.json", "notes.txt"):
+        (mine / name).write_text("mine\n")
+    code = run_evaluate(trained_run, mine)
+    assert code == 2 and sorted(p.name for p in mine.iterdir()) == ["metrics.json", "notes.txt"]
+    assert (mine / "metrics.json").read_text() == "mine\n"
+    assert "--out holds other files (notes.txt) and is no folder of evaluate.py" in (
+        reported_errors()[-1])  # fmt: skip
+    bad_input_row("--out a folder of other files", "evaluate.py --out DIR", code,
+                  "refused before the model loads, naming what it holds; nothing "
+                  "touched")  # fmt: skip
 
 
 @pytest.mark.horovod

@@ -21,8 +21,8 @@ import evaluate
 from bigearthnet.core import constants
 from bigearthnet.data.rank_data import RankData
 from bigearthnet.evaluation.pixel_metrics import MIN_CLASS_PIXELS, pixel_scores
+from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.formats.pixel_eval import read_confusions, read_pixel_classes
-from bigearthnet.formats.shards import read_manifest
 from bigearthnet.formats.truth_maps import read_truth_maps
 from bigearthnet.inference.trained_run import load_model
 from bigearthnet.pages.run_page import write_run_page

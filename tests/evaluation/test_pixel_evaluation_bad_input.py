@@ -16,8 +16,8 @@ from helpers import one_line
 import evaluate
 from bigearthnet.cli.report import main as report_main
 from bigearthnet.formats.archive_origin import MARK
+from bigearthnet.formats.manifest import read_manifest, write_manifest
 from bigearthnet.formats.pixel_eval import PIXEL_PER_CLASS, read_confusions
-from bigearthnet.formats.shards import read_manifest, write_manifest
 from bigearthnet.formats.truth_maps import TRUTH_MAPS
 
 pytestmark = [pytest.mark.bad_input, pytest.mark.xdist_group("trained-head")]

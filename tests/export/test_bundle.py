@@ -28,7 +28,7 @@ from bigearthnet.export import bundle
 from bigearthnet.export.onnx_model import run_onnx
 from bigearthnet.formats import exported
 from bigearthnet.formats.exported import read_export_info
-from bigearthnet.formats.shards import read_manifest
+from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.inference.exported_model import ExportedModel
 from bigearthnet.synthetic.scene import SceneTruth, write_scene
 
@@ -248,7 +248,7 @@ def test_scene_map_from_export_equals_scene_map_from_run(export_dir, evaluated_r
         (
             "out not empty",
             "--out holds other files (notes.txt) and is no folder of "
-            "bigearthnet-export (--force replaces only a folder it made)",
+            "bigearthnet-export (--overwrite replaces only a folder it made)",
         ),
         ("eval of another checkpoint", "not the exported"),
     ],
@@ -371,11 +371,11 @@ def test_the_next_export_removes_a_killed_export_s_partial_folder(
 
 @pytest.mark.bad_input
 @pytest.mark.parametrize("out", ["", ".", "user files", "a shards folder"])
-def test_an_out_the_export_did_not_make_is_refused_even_with_force(
+def test_an_out_the_export_did_not_make_is_refused_even_with_overwrite(
     evaluated_run, shards_v1, tmp_path, monkeypatch, reported_errors, bad_input_row, out
 ):
-    """D20: --out "" from outside the run was a ValueError traceback; --force replaced any
-    non-empty folder (issue #46: it may replace only an export folder)."""
+    """D20: --out "" from outside the run was a ValueError traceback; --overwrite (then
+    --force) replaced any non-empty folder (issue #46: it may replace only an export folder)."""
     folder = tmp_path / "mine"
     if out == "a shards folder":
         shutil.copytree(shards_v1, folder)
@@ -385,7 +385,7 @@ def test_an_out_the_export_did_not_make_is_refused_even_with_force(
     before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     monkeypatch.chdir(folder if out in ("", ".") else tmp_path)  # D20: outside the run
     target = out if out in ("", ".") else str(folder)
-    code = export_main([str(evaluated_run), "--out", target, "--force"])
+    code = export_main([str(evaluated_run), "--out", target, "--overwrite"])
     assert code == 2 and {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
     line = reported_errors()[-1]
     needle = {"": "argument --out: an empty path names the working directory",
@@ -394,13 +394,13 @@ def test_an_out_the_export_did_not_make_is_refused_even_with_force(
     assert needle in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
     given = f"--out {out!r}" if out in ("", ".") else f"--out holding {out}"
-    bad_input_row(f"{given}, --force", "bigearthnet-export RUN --out DIR --force", code,
+    bad_input_row(f"{given}, --overwrite", "bigearthnet-export RUN --out DIR --overwrite", code,
                   "refused before the model is loaded; nothing touched")  # fmt: skip
 
 
-def test_force_replaces_an_export_and_savedmodel_only(evaluated_run, export_dir, tmp_path):
+def test_overwrite_replaces_an_export_and_savedmodel_only(evaluated_run, export_dir, tmp_path):
     out = export_of(evaluated_run, tmp_path / "again")
-    export_of(evaluated_run, out, "--force", "--format", "savedmodel", "--name", "mine")
+    export_of(evaluated_run, out, "--overwrite", "--format", "savedmodel", "--name", "mine")
     info = read_export_info(out)
     assert info.formats == ("savedmodel",) and info.onnx_opset is None and info.name == "mine"
     assert not (out / exported.ONNX_FILE).exists()

@@ -57,11 +57,11 @@ def _one_line(errors: list[str], *needles: str) -> str:
 def test_export_over_its_own_run_is_refused(run, where, reported_errors, bad_input_row) -> None:
     out = {"the run": run, "its parent": run.parent, "its checkpoints": run / "checkpoints"}[where]
     before = _tree(run)
-    code = export_main([str(run), "--out", str(out), "--force"])
+    code = export_main([str(run), "--out", str(out), "--overwrite"])
     assert code == 2 and _tree(run) == before
     _one_line(reported_errors(), str(out), "overlaps")
-    bad_input_row(f"--out = {where}, --force", "bigearthnet-export RUN --out X --force", code,
-                  "refused before anything is written; the run is intact")  # fmt: skip
+    bad_input_row(f"--out = {where}, --overwrite", "bigearthnet-export RUN --out X --overwrite",
+                  code, "refused before anything is written; the run is intact")  # fmt: skip
 
 
 def test_an_unknown_v2_split_value_refuses_the_archive(
@@ -353,7 +353,7 @@ def test_a_truncated_shard_is_named(shards_v1, run, tmp_path, reported_errors, b
 
 
 def test_a_failed_companion_leaves_no_map(run, tmp_path, monkeypatch, bad_input_row) -> None:
-    from bigearthnet.maps import scene_output
+    from bigearthnet.maps.scene import output as scene_output
 
     scene = tmp_path / "bands"
     write_scene(scene, TRUTH, seed=1, layout="tif", difficulty="simple")
@@ -429,7 +429,7 @@ def test_a_header_only_band_is_named(run, tmp_path, reported_errors, bad_input_r
 
 
 def test_the_documented_strides_are_accepted() -> None:
-    from bigearthnet.maps.scene_options import STRIDES
+    from bigearthnet.maps.scene.options import STRIDES
 
     docs = (REPO / "docs" / "maps.md").read_text()
     assert ", ".join(map(str, STRIDES[:-1])) + f" or {STRIDES[-1]}" in docs

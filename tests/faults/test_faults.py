@@ -229,7 +229,7 @@ def test_resume_on_another_preprocessing_is_refused_unless_allowed(
 
     import train
     from bigearthnet.formats.checkpoints import read_pointer
-    from bigearthnet.formats.shards import read_manifest
+    from bigearthnet.formats.manifest import read_manifest
 
     run = tmp_path / "run"
 

@@ -13,7 +13,8 @@ from helpers import preprocess, train_argv
 
 from bigearthnet.core.errors import InputError
 from bigearthnet.formats.archive_origin import MARK, read_origin, write_synthetic_mark
-from bigearthnet.formats.shards import MANIFEST, Manifest, ShardError, read_manifest, write_manifest
+from bigearthnet.formats.manifest import MANIFEST, Manifest, read_manifest, write_manifest
+from bigearthnet.formats.shards import ShardError
 
 
 def test_the_mark_round_trips_and_its_absence_means_real(tmp_path: Path) -> None:

@@ -11,13 +11,8 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.formats import shard_maps
-from bigearthnet.formats.shards import (
-    Manifest,
-    ShardWriter,
-    read_manifest,
-    read_rows,
-    write_manifest,
-)
+from bigearthnet.formats.manifest import Manifest, read_manifest, write_manifest
+from bigearthnet.formats.shards import ShardWriter, read_rows
 
 ATTRS = {"bands": ["B02"], "classes19": list(constants.CLASSES_19)}
 

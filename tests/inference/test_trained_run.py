@@ -21,8 +21,8 @@ from bigearthnet.cli.map import main as map_main
 from bigearthnet.core import constants
 from bigearthnet.formats import checkpoints
 from bigearthnet.formats.exported import read_export_info
+from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.formats.model_inputs import ModelInputs
-from bigearthnet.formats.shards import read_manifest
 from bigearthnet.inference.exported_model import ExportedModel
 from bigearthnet.inference.trained_run import load_model
 from bigearthnet.synthetic.scene import SceneTruth, write_scene

@@ -4,6 +4,7 @@ file a class map a GIS opens as such (colour table, class names, QGIS style, COG
 from __future__ import annotations
 
 import csv
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from PIL import Image
 from bigearthnet.cli import map as map_cli
 from bigearthnet.core import constants
 from bigearthnet.formats.class_map import NODATA, PROB_SCALE, check_complete, probabilities_path
-from bigearthnet.formats.shards import read_manifest
+from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.inference.trained_run import load_model
 from bigearthnet.maps.patches import Place, plan_files
 from bigearthnet.preprocessing.archive import list_patches, read_patch
@@ -179,6 +180,29 @@ def test_bad_input_exits_2_with_one_line(
     err = reported_errors()
     assert len(err) == 1 and "bigearthnet-map: error: " in err[0] and message in err[0]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.bad_input
+def test_a_rerun_replaces_the_map_folder_whole_and_only_with_overwrite(
+    real_map: Path, trained_run: Path, real_v1: Path, tmp_path: Path, reported_errors, bad_input_row
+) -> None:
+    """The maps were written into --out in place: a rerun left an earlier run's maps among
+    its own, looking like one (issue #48: every command publishes its folder whole)."""
+    out = tmp_path / "maps"
+    shutil.copytree(real_map, out)
+    stale = out / "EPSG99999_x0000_y0000.tif"  # a map only the earlier run made
+    shutil.copy(class_maps(out)[0], stale)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    argv = ["--run-dir", str(trained_run), "--archive", str(real_v1), "--out", str(out)]
+    code = map_cli.main([*argv, "--no-progress"])
+    assert code == 2 and {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert f"{out}: exists and is not empty (--overwrite replaces it)" in reported_errors()[-1]
+    assert map_cli.main([*argv, "--no-progress", "--overwrite"]) == 0
+    assert [p.name for p in class_maps(out)] == [p.name for p in class_maps(real_map)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["maps"]
+    bad_input_row("a rerun into an earlier map folder", "bigearthnet-map --out DIR", code,
+                  "refused before a patch is read; with --overwrite replaced whole: none of "
+                  "the earlier run's maps left")  # fmt: skip
 
 
 def test_run_without_checkpoint(

@@ -12,7 +12,7 @@ import pytest
 import rasterio
 from rasterio.transform import Affine
 
-from bigearthnet.maps.inputs import open_scene_source
+from bigearthnet.maps.inputs import identify
 from bigearthnet.maps.radiometry import (
     MIN_PIXELS,
     PixelReading,
@@ -43,7 +43,7 @@ def _bands(folder: Path, scale: float | None, offset: float = 0.0) -> dict[str, 
 
 def _decide(folder: Path, given: int | None = None) -> Radiometry:
     """What the band-GeoTIFF folder's reader gathers, decided."""
-    source = open_scene_source(folder, bands=BANDS)
+    source = identify(folder).open(BANDS)
     try:
         return decide(folder, source.metadata, given)
     finally:

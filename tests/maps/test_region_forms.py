@@ -47,6 +47,7 @@ def _consistent(out: Path) -> dict[str, np.ndarray]:
     return found
 
 
+@pytest.mark.slow  # 35 s: a whole series twice; each form alone: test_scene_forms.py
 def test_a_series_of_mixed_forms_equals_the_all_safe_series(regions, trained_run, tmp_path):
     truth = json.loads((regions["mixed"] / "truth.json").read_text())
     assert {s["form"] for s in truth["scenes"]} == {"safe", "zarr", "stac", "stac-pc", "tif"}

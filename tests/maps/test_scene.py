@@ -20,10 +20,10 @@ from rasterio.shutil import copy as copy_dataset
 import train
 from bigearthnet.cli.map import main as map_main
 from bigearthnet.core import constants
-from bigearthnet.formats.shards import read_manifest
+from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.maps.change import CHANGE_NODATA, NO_CHANGE, UNCERTAIN
-from bigearthnet.maps.scene_input import Scene
-from bigearthnet.maps.windows import strip_windows
+from bigearthnet.maps.scene.input import Scene
+from bigearthnet.maps.scene.windows import strip_windows
 from bigearthnet.synthetic.scene import SceneTruth, write_scene
 
 # 3 x 3 blocks of 240 px (2.4 km): each holds the centre of one 120 px window at stride 60.
@@ -241,14 +241,16 @@ def test_a_band_stack_geotiff_is_mapped(scene_model, tmp_path):
 
 @pytest.mark.bad_input
 def test_a_band_stack_is_not_mapped_unmasked_by_default(
-    scene_model, tmp_path, reported_errors, bad_input_row
+    trained_run, tmp_path, reported_errors, bad_input_row
 ):
     """Issue 47: clouds are masked by default (scene and region alike); a stack has no SCL,
-    so it is refused naming --no-mask-clouds, never mapped unmasked as if masked."""
+    so it is refused naming --no-mask-clouds, never mapped unmasked as if masked. (The
+    session's trained run: the module's 15-epoch model would be trained for this row alone
+    in the heavy tier.)"""
     stack = tmp_path / "stack.tif"
     write_scene(stack, TRUTH, seed=1, layout="stack", difficulty="simple")
     out = tmp_path / "map.tif"
-    argv = ["scene", str(stack), "--run-dir", str(scene_model), "--out", str(out)]
+    argv = ["scene", str(stack), "--run-dir", str(trained_run), "--out", str(out)]
     code = map_main([*argv, "--no-progress"])
     assert code == 2 and not out.exists()
     line = reported_errors()[-1]
@@ -404,13 +406,15 @@ def test_a_stack_named_the_earth_engine_way_is_read_by_its_names(
 
 
 @pytest.mark.slow  # a fresh process: TensorFlow's pools are sized once per process
-def test_the_command_sizes_its_thread_pools_before_the_model_loads(scene_model, tmp_path):
+def test_the_command_sizes_its_thread_pools_before_the_model_loads(trained_run, tmp_path):
     """P9 ran faster than the model alone: map scene loaded its model (TensorFlow started)
-    before sizing the pools, so it used every core whatever Slurm allotted its task."""
+    before sizing the pools, so it used every core whatever Slurm allotted its task. Any
+    model shows it: the session's, not the module's (which the heavy tier would train for
+    this test alone)."""
     scene = tmp_path / "bands"
     write_scene(scene, TRUTH, seed=1, layout="tif", difficulty="simple")
     argv = [sys.executable, "-m", "bigearthnet.cli.map", "scene", str(scene), "--run-dir",
-            str(scene_model), "--out", str(tmp_path / "map.tif"), "--no-progress"]  # fmt: skip
+            str(trained_run), "--out", str(tmp_path / "map.tif"), "--no-progress"]  # fmt: skip
     env = {**os.environ, "SLURM_CPUS_PER_TASK": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

@@ -19,16 +19,10 @@ from helpers import copy_scene, declare_nodata
 
 from bigearthnet.cli.map import main as map_main
 from bigearthnet.formats import s2_layouts as layout
-from bigearthnet.maps.inputs import (
-    open_scene_source,
-    require_l2a,
-    scene_digest,
-    scene_files,
-    stac_item,
-    tile_and_date,
-)
+from bigearthnet.maps.inputs import FORMS as FORM_NAMES
+from bigearthnet.maps.inputs import MissingScene, identify, items_in
 from bigearthnet.maps.inputs.refs import local_path, split_ref
-from bigearthnet.maps.scene_input import Scene, SceneError
+from bigearthnet.maps.scene.input import Scene, SceneError
 from bigearthnet.synthetic.scene import PRODUCT, SceneTruth, write_scene
 
 TRUTH = SceneTruth(size=480, block=240, border=24, classes=((0, 8), (11, 16)),
@@ -74,9 +68,34 @@ def test_every_form_reads_the_same_values(scenes: dict[str, Path]) -> None:
                 np.testing.assert_array_equal(values, theirs.bands[band], err_msg=f"{form} {band}")
 
 
+def test_each_scene_is_claimed_by_one_form(scenes, tmp_path: Path) -> None:
+    """A scene's form is decided once, by the one form that claims its path (any other
+    folder is band GeoTIFFs, any other file a band stack); two claims, none, or no such
+    path: one line naming the path (and the forms)."""
+    named = {form: identify(path).name for form, path in scenes.items()}
+    assert named == {"safe": "SAFE", "zarr": "EOPF Zarr", "zarr-zip": "EOPF Zarr",
+                     "zarr-v2": "EOPF Zarr", "stac": "STAC item", "stac-pc": "STAC item",
+                     "tif": "band GeoTIFFs"}  # fmt: skip
+    (tmp_path / "notes.txt").write_text("not JSON, not Zarr")
+    assert identify(tmp_path / "notes.txt").name == "band stack"
+    both = tmp_path / "both"
+    (both / "GRANULE" / "G" / "IMG_DATA" / "R10m").mkdir(parents=True)
+    (both / "GRANULE" / "G" / "IMG_DATA" / "R10m" / "T33UXP_B02_10m.jp2").touch()
+    (both / "zarr.json").write_text("{}")
+    with pytest.raises(SceneError, match=r"both: claimed by SAFE and EOPF Zarr alike"):
+        identify(both)
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(
+        SceneError, match=f"pipe: no input form claims it \\(tried {', '.join(FORM_NAMES)}\\)"
+    ):
+        identify(tmp_path / "pipe")
+    with pytest.raises(MissingScene, match="nowhere.SAFE: no such scene"):
+        identify(tmp_path / "nowhere.SAFE")
+
+
 def test_the_zarr_reader_takes_each_band_at_its_native_resolution(scenes) -> None:
     """The 20 m group also holds copies of the 10 m bands (block means): B02 comes from r10m."""
-    source = open_scene_source(scenes["zarr"])
+    source = identify(scenes["zarr"]).open()
     try:
         assert source.bands["B02"].name.endswith("r10m/b02") and source.bands["B02"].factor == 1
         assert source.bands["B8A"].name.endswith("r20m/b8a") and source.bands["B8A"].factor == 2
@@ -94,17 +113,24 @@ def test_a_saved_search_is_read_item_by_item(scenes, tmp_path: Path) -> None:
         asset["href"] = str((item_file.parent / asset["href"]).resolve())
     collection = tmp_path / "search.json"
     collection.write_text(json.dumps({"type": "FeatureCollection", "features": [item]}))
-    (ref,) = stac_item.items_in(collection)
-    assert ref == f"{collection}#{PRODUCT}"
-    tile, date = stac_item.tile_and_date(ref)
+    (found,) = items_in(collection)
+    ref = found.ref
+    assert ref == f"{collection}#{PRODUCT}" and found.name == "STAC item"
+    tile, date = found.tile_and_date()
     assert (tile, date.isoformat()) == ("33UXP", "2020-08-01")
-    with Scene(Path(ref)) as scene, Scene(item_file) as direct:
+    with Scene(found) as scene, Scene(item_file) as direct:
         np.testing.assert_array_equal(scene.strip(0).bands["B11"], direct.strip(0).bands["B11"])
-    assert stac_item.items_in(item_file.parent) == [str(item_file)]
-    # Files are parsed once while unchanged; a search saved again is read again.
+    assert [i.ref for i in items_in(item_file.parent)] == [str(item_file)]
+    # One parse per file and command: each item's document is its feature of that parse.
+    other = dict(item, id="other")
+    collection.write_text(json.dumps({"type": "FeatureCollection", "features": [item, other]}))
+    first, second = items_in(collection)
+    parsed = first.json_files.read(collection)
+    assert first.document is parsed["features"][0] and second.document is parsed["features"][1]
+    # The next command reads a search saved again.
     item["properties"]["datetime"] = "2020-09-01T10:05:59Z"
     collection.write_text(json.dumps({"type": "FeatureCollection", "features": [item]}))
-    assert stac_item.tile_and_date(ref)[1].isoformat() == "2020-09-01"
+    assert identify(ref).tile_and_date()[1].isoformat() == "2020-09-01"
 
 
 def test_every_form_gives_the_same_map(scenes, trained_run: Path, tmp_path: Path) -> None:
@@ -131,8 +157,8 @@ def test_a_level_1c_item_or_product_is_refused(scenes, tmp_path: Path) -> None:
     l1c = scenes["stac"].with_name("l1c.json")
     l1c.write_text(json.dumps(item))
     with pytest.raises(SceneError, match="Level-1C"):
-        require_l2a(l1c)
-    require_l2a(scenes["zarr"])  # L2A: no error
+        identify(l1c).require_l2a()
+    identify(scenes["zarr"]).require_l2a()  # L2A: no error
 
 
 def _strips_equal(path: Path, reference: Path, rows=(0, 60)) -> None:
@@ -150,7 +176,7 @@ def test_a_hash_in_a_folder_name_is_part_of_the_path(scenes, tmp_path: Path) -> 
     folder = tmp_path / "H#2"
     for form in ("safe", "tif", "zarr", "stac"):
         item = copy_scene(scenes[form], folder / form)
-        assert stac_item.is_stac(item) == (form == "stac")
+        assert (identify(item).name == "STAC item") == (form == "stac")
         if form == "safe":  # opened as what it is (decoding its JPEG 2000 costs 1 s)
             with Scene(item) as scene:
                 assert scene.radiometry.describe() == EVIDENCE[form]
@@ -161,7 +187,7 @@ def test_a_hash_in_a_folder_name_is_part_of_the_path(scenes, tmp_path: Path) -> 
                                   "features": [json.loads(item.read_text())]}))  # fmt: skip
     assert split_ref(f"{search}#{PRODUCT}") == (search, PRODUCT)
     assert split_ref(f"{folder}/nowhere.json#x") == (Path(f"{folder}/nowhere.json#x"), None)
-    assert stac_item.items_in(search) == [f"{search}#{PRODUCT}"]
+    assert [i.ref for i in items_in(search)] == [f"{search}#{PRODUCT}"]
     _strips_equal(Path(f"{search}#{PRODUCT}"), scenes["stac"], rows=(0,))
 
 
@@ -176,10 +202,10 @@ def test_file_urls_are_local_paths(scenes, tmp_path: Path) -> None:
     urls = item_file.with_name("urls.json")
     urls.write_text(json.dumps(item))
     blue = item_file.parent.parent / "assets" / PRODUCT / "blue.tif"
-    assert scene_files(urls)[f"the asset {blue} of {urls}"] == blue
-    before = scene_digest(urls)
+    assert identify(urls).files()[f"the asset {blue} of {urls}"] == blue
+    before = identify(urls).digest()
     os.utime(blue, ns=(blue.stat().st_atime_ns, blue.stat().st_mtime_ns + 10**9))
-    assert scene_digest(urls) != before  # a replaced asset remakes the map
+    assert identify(urls).digest() != before  # a replaced asset remakes the map
     _strips_equal(urls, scenes["stac"], rows=(0,))
     assert local_path("file://localhost/data/a%20b.tif") == Path("/data/a b.tif")
     for remote in ("https://x.org/a.tif", "s3://b/a.tif", "file://host/a.tif", "/vsis3/b/a.tif"):
@@ -196,14 +222,12 @@ def test_an_item_is_read_as_stored_without_following_its_links(scenes, tmp_path)
                      ("root", "self", "parent", "collection")]  # fmt: skip
     linked = scenes["stac"].with_name("linked.json")
     linked.write_text(json.dumps(item))
-    first = scene_digest(linked)
-    assert stac_item.tile_and_date(str(linked))[0] == "33UXP" and not stac_item.is_level_1c(
-        str(linked)
-    )
+    first = identify(linked).digest()
+    assert identify(linked).tile_and_date()[0] == "33UXP" and not identify(linked).is_level_1c()
     _strips_equal(linked, scenes["stac"], rows=(0,))
     item["properties"]["s2:processing_baseline"] = "05.10"
     linked.write_text(json.dumps(item))
-    assert scene_digest(linked) != first
+    assert identify(linked).digest() != first
     linked.unlink()
 
 
@@ -223,7 +247,7 @@ def test_a_datetime_without_a_zone_is_utc(scenes, tmp_path, los_angeles) -> None
     item["properties"]["datetime"] = "2020-05-31T22:40:00"
     naive = scenes["stac"].with_name("naive.json")
     naive.write_text(json.dumps(item))
-    assert stac_item.tile_and_date(str(naive)) == ("33UXP", dt.date(2020, 5, 31))
+    assert identify(naive).tile_and_date() == ("33UXP", dt.date(2020, 5, 31))
     naive.unlink()
     product = tmp_path / scenes["zarr"].name
     shutil.copytree(scenes["zarr"], product)
@@ -231,7 +255,7 @@ def test_a_datetime_without_a_zone_is_utc(scenes, tmp_path, los_angeles) -> None
     stated = dict(root.attrs[layout.ZARR_METADATA])
     stated["properties"] = dict(stated["properties"], datetime="2020-05-31T22:40:00")
     root.attrs[layout.ZARR_METADATA] = stated
-    assert tile_and_date(product) == ("33UXP", dt.date(2020, 5, 31))
+    assert identify(product).tile_and_date() == ("33UXP", dt.date(2020, 5, 31))
 
 
 def test_catalogs_as_pystac_saves_them_are_lists_of_items(scenes, tmp_path) -> None:
@@ -248,8 +272,8 @@ def test_catalogs_as_pystac_saves_them_are_lists_of_items(scenes, tmp_path) -> N
     catalog.normalize_hrefs(str(tmp_path / "cat"))
     catalog.save(catalog_type=pystac.CatalogType.SELF_CONTAINED)
     saved = str(tmp_path / "cat" / PRODUCT / f"{PRODUCT}.json")
-    assert stac_item.items_in(tmp_path / "cat") == [saved]
-    assert stac_item.items_in(tmp_path / "cat" / "catalog.json") == [saved]
+    assert [i.ref for i in items_in(tmp_path / "cat")] == [saved]
+    assert [i.ref for i in items_in(tmp_path / "cat" / "catalog.json")] == [saved]
     flat = tmp_path / "flat"
     flat.mkdir()
     shutil.copy(saved, flat / f"{PRODUCT}.json")
@@ -258,10 +282,10 @@ def test_catalogs_as_pystac_saves_them_are_lists_of_items(scenes, tmp_path) -> N
                   "extent": {"spatial": {"bbox": [[0, 0, 1, 1]]},
                              "temporal": {"interval": [[None, None]]}}}  # fmt: skip
     (flat / "collection.json").write_text(json.dumps(collection))
-    assert stac_item.items_in(flat) == [str(flat / f"{PRODUCT}.json")]
+    assert [i.ref for i in items_in(flat)] == [str(flat / f"{PRODUCT}.json")]
     (flat / "notes.json").write_text("{}")
     with pytest.raises(SceneError, match="notes.json: neither a STAC item"):
-        stac_item.items_in(flat)
+        items_in(flat)
 
 
 @pytest.mark.parametrize("form", ["stac", "zarr", "tif"])

@@ -114,6 +114,24 @@ def test_a_bad_stac_item(case, pristine, trained_run, tmp_path, reported_errors,
                   "one line naming the item or asset; no map")  # fmt: skip
 
 
+def test_a_folder_two_forms_claim_is_refused(
+    pristine, trained_run, tmp_path, reported_errors, bad_input_row
+) -> None:
+    """A scene's form is decided once, by the one form that claims it: a Zarr product that
+    also holds a SAFE's band images is refused naming both forms, before anything is read
+    (never read as whichever form happens to be asked first)."""
+    product = tmp_path / pristine["zarr"].name
+    shutil.copytree(pristine["zarr"], product)
+    images = product / "GRANULE" / "G" / "IMG_DATA" / "R10m"
+    images.mkdir(parents=True)
+    (images / "T33UXP_20200801T100559_B02_10m.jp2").touch()
+    case = ("claimed by SAFE and EOPF Zarr alike", ())
+    code = _refused(product, trained_run, tmp_path, case, reported_errors)
+    bad_input_row("a folder that is both an EOPF Zarr product and a SAFE product",
+                  "bigearthnet-map scene", code,
+                  "one line naming it and both forms; nothing read")  # fmt: skip
+
+
 def _item_copy(pristine, folder: Path, hrefs: str = "relative paths") -> Path:
     """The pristine item and its COGs copied into ``folder``; its asset hrefs relative
     paths, as written, or ``file://`` URLs."""

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bigearthnet.maps.inputs import require_l2a, stac_item
-from bigearthnet.maps.scene_input import Scene, SceneError
+from bigearthnet.maps.inputs import identify
+from bigearthnet.maps.scene.input import Scene, SceneError
 from bigearthnet.synthetic.scene import PRODUCT, SceneTruth, render_scene, write_scene
 from bigearthnet.synthetic.scene_forms import localise_item
 
@@ -83,9 +83,9 @@ def test_real_items_read_the_values_of_the_safe_product(items) -> None:
 
 def test_cdse_items_are_found_by_their_keys_and_version(items) -> None:
     """D21: B02_10m-style keys, raster:scale/offset on the asset, processing:version."""
-    item = stac_item.load_item(items["cdse_l2a_stac_1_1"])
-    assert [stac_item.asset_hrefs(str(items["cdse_l2a_stac_1_1"]), item)[i].rsplit("/", 1)[-1]
-            for i in (1, 8, 12)] == ["B02_10m.tif", "B8A_20m.tif", "SCL_20m.tif"]  # fmt: skip
+    hrefs = identify(items["cdse_l2a_stac_1_1"]).asset_hrefs()
+    assert [hrefs[i].rsplit("/", 1)[-1] for i in (1, 8, 12)] == [
+        "B02_10m.tif", "B8A_20m.tif", "SCL_20m.tif"]  # fmt: skip
     renamed = real_item("cdse_l2a_stac_1_1")
     for asset in renamed["assets"].values():
         asset.pop("raster:scale", None), asset.pop("raster:offset", None)  # the baseline decides
@@ -113,11 +113,11 @@ def test_an_item_of_a_level_1c_collection_is_refused(items, tmp_path, how) -> No
     path = tmp_path / "l1c.json"
     path.write_text(json.dumps(item))
     with pytest.raises(SceneError, match="a Level-1C product"):
-        require_l2a(path)
+        identify(path).require_l2a()
     item["links"] = [{"rel": "derived_from", "href": f"{collection}/items/x"}]  # not its own
     item["collection"] = "sentinel-2-l2a"
     path.write_text(json.dumps(item))
-    require_l2a(path)
+    identify(path).require_l2a()
 
 
 def test_earth_search_older_flag_name_is_read(items, tmp_path) -> None:

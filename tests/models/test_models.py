@@ -149,7 +149,15 @@ def test_tiny_is_tiny():
 # --- every registered model: shapes, dtypes, one training step --------------------------------
 
 
-@pytest.mark.parametrize("name", available_models())
+# ResNet-50's training step costs 24 s of the fast tier (its graph traced); the heavy tier
+# trains it for real (test_precise_bn.py, test_bundle.py), so here it is slow.
+ONE_STEP_MODELS = [
+    pytest.param(name, marks=pytest.mark.slow) if name == "resnet50" else name
+    for name in available_models()
+]
+
+
+@pytest.mark.parametrize("name", ONE_STEP_MODELS)
 def test_model_trains_one_step(name):
     num_classes, batch = 19, 2
     rng = np.random.default_rng(0)

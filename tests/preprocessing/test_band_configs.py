@@ -13,12 +13,8 @@ import pytest
 from conftest import preprocess
 
 from bigearthnet.core import constants
-from bigearthnet.formats.shards import (
-    S1_DB_OFFSET,
-    S1_DB_SCALE,
-    encode_db,
-    read_manifest,
-)
+from bigearthnet.formats.manifest import read_manifest
+from bigearthnet.formats.shards import S1_DB_OFFSET, S1_DB_SCALE, encode_db
 from bigearthnet.preprocessing.geotiff import read_band
 from bigearthnet.preprocessing.resample import upsample
 

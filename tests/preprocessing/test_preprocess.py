@@ -20,7 +20,8 @@ import rasterio
 from conftest import REPO, preprocess
 
 from bigearthnet.core import constants
-from bigearthnet.formats.shards import read_locations, read_manifest, read_rows
+from bigearthnet.formats.manifest import read_manifest
+from bigearthnet.formats.shards import read_locations, read_rows
 from bigearthnet.formats.truth_maps import read_truth_maps
 from bigearthnet.preprocessing.archive import V2_MAPS_DIR, v2_map_file
 from bigearthnet.preprocessing.geotiff import read_band
@@ -238,7 +239,7 @@ def _check_maps(archive: Path, out: Path, manifest, exact: bool = True) -> float
     for split in constants.SPLITS:
         counts = np.zeros(20, dtype=np.int64)
         for entry in manifest.split_shards(split):
-            names = read_locations(out, entry).names
+            names = read_locations(entry.path(out)).names
             map19 = read_rows(entry.path(out), "map19", 0, entry.count)
             assert read_rows(entry.path(out), "has_map", 0, entry.count).all()
             for name, stored in zip(names, map19):
@@ -507,6 +508,7 @@ def test_cli_help_explains_every_flag() -> None:
 # when it is called (the Nth time), so the fault lands exactly where the row says.
 KILL_AT = """
 import os, signal, sys
+import bigearthnet.formats.manifest as manifest
 import bigearthnet.formats.shards as shards
 where, nth = sys.argv[1], int(sys.argv[2])
 calls = [0]
@@ -517,8 +519,8 @@ def dying(original):
             os.kill(os.getpid(), signal.SIGKILL)
         return original(*args, **kwargs)
     return wrapper
-if where == "join":  # the manifest's write (shards.write_manifest), the join's last step
-    shards.atomic_write_json = dying(shards.atomic_write_json)
+if where == "join":  # the manifest's write (manifest.write_manifest), the join's last step
+    manifest.atomic_write_json = dying(manifest.atomic_write_json)
 else:  # appending a block to a shard under its temporary name
     shards.ShardWriter.append = dying(shards.ShardWriter.append)
 from bigearthnet.cli.preprocess import main

@@ -16,7 +16,8 @@ from helpers import preprocess
 from rasterio.transform import Affine
 
 from bigearthnet.core import constants
-from bigearthnet.formats.shards import read_locations, read_manifest, read_rows
+from bigearthnet.formats.manifest import read_manifest
+from bigearthnet.formats.shards import read_locations, read_rows
 from bigearthnet.preprocessing.archive import V2_MAPS_DIR, V2_S2_DIR, v2_map_file
 
 pytestmark = [pytest.mark.bad_input, pytest.mark.xdist_group("reference-maps-bad-input")]
@@ -104,7 +105,7 @@ def broken(synth_v2: Path, tmp_path_factory) -> dict:
     manifest = read_manifest(out)
     rows = {}
     for entry in manifest.shards:
-        names = read_locations(out, entry).names
+        names = read_locations(entry.path(out)).names
         columns = [read_rows(entry.path(out), k, 0, entry.count)
                    for k in ("labels19", "map19", "has_map")]  # fmt: skip
         rows.update({n: r for n, *r in zip(names, *columns)})
@@ -224,7 +225,7 @@ def test_maps_that_disagree_with_labels(policy, disagreeing, tmp_path, bad_input
     assert maps.mismatch_policy == policy
     rows = {}
     for entry in manifest.shards:
-        names = read_locations(out, entry).names
+        names = read_locations(entry.path(out)).names
         rows.update(zip(names, read_rows(entry.path(out), "has_map", 0, entry.count)))
     with open(out / "rejects.csv", newline="") as f:
         rejects = {row["patch"]: row["reason"] for row in csv.DictReader(f)}

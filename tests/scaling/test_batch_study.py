@@ -13,8 +13,8 @@ from bigearthnet.cli import batch_study as cli
 from bigearthnet.core.errors import ConfigError, RunFailed
 from bigearthnet.core.util import read_csv
 from bigearthnet.formats.history import HistoryRow
+from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.formats.run_status import read_status
-from bigearthnet.formats.shards import read_manifest
 from bigearthnet.scaling.batch_study import summarise
 from bigearthnet.scaling.study_outputs import STUDY_CSV, STUDY_JSON, STUDY_PLOT, read_study
 from bigearthnet.scaling.study_points import peak_lr, plan_points, train_command, with_resolution

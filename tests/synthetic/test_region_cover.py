@@ -7,13 +7,8 @@ import pytest
 
 from bigearthnet.synthetic import landscape as ls
 from bigearthnet.synthetic import region_cover as cover
-from bigearthnet.synthetic.region import (
-    FLOOD_CLASS,
-    RegionSpec,
-    generate_region,
-    pixel_cover,
-    read_truth,
-)
+from bigearthnet.synthetic.region import RegionSpec, generate_region, pixel_cover, read_truth
+from bigearthnet.synthetic.region_cover import FLOOD_CLASS
 
 SPEC = RegionSpec(tiles=2, dates=5, size=240, block=1200.0, seed=0)  # both kinds of event
 

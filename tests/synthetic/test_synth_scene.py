@@ -1,5 +1,5 @@
 """bigearthnet-synth scene: a scene the map command reads, its land cover printed, an
-existing path refused."""
+existing path refused (replaced with --overwrite when this command made it)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bigearthnet.cli.synth import main as synth_main
-from bigearthnet.maps.scene_input import Scene
+from bigearthnet.maps.scene.input import Scene
 from bigearthnet.synthetic.scene import DemoScene
 
 
@@ -28,7 +28,9 @@ def test_scene_command_writes_a_readable_scene(tmp_path: Path, capsys, reported_
         scene.close()
     assert synth_main(["scene", str(out)]) == 2
     (line,) = reported_errors()
-    assert "exists; choose a new path" in line
+    assert f"{out}: exists and is not empty (--overwrite replaces it)" in line
+    assert synth_main(["scene", str(out), "--blocks", "1", "--overwrite"]) == 0
+    assert "wrote a 240 x 240 px safe scene" in capsys.readouterr().out
 
 
 def _room(needs) -> bool:

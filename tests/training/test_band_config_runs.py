@@ -16,7 +16,7 @@ import train
 from bigearthnet.core import constants
 from bigearthnet.formats.checkpoints import read_pointer
 from bigearthnet.formats.history import read_history
-from bigearthnet.formats.shards import read_manifest
+from bigearthnet.formats.manifest import read_manifest
 
 EPOCHS = 4  # enough for a best epoch to choose; learning is compared in the slow test
 LEARN_EPOCHS = 12  # at 6 epochs a tiny model's val micro-F1 still varies by ~0.08 a run

@@ -33,7 +33,7 @@ from bigearthnet.core.errors import RequeueRequested
 from bigearthnet.data.rank_data import RankData
 from bigearthnet.formats.efficiency import read_efficiency
 from bigearthnet.formats.history import read_history
-from bigearthnet.formats.shards import read_manifest
+from bigearthnet.formats.manifest import read_manifest
 
 
 def chance_micro_f1(labels: np.ndarray) -> float:

@@ -24,7 +24,8 @@ from bigearthnet.core import constants
 from bigearthnet.core.config import load_run_config
 from bigearthnet.formats import checkpoints, weights_record
 from bigearthnet.formats.history import read_history
-from bigearthnet.formats.shards import read_manifest, read_rows
+from bigearthnet.formats.manifest import read_manifest
+from bigearthnet.formats.shards import read_rows
 from bigearthnet.inference.trained_run import load_model
 from bigearthnet.weights.sources import published_stats
 

@@ -274,7 +274,7 @@ def test_out_may_not_replace_the_source(tmp_path, reported_errors):
     src = tmp_path / "keep" / "w.safetensors"
     src.parent.mkdir()
     src.write_bytes(FIXTURE.with_suffix(".safetensors").read_bytes())
-    assert run_import(src, tmp_path / "keep", "--force") == 2
+    assert run_import(src, tmp_path / "keep", "--overwrite") == 2
     assert "would overwrite SRC" in reported_errors()[0]
     assert src.is_file()
 
@@ -359,36 +359,72 @@ def _tree(path: Path) -> dict[str, bytes]:
     return {str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()}
 
 
-@pytest.mark.bad_input
-def test_force_replaces_only_a_folder_this_command_made(
-    tmp_path, trained_run, reported_errors, bad_input_row
-):
-    """--force replaced any non-empty --out (issue #46: every command that writes a folder
-    refuses foreign content); and the import removed the old folder before renaming the new
-    one in, so a crash between left none (issue #48: now the old one is renamed aside)."""
-    src = FIXTURE.with_suffix(".safetensors")
+def _import_over_user_files(tmp_path: Path, src: Path, flag: str) -> int:
+    """``import --out`` a folder of the user's notes with ``flag``; the exit code, the
+    folder checked untouched."""
     mine = tmp_path / "notes"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine\n")
-    code = run_import(src, mine, "--force")
-    assert code == 2 and _tree(mine) == {"notes.txt": b"mine\n"}
+    code = run_import(src, mine, flag)
+    assert _tree(mine) == {"notes.txt": b"mine\n"}
+    return code
+
+
+@pytest.mark.bad_input
+def test_overwrite_replaces_only_a_folder_this_command_made(
+    tmp_path, trained_run, reported_errors, bad_input_row
+):
+    """--force (now --overwrite) replaced any non-empty --out (issue #46: every command that
+    writes a folder refuses foreign content); and the import removed the old folder before
+    renaming the new one in, so a crash between left none (issue #48: now the old one is
+    renamed aside)."""
+    src = FIXTURE.with_suffix(".safetensors")
+    code = _import_over_user_files(tmp_path, src, "--overwrite")
+    assert code == 2
     assert "--out holds other files (notes.txt) and is no folder of bigearthnet-weights import" in (
         reported_errors()[-1])  # fmt: skip
     run = tmp_path / "run"  # a run train.py made: never a `weights run` folder to replace
     shutil.copytree(trained_run, run)
     before = _tree(run)
-    assert main(["run", str(src), "--out", str(run), "--force"]) == 2 and _tree(run) == before
-    assert "is no folder of bigearthnet-weights run" in reported_errors()[-1]
+    assert main(["run", str(src), "--out", str(run), "--overwrite"]) == 2
+    assert _tree(run) == before and "is no folder of bigearthnet-weights run" in (
+        reported_errors()[-1])  # fmt: skip
     weights = tmp_path / "weights"
     assert run_import(src, weights) == 0
     assert run_import(src, weights, "--no-head") == 2
-    assert "exists and is not empty (--force replaces it)" in reported_errors()[-1]
-    assert run_import(src, weights, "--no-head", "--force") == 0
+    assert "exists and is not empty (--overwrite replaces it)" in reported_errors()[-1]
+    assert run_import(src, weights, "--no-head", "--overwrite") == 0
     assert not weights_record.read(weights).has_head
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes", "run", "weights"]
-    bad_input_row("--out a folder of other files, or a train.py run; --force",
-                  "bigearthnet-weights import, run --force", code,
-                  "refused naming what it holds; --force replaces only its own folder")  # fmt: skip
+    bad_input_row("--out a folder of other files, or a train.py run; --overwrite",
+                  "bigearthnet-weights import, run --overwrite", code,
+                  "refused naming what it holds; --overwrite replaces only its own "
+                  "folder")  # fmt: skip
+
+
+@pytest.mark.bad_input
+def test_the_old_force_flag_still_replaces_only_its_own_folder(
+    tmp_path, capsys, reported_errors, bad_input_row
+):
+    """--force, the old name of --overwrite (issue #48: one name for "replace"), is taken
+    as --overwrite with one warning line: a job script written before still runs, and
+    still never replaces a folder of anything else."""
+    src = FIXTURE.with_suffix(".safetensors")
+    weights = tmp_path / "weights"
+    assert run_import(src, weights) == 0
+    assert run_import(src, weights, "--no-head", "--force") == 0
+    assert not weights_record.read(weights).has_head
+    warned = [line for line in capsys.readouterr().err.splitlines() if "deprecated" in line]
+    assert warned == ["bigearthnet-weights import: warning: --force is deprecated; use "
+                      "--overwrite"]  # fmt: skip
+    code = _import_over_user_files(tmp_path, src, "--force")
+    assert code == 2
+    assert "is no folder of bigearthnet-weights import (--overwrite replaces only" in (
+        reported_errors()[-1])  # fmt: skip
+    bad_input_row("--force (the old name of --overwrite) on a folder of other files",
+                  "bigearthnet-weights import --force", code,
+                  "a warning naming --overwrite, then refused as --overwrite is; nothing "
+                  "touched")  # fmt: skip
 
 
 @pytest.mark.bad_input

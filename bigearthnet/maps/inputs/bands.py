@@ -12,12 +12,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from bigearthnet.core.constants import SCL, band_factor
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import first_line
 from bigearthnet.maps.radiometry import SceneMetadata
 
-SCL_FACTOR = 2  # SCL is delivered at 20 m
-# Clouds are masked by default (maps.scene_options): a scene without SCL says what to do.
+SCL_FACTOR = band_factor(SCL)  # SCL is delivered at 20 m
+# Clouds are masked by default (maps.scene.options): a scene without SCL says what to do.
 NO_SCL = ("clouds are masked (the default), which needs the scene classification band (SCL); "
           "--no-mask-clouds maps it unmasked")  # fmt: skip
 

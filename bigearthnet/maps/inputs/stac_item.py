@@ -18,6 +18,7 @@ item (``nodata`` of ``raster:bands``/``bands`` or the asset) or the COG declares
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import functools
 import hashlib
@@ -34,48 +35,124 @@ from bigearthnet.maps.inputs.bands import (
     SceneSource,
     nodata_values,
 )
+from bigearthnet.maps.inputs.form import JsonFiles, SceneForm
 from bigearthnet.maps.inputs.refs import REF, absolute_href, local_path, openable, split_ref
 from bigearthnet.maps.radiometry import ScaleOffset, SceneMetadata
 
-FACTORS = {10: 1, 20: 2, 60: 6}
 CATALOG_TYPES = ("Catalog", "Collection")  # a saved catalog's documents, by their "type"
 
 
-def is_stac(ref: str | Path) -> bool:
-    """An item file (``*.json``) or an item of a collection file (``FILE#ID``)."""
-    file, item_id = split_ref(ref)
-    return item_id is not None or (file.suffix.lower() == ".json" and file.is_file())
+class StacItem(SceneForm):
+    """A STAC item: an item file (``*.json``), or ``FILE#ID``, the item ``ID`` of a saved
+    search ``FILE``. Its document is read once (through the command's :class:`JsonFiles`:
+    the items of one search share one parse) and kept as read; pystac's Item of it once."""
+
+    name = "STAC item"
+
+    @classmethod
+    def claims(cls, ref: str | Path) -> bool:
+        file, item_id = split_ref(ref)
+        return item_id is not None or (file.suffix.lower() == ".json" and file.is_file())
+
+    @functools.cached_property
+    def document(self) -> dict:
+        """The item's JSON object as read; SceneError naming the file when it is no item."""
+        file, item_id = split_ref(self.ref)
+        document = self.json_files.read(file)
+        if item_id is not None:
+            features = document.get("features") if isinstance(document, dict) else None
+            matches = [f for f in features or [] if isinstance(f, dict) and f.get("id") == item_id]
+            if len(matches) != 1:
+                raise SceneError(f"{file}: {len(matches)} items with id {item_id!r}")
+            document = matches[0]
+        if not isinstance(document, dict) or document.get("type") != "Feature":
+            raise SceneError(f"{file}: not a STAC item (a GeoJSON Feature)")
+        return document
+
+    @functools.cached_property
+    def item(self):
+        """The pystac Item of :attr:`document` (its links never followed)."""
+        import pystac
+
+        file, _ = split_ref(self.ref)
+        try:  # preserve_dict (the default): the document stays as read
+            return pystac.Item.from_dict(self.document, href=str(file.resolve()), migrate=True)
+        except Exception as err:  # pystac raises several types on a malformed item
+            raise SceneError(f"{self.ref}: not a readable STAC item ({first_line(err)})") from None
+
+    def tile_and_date(self) -> tuple[str, dt.date]:
+        """The MGRS tile and acquisition date (UTC; a datetime without a zone is UTC) the
+        item's properties state; SceneError when they state none."""
+        item = self.item
+        tile = layout.tile_of(item.properties)
+        if tile is None:
+            raise SceneError(
+                f"{self.ref}: no MGRS tile in its properties (s2:mgrs_tile, grid:code)"
+            )
+        when = item.datetime or item.common_metadata.start_datetime
+        if when is None:
+            raise SceneError(f"{self.ref}: the item has no datetime")
+        return tile, layout.utc_date(when)
+
+    def is_level_1c(self) -> bool:
+        """Level-1C by the item's properties, id, or collection (its ``collection`` field or
+        its ``collection`` link: Earth Search's ``sentinel-2-l1c``)."""
+        item = self.item
+        # The link's href as written (resolving it would reach for the catalog over a network).
+        links = [link.get_target_str() or "" for link in item.links if link.rel == "collection"]
+        collections = [item.collection_id, *(href.rstrip("/").rsplit("/", 1)[-1] for href in links)]
+        return (
+            layout.is_level_1c(item.properties)
+            or "MSIL1C" in item.id
+            or "_L1C" in item.id
+            or any(layout.is_level_1c_collection(name) for name in collections)
+            or super().is_level_1c()
+        )
+
+    def _open(self, bands, mask_clouds, band_order) -> SceneSource:
+        item, ref = self.item, self.ref
+        opened = Opened()
+        try:
+            readers = {band: _asset_band(ref, item, band, opened) for band in bands}
+            scl = _asset_band(ref, item, layout.SCL, opened) if mask_clouds else None
+        except BaseException:
+            opened.close()
+            raise
+        nodata = {band: _nodata(item, band, reader) for band, reader in readers.items()}
+        return SceneSource(self.path, self.name, dict(readers), scl, _metadata(item, readers),
+                           [opened.close], nodata)  # fmt: skip
+
+    def asset_hrefs(self) -> list[str]:
+        """Every band asset's absolute href (SCL's too)."""
+        keys = [_asset_key(self.item, band) for band in (*constants.BANDS, layout.SCL)]
+        return [_asset_href(self.item, key) for key in keys if key is not None]
+
+    def files(self) -> dict[str, Path]:
+        """The item's file (or saved search) and its local assets (path and ``file://``
+        hrefs; not remote URLs)."""
+        file, _ = split_ref(self.ref)
+        found = {f"SCENE {self.ref}": file}
+        for href in self.asset_hrefs():
+            if (path := local_path(href)) is not None:
+                found[f"the asset {path} of {self.ref}"] = path
+        return found
+
+    def digest(self) -> str:
+        """The item document as read (never as pystac would rewrite it: ``Item.to_dict``
+        resolves the root link over the network), and each local asset's size and mtime (a
+        remote asset by its href: the item's ``updated`` says when it changed)."""
+        hasher = hashlib.sha256(json.dumps(self.document, sort_keys=True).encode())
+        for href in self.asset_hrefs():
+            path = local_path(href)
+            stat = path.stat() if path is not None and path.is_file() else None
+            stamp = f"{stat.st_size}\0{stat.st_mtime_ns}" if stat is not None else ""
+            hasher.update(f"{href}\0{stamp}\n".encode())
+        return hasher.hexdigest()[:16]
 
 
-def item_document(ref: str | Path) -> tuple[Path, dict]:
-    """(the file, the item's JSON object as read) of ``ref``; SceneError naming the file
-    when it is no item."""
-    file, item_id = split_ref(ref)
-    document = _read_json(file)
-    if item_id is not None:
-        features = document.get("features") if isinstance(document, dict) else None
-        matches = [f for f in features or [] if isinstance(f, dict) and f.get("id") == item_id]
-        if len(matches) != 1:
-            raise SceneError(f"{file}: {len(matches)} items with id {item_id!r}")
-        document = matches[0]
-    if not isinstance(document, dict) or document.get("type") != "Feature":
-        raise SceneError(f"{file}: not a STAC item (a GeoJSON Feature)")
-    return file, document
-
-
-def load_item(ref: str | Path):
-    """The pystac Item ``ref`` names; SceneError naming the file when it is no item."""
-    import pystac
-
-    file, document = item_document(ref)
-    try:
-        return pystac.Item.from_dict(document, href=str(file.resolve()), migrate=True)
-    except Exception as err:  # pystac raises several types on a malformed item
-        raise SceneError(f"{ref}: not a readable STAC item ({first_line(err)})") from None
-
-
-def items_in(path: Path) -> list[str]:
-    """``--stac-items``: the items of ``path``, each an item file or ``FILE#ID``, each once.
+def items_in(path: Path, json_files: JsonFiles | None = None) -> list[StacItem]:
+    """``--stac-items``: the items of ``path``, each an item file or ``FILE#ID``, each once,
+    identified (every file parsed once, through ``json_files``).
 
     ``path`` is an item file; a FeatureCollection/ItemCollection file (a saved search:
     ``FILE#ID`` of each feature); a catalog or collection file, as pystac's ``save`` writes
@@ -83,29 +160,30 @@ def items_in(path: Path) -> list[str]:
     (a saved catalog's folder: its ``catalog.json``; item files beside a
     ``collection.json``: the items once). A JSON file that is none of these is refused,
     named: never silently left out."""
+    json_files = json_files if json_files is not None else JsonFiles()
     if not path.is_dir():
-        refs = _items_of_file(path)
+        refs = _items_of_file(path, json_files)
     else:
         files = sorted(path.glob("*.json"))
         if not files:
             raise SceneError(f"{path}: no STAC item files (*.json) in this folder")
-        refs = [ref for file in files for ref in _items_of_file(file)]
+        refs = [ref for file in files for ref in _items_of_file(file, json_files)]
     once: dict[str, str] = {}
     for ref in refs:  # an item file also linked from a catalog beside it: once
         file, item_id = split_ref(ref)
         once.setdefault(f"{file.resolve()}{REF}{item_id or ''}", ref)
     if not once:
         raise SceneError(f"{path}: no STAC items")
-    return list(once.values())
+    return [StacItem(ref, json_files) for ref in once.values()]
 
 
-def _items_of_file(path: Path) -> list[str]:
-    document = _read_json(path)
+def _items_of_file(path: Path, json_files: JsonFiles) -> list[str]:
+    document = json_files.read(path)
     kind = document.get("type") if isinstance(document, dict) else None
     if kind == "Feature":
         return [str(path)]
     if kind in CATALOG_TYPES:
-        return _items_of_catalog(path)
+        return _items_of_catalog(path, json_files)
     features = document.get("features") if isinstance(document, dict) else None
     if not isinstance(features, list) or not features:
         raise SceneError(
@@ -122,20 +200,28 @@ def _items_of_file(path: Path) -> list[str]:
     return [f"{path}{REF}{item_id}" for item_id in ids]
 
 
-def _items_of_catalog(path: Path) -> list[str]:
+def _items_of_catalog(path: Path, json_files: JsonFiles) -> list[str]:
     """The item files of a saved catalog or collection and of its children: pystac follows
     its links (relative ones, as ``save`` writes them), reading only files of this machine
-    (:func:`.refs.local_path`; a link elsewhere is named). The catalog is named to pystac
-    by a ``file://`` URL: pystac parses hrefs as URLs, and a ``#`` in a path would end it."""
+    (:func:`.refs.local_path`; a link elsewhere is named), each parsed once with the
+    command's other files. The catalog is named to pystac by a ``file://`` URL: pystac
+    parses hrefs as URLs, and a ``#`` in a path would end it."""
     import pystac
     from pystac.stac_io import DefaultStacIO
 
     class LocalFiles(DefaultStacIO):
         def read_text_from_href(self, href: str) -> str:
-            file = local_path(href)
-            if file is None:
-                raise SceneError(f"a link to {href}, not a file of this machine")
-            return file.read_text(encoding="utf-8")
+            return _local(href).read_text(encoding="utf-8")
+
+        def read_json(self, source, *args, **kwargs) -> dict:
+            # pystac changes the dict it builds from: its own copy, the parse kept as read
+            return copy.deepcopy(json_files.read(_local(str(source))))
+
+    def _local(href: str) -> Path:
+        file = local_path(href)
+        if file is None:
+            raise SceneError(f"a link to {href}, not a file of this machine")
+        return file
 
     try:
         catalog = pystac.read_file(path.resolve().as_uri(), stac_io=LocalFiles())
@@ -146,48 +232,6 @@ def _items_of_catalog(path: Path) -> list[str]:
         raise SceneError(f"{path}: a STAC catalog whose items cannot be read "
                          f"({first_line(err)})") from None  # fmt: skip
     return [str(local_path(href)) for href in hrefs]
-
-
-def tile_and_date(ref: str) -> tuple[str, dt.date]:
-    """The MGRS tile and acquisition date (UTC; a datetime without a zone is UTC) an item's
-    properties state."""
-    item = load_item(ref)
-    tile = layout.tile_of(item.properties)
-    if tile is None:
-        raise SceneError(f"{ref}: no MGRS tile in its properties (s2:mgrs_tile, grid:code)")
-    when = item.datetime or item.common_metadata.start_datetime
-    if when is None:
-        raise SceneError(f"{ref}: the item has no datetime")
-    return tile, layout.utc_date(when)
-
-
-def is_level_1c(ref: str) -> bool:
-    """Level-1C by the item's properties, id, or collection (its ``collection`` field or
-    its ``collection`` link: Earth Search's ``sentinel-2-l1c``)."""
-    item = load_item(ref)
-    # The link's href as written (resolving it would reach for the catalog over a network).
-    links = [link.get_target_str() or "" for link in item.links if link.rel == "collection"]
-    collections = [item.collection_id, *(href.rstrip("/").rsplit("/", 1)[-1] for href in links)]
-    return (
-        layout.is_level_1c(item.properties)
-        or "MSIL1C" in item.id
-        or "_L1C" in item.id
-        or any(layout.is_level_1c_collection(name) for name in collections)
-    )
-
-
-def open_stac(ref: str, bands: tuple[str, ...], mask_clouds: bool) -> SceneSource:
-    item = load_item(ref)
-    opened = Opened()
-    try:
-        readers = {band: _asset_band(ref, item, band, opened) for band in bands}
-        scl = _asset_band(ref, item, layout.SCL, opened) if mask_clouds else None
-    except BaseException:
-        opened.close()
-        raise
-    nodata = {band: _nodata(item, band, reader) for band, reader in readers.items()}
-    return SceneSource(Path(ref), "STAC item", dict(readers), scl, _metadata(item, readers),
-                       [opened.close], nodata)  # fmt: skip
 
 
 def _metadata(item, readers: dict[str, RasterBand]) -> SceneMetadata:
@@ -219,33 +263,6 @@ def _metadata(item, readers: dict[str, RasterBand]) -> SceneMetadata:
     )
 
 
-def asset_hrefs(ref: str, item=None) -> list[str]:
-    """Every band asset's absolute href (for the scene's identity)."""
-    item = item or load_item(ref)
-    keys = [_asset_key(item, band) for band in (*constants.BANDS, layout.SCL)]
-    return [_asset_href(item, key) for key in keys if key is not None]
-
-
-def asset_files(ref: str) -> list[Path]:
-    """The local files of the band assets (path and ``file://`` hrefs; not remote URLs)."""
-    return [path for href in asset_hrefs(ref) if (path := local_path(href)) is not None]
-
-
-def digest(ref: str) -> str:
-    """A digest of what the scene is: the item document as read (never as pystac would
-    rewrite it: ``Item.to_dict`` resolves the root link over the network), and each local
-    asset's size and mtime (a remote asset by its href: the item's ``updated`` says when
-    it changed)."""
-    _, document = item_document(ref)
-    hasher = hashlib.sha256(json.dumps(document, sort_keys=True).encode())
-    for href in asset_hrefs(ref):
-        path = local_path(href)
-        stat = path.stat() if path is not None and path.is_file() else None
-        stamp = f"{stat.st_size}\0{stat.st_mtime_ns}" if stat is not None else ""
-        hasher.update(f"{href}\0{stamp}\n".encode())
-    return hasher.hexdigest()[:16]
-
-
 def _asset_href(item, key: str) -> str:
     """The asset's href, a relative one joined to the item file's folder (by path: pystac's
     own join reads a ``#`` in a folder's name as a URL fragment)."""
@@ -267,7 +284,7 @@ def _asset_band(ref: str, item, band: str, opened: Opened) -> RasterBand:
         raise SceneError(f"{ref}: no asset of band {band} (keys {tried})")
     href = _asset_href(item, key)
     reader = opened.band(openable(href), 1, 1, name=f"{ref} asset {key} ({href})")
-    factor = FACTORS.get(round(abs(reader.transform.a)))
+    factor = constants.resolution_factor(abs(reader.transform.a))
     if factor is None:
         opened.close()
         raise SceneError(f"{reader.name}: pixels of {abs(reader.transform.a):g} m")
@@ -299,21 +316,3 @@ def _nodata(item, band: str, reader: RasterBand) -> tuple[float, ...]:
     entries = fields.get("raster:bands") or fields.get("bands") or []
     declared = [entry.get("nodata") for entry in entries[:1] if isinstance(entry, dict)]
     return nodata_values([*declared, fields.get("nodata"), *reader.nodata()])
-
-
-def _read_json(file: Path):
-    """The parsed file, read once while it is unchanged: a scene's identity, level, tile,
-    date and bands each load its item, and every item of a saved search is in one file
-    (parsed once, not once per item). Callers only read what it returns."""
-    try:
-        stat = file.stat()
-        return _parsed(str(file.resolve()), stat.st_mtime_ns, stat.st_size)
-    except OSError as err:
-        raise SceneError(f"{file}: unreadable ({err.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise SceneError(f"{file}: not JSON ({first_line(err)}): truncated?") from None
-
-
-@functools.lru_cache(maxsize=16)
-def _parsed(file: str, mtime_ns: int, size: int):
-    return json.loads(Path(file).read_text(encoding="utf-8"))

@@ -5,67 +5,101 @@ values' scale/offset from each array's CF attributes (:mod:`bigearthnet.formats.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import functools
 import warnings
 from pathlib import Path
 
 import numpy as np
 
+from bigearthnet.core.constants import GRID_M, resolution_factor
 from bigearthnet.core.util import first_line
 from bigearthnet.formats import s2_layouts as layout
 from bigearthnet.maps.inputs.bands import (
-    SCL_FACTOR,
     ArrayBand,
     SceneError,
     SceneSource,
     nodata_values,
 )
+from bigearthnet.maps.inputs.form import SceneForm
 from bigearthnet.maps.radiometry import SceneMetadata
 
 
-def is_zarr(path: Path) -> bool:
-    """A Zarr store: a folder with Zarr metadata (v3 ``zarr.json``, v2 ``.zgroup``), or a
-    zipped one (``*.zarr.zip``)."""
-    if path.is_dir():
-        return (path / "zarr.json").is_file() or (path / ".zgroup").is_file()
-    return path.is_file() and path.name.endswith(".zarr.zip")
+class ZarrProduct(SceneForm):
+    """An EOPF Zarr product: a folder with Zarr metadata (v3 ``zarr.json``, v2 ``.zgroup``),
+    or a zipped one (``*.zarr.zip``). Its ``stac_discovery`` properties (read once) state
+    its CRS, product type, tile and date."""
 
+    name = "EOPF Zarr"
 
-def open_zarr(scene: Path, bands: tuple[str, ...], mask_clouds: bool) -> SceneSource:
-    root, store = _open_group(scene)
-    try:
-        properties = _properties(scene, root)
-        crs = _crs(scene, properties)
-        readers = {band: _band(scene, root, layout.zarr_band(band), crs) for band in bands}
-        scl = _band(scene, root, layout.ZARR_SCL, crs) if mask_clouds else None
-    except BaseException:
-        if store is not None:
-            store.close()
-        raise
-    baseline, baseline_key = layout.baseline_of(properties)
-    metadata = SceneMetadata(
-        bands=bands,
-        scales={band: _scale_offset(reader.array) for band, reader in readers.items()},
-        scales_from="scale_factor/add_offset of the Zarr arrays",
-        where={band: reader.name for band, reader in readers.items()},
-        baseline=baseline,
-        baseline_from=f"{baseline_key} in {layout.ZARR_METADATA} of the Zarr product",
-        dtypes={band: reader.dtype for band, reader in readers.items()},
-        product=_product_name(scene, root),
-    )
-    closers = [store.close] if store is not None else []
-    nodata = {band: _fill_values(reader.array) for band, reader in readers.items()}
-    return SceneSource(scene, "EOPF Zarr", dict(readers), scl, metadata, closers, nodata)
+    @classmethod
+    def claims(cls, ref: str | Path) -> bool:
+        path = Path(ref)
+        if path.is_dir():
+            return (path / "zarr.json").is_file() or (path / ".zgroup").is_file()
+        return path.is_file() and path.name.endswith(".zarr.zip")
 
+    @functools.cached_property
+    def properties(self) -> dict:
+        """The product's STAC properties (``stac_discovery``); {} when the store has none;
+        SceneError for a store that cannot be read."""
+        root, store = _open_group(self.path)
+        try:
+            return _properties(self.path, root, required=False)
+        finally:
+            if store is not None:
+                store.close()
 
-def product_properties(scene: Path) -> dict:
-    """The product's STAC properties (``stac_discovery``); {} when the store has none."""
-    root, store = _open_group(scene)
-    try:
-        return _properties(scene, root, required=False)
-    finally:
-        if store is not None:
-            store.close()
+    def is_level_1c(self) -> bool:
+        return layout.is_level_1c(self.properties) or super().is_level_1c()
+
+    def tile_and_date(self) -> tuple[str, dt.date] | None:
+        """What ``stac_discovery`` states (UTC), else the product name in the path (an
+        unreadable product: its name may say; mapping it names the damage)."""
+        with contextlib.suppress(SceneError):
+            if (stated := self._stated_tile_and_date()) is not None:
+                return stated
+        return super().tile_and_date()
+
+    def _stated_tile_and_date(self) -> tuple[str, dt.date] | None:
+        from pystac.utils import str_to_datetime
+
+        properties = self.properties
+        tile, when = layout.tile_of(properties), properties.get("datetime")
+        if tile is None or not isinstance(when, str):
+            return None
+        try:
+            return tile, layout.utc_date(str_to_datetime(when))
+        except ValueError:
+            raise SceneError(f"{self.path}: datetime {when!r} in {layout.ZARR_METADATA}") from None
+
+    def _open(self, bands, mask_clouds, band_order) -> SceneSource:
+        scene = self.path
+        root, store = _open_group(scene)
+        try:
+            properties = _properties(scene, root)
+            crs = _crs(scene, properties)
+            readers = {band: _band(scene, root, layout.zarr_band(band), crs) for band in bands}
+            scl = _band(scene, root, layout.ZARR_SCL, crs) if mask_clouds else None
+        except BaseException:
+            if store is not None:
+                store.close()
+            raise
+        baseline, baseline_key = layout.baseline_of(properties)
+        metadata = SceneMetadata(
+            bands=bands,
+            scales={band: _scale_offset(reader.array) for band, reader in readers.items()},
+            scales_from="scale_factor/add_offset of the Zarr arrays",
+            where={band: reader.name for band, reader in readers.items()},
+            baseline=baseline,
+            baseline_from=f"{baseline_key} in {layout.ZARR_METADATA} of the Zarr product",
+            dtypes={band: reader.dtype for band, reader in readers.items()},
+            product=_product_name(scene, root),
+        )
+        closers = [store.close] if store is not None else []
+        nodata = {band: _fill_values(reader.array) for band, reader in readers.items()}
+        return SceneSource(scene, self.name, dict(readers), scl, metadata, closers, nodata)
 
 
 def _product_name(scene: Path, root) -> str:
@@ -73,21 +107,6 @@ def _product_name(scene: Path, root) -> str:
     item = root.attrs.get(layout.ZARR_METADATA)
     found = item.get("id") if isinstance(item, dict) else None
     return str(found) if found else scene.name.removesuffix(".zip").removesuffix(".zarr")
-
-
-def tile_and_date(scene: Path) -> tuple[str, dt.date] | None:
-    """The MGRS tile and acquisition date (UTC) the product's ``stac_discovery`` states;
-    None when it states no tile or no datetime."""
-    from pystac.utils import str_to_datetime
-
-    properties = product_properties(scene)
-    tile, when = layout.tile_of(properties), properties.get("datetime")
-    if tile is None or not isinstance(when, str):
-        return None
-    try:
-        return tile, layout.utc_date(str_to_datetime(when))
-    except ValueError:
-        raise SceneError(f"{scene}: datetime {when!r} in {layout.ZARR_METADATA}") from None
 
 
 def _open_group(scene: Path):
@@ -153,11 +172,10 @@ def _band(scene: Path, root, path: str, crs) -> ArrayBand:
             f"{y.size} y x {x.size} x"
         )
     dx, dy = _spacing(name, x, "x"), _spacing(name, y, "y")
-    res = round(abs(dx))
-    if res not in layout.ZARR_RESOLUTIONS or not np.isclose(abs(dy), res):
+    factor = resolution_factor(abs(dx))
+    if factor is None or not np.isclose(abs(dy), factor * GRID_M):
         raise SceneError(f"{name}: pixels of {abs(dx):g} x {abs(dy):g} m")
     transform = Affine(dx, 0.0, x[0] - dx / 2, 0.0, dy, y[0] - dy / 2)
-    factor = SCL_FACTOR if path == layout.ZARR_SCL else res // 10
     return ArrayBand(array, factor, name, crs, transform)
 
 

@@ -43,14 +43,15 @@ COG = pystac.MediaType.COG
 
 
 def classes_field(classes: Sequence[str]) -> list[dict]:
-    """classification:classes: value, name, description and colour of every class."""
-    colours = constants.class_colours(len(classes))
+    """classification:classes: value, name, description and colour of every class (in
+    upper case, as the classification extension writes its colour hints)."""
+    colours = constants.class_hex_colours(len(classes))
     return [
         {
             "value": value,
             "name": name,
             "description": f"BigEarthNet class {value}: {name}",
-            "color_hint": "".join(f"{int(v):02X}" for v in colours[value]),
+            "color_hint": colours[value].upper(),
         }
         for value, name in enumerate(classes)
     ]

@@ -12,10 +12,16 @@ from pathlib import Path
 from bigearthnet.core.declare import check_fields, nested, option
 from bigearthnet.core.errors import ConfigError, require_open_fraction, require_positive_int
 from bigearthnet.inference.predictor import ModelChoice
-from bigearthnet.maps.region.grid import CELL_STEP_M, WARP_TILE, projected_crs
+from bigearthnet.maps.region.grid import (
+    CELL_STEP_M,
+    DEFAULT_CELL_M,
+    DEFAULT_CRS,
+    WARP_TILE,
+    projected_crs,
+)
 from bigearthnet.maps.region.periods import PERIODS
 from bigearthnet.maps.region.series import DEFAULT_PERSISTENCE
-from bigearthnet.maps.scene_options import SceneMapOptions, SceneMapping
+from bigearthnet.maps.scene.options import SceneMapOptions, SceneMapping
 
 # Blocks are whole tiles of the lattice scene maps are warped on (the products do not
 # depend on the block size), at most 16,384 cells a side (~100 GB at its peak).
@@ -54,15 +60,16 @@ def require_share(flag: str, value: str | None) -> str | None:
 @dataclass(frozen=True, kw_only=True)
 class RegionOptions(SceneMapping):
     """``bigearthnet-map region``'s options but its scenes, declared once (how each scene is
-    mapped: :class:`~bigearthnet.maps.scene_options.SceneMapping`)."""
+    mapped: :class:`~bigearthnet.maps.scene.options.SceneMapping`)."""
 
     out: Path = option(help="the region folder", metavar="DIR")
     model: ModelChoice = nested(ModelChoice)
     period: str = option("month", "how observations are grouped in time", choices=PERIODS)
-    crs: str = option("EPSG:3035", "the output grid's projected CRS", parse=projected_crs)
+    crs: str = option(DEFAULT_CRS, "the output grid's projected CRS", parse=projected_crs)
     cell: float = option(
-        600.0, "the output grid's cell in metres, a multiple of 10 (10 needs scene maps at "
-        "10 m, from a model with the dense head; a classifier's cell maps take 60 or more)",
+        DEFAULT_CELL_M, "the output grid's cell in metres, a multiple of 10 (10 needs scene "
+        "maps at 10 m, from a model with the dense head; a classifier's cell maps take 60 or "
+        "more)",
         check=require_cell, metavar="M",
     )  # fmt: skip
     block_size: int = option(

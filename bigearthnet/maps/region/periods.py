@@ -1,9 +1,11 @@
 """The time axis of a region series: each scene's tile and date, and the period it belongs to.
 
-Tile and date come from what the scene states (:func:`bigearthnet.maps.inputs.tile_and_date`:
-a STAC item's properties, a Zarr product's metadata, a SAFE's band files, the standard
-product name ``S2B_MSIL2A_20200801T100559_N0400_R022_T33UXP_20200801T130116``) or are given
-in a CSV (:func:`from_csv`). Every tile is an MGRS tile (``33UXP``) and every date lies in
+Each scene is identified once (:func:`bigearthnet.maps.inputs.identify`) and its form kept
+with it (:attr:`Acquisition.scene`). Tile and date come from what the scene states (its
+form's ``tile_and_date``: a STAC item's properties, a Zarr product's metadata, a SAFE's band
+files, the standard product name
+``S2B_MSIL2A_20200801T100559_N0400_R022_T33UXP_20200801T130116``) or are given in a CSV
+(:func:`from_csv`). Every tile is an MGRS tile (``33UXP``) and every date lies in
 Sentinel-2's years, from its launch to today: a typo is refused, naming the scene or row,
 before any scene is mapped. Periods:
 
@@ -22,12 +24,19 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
-from bigearthnet.formats.s2_layouts import PRODUCT_NAME, mgrs_tile
+from bigearthnet.formats.s2_layouts import mgrs_tile, named_tile_and_date
+from bigearthnet.maps.inputs import MissingScene, SceneForm, identify
+
+Identify = Callable[[str], SceneForm]  # one command's identify: its JSON files parsed once
+NO_TILE_AND_DATE = ("no Sentinel-2 L2A product name (S2x_MSIL2A_<date>..._T<tile>_...) "
+                    "or metadata to take tile and date from; give them in --scenes-csv "
+                    "path,date,tile")  # fmt: skip
 
 PERIODS: tuple[str, ...] = ("scene-date", "month", "season", "year")
 SEASONS: dict[int, str] = {
@@ -45,6 +54,9 @@ class Acquisition:
     path: str
     tile: str  # MGRS tile, e.g. 33UXP
     date: dt.date
+    # Its form, identified once; None for a path that is not there: the region skips it,
+    # naming it, when its turn to be mapped comes.
+    scene: SceneForm | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if mgrs_tile(self.tile) != self.tile:
@@ -61,37 +73,56 @@ class Acquisition:
         return int(self.tile[:2])
 
 
-def of_scene(path: str) -> Acquisition:
-    """The tile and date ``path`` states (its metadata or product name); InputError without."""
-    from bigearthnet.maps.inputs import tile_and_date
+def of_scene(scene: SceneForm) -> Acquisition:
+    """The scene identified, with the tile and date it states (its metadata or product
+    name); InputError without."""
+    return _acquisition(scene.ref, scene)
 
-    found = tile_and_date(path)
+
+def of_path(path: str, identify: Identify = identify) -> Acquisition:
+    """The scene at ``path``, identified, with the tile and date it states; one not there,
+    with those of its product name (InputError without one)."""
+    return _acquisition(path, _identified(path, identify))
+
+
+def _acquisition(path: str, scene: SceneForm | None) -> Acquisition:
+    found = _stated(path, scene)
     if found is None:
-        raise InputError(
-            f"{path}: no Sentinel-2 L2A product name (S2x_MSIL2A_<date>..._T<tile>_...) "
-            "or metadata to take tile and date from; give them in --scenes-csv path,date,tile"
-        )
-    return Acquisition(path, *found)
+        raise InputError(f"{path}: {NO_TILE_AND_DATE}")
+    return Acquisition(path, *found, scene=scene)
+
+
+def _identified(path: str, identify: Identify) -> SceneForm | None:
+    try:
+        return identify(path)
+    except MissingScene:
+        return None  # skipped when mapped, named
+
+
+def _stated(path: str, scene: SceneForm | None) -> tuple[str, dt.date] | None:
+    """What the scene states; of a path that is not there, its product name."""
+    return scene.tile_and_date() if scene is not None else named_tile_and_date(path)
 
 
 def from_product_name(path: str) -> Acquisition:
     """The tile and date in ``path``'s Sentinel-2 product name; InputError without one."""
-    found = PRODUCT_NAME.search(path)
+    found = named_tile_and_date(path)
     if found is None:
         raise InputError(
             f"{path}: no Sentinel-2 L2A product name (S2x_MSIL2A_<date>..._T<tile>_...) "
             "to take tile and date from; give them in --scenes-csv path,date,tile"
         )
-    return Acquisition(path, found["tile"], dt.datetime.strptime(found["date"], "%Y%m%d").date())
+    return Acquisition(path, *found)
 
 
-def from_csv(path: Path) -> list[Acquisition]:
+def from_csv(path: Path, identify: Identify = identify) -> list[Acquisition]:
     """``--scenes-csv``: rows ``path,date[,tile]`` (a header row and a spreadsheet's BOM
-    allowed; paths relative to the CSV). Without a tile column a row's tile is what its
-    scene states, else the name of its folder or of the folder above when that is an MGRS
-    tile (``T32UQU/2020-03-15``, ``2020-03-15/T32UQU``); InputError naming the row else, or
-    for a tile that is no MGRS tile: never a folder name as a tile, which dropped scenes as
-    "second scenes" of one made-up tile."""
+    allowed; paths relative to the CSV), each row's scene identified (``identify``). Without
+    a tile column a row's tile is what its scene states, else the name of its folder or of
+    the folder above when that is an MGRS tile (``T32UQU/2020-03-15``,
+    ``2020-03-15/T32UQU``); InputError naming the row else, or for a tile that is no MGRS
+    tile: never a folder name as a tile, which dropped scenes as "second scenes" of one
+    made-up tile."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             table = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
@@ -108,25 +139,24 @@ def from_csv(path: Path) -> list[Acquisition]:
         named = row[0].strip()
         scene = named if named.startswith("/") else (path.parent / named).as_posix()
         given = row[2].strip() if len(row) > 2 else ""
-        tile = _row_tile(scene, given)
+        form = _identified(scene, identify)
+        tile = _row_tile(scene, form, given)
         if tile is None:
             what = f"tile {given!r} is not an MGRS tile (like 33UXP)" if given else (
                 f"no tile column, and {named} states none (no product name or metadata, no "
                 "folder named by a tile): add its tile, path,date,tile")  # fmt: skip
             raise InputError(f"{path}: row {number}: {what}")
         try:
-            rows.append(Acquisition(scene, tile, date))
+            rows.append(Acquisition(scene, tile, date, scene=form))
         except InputError as err:
             raise InputError(f"{path}: row {number}: {err}") from None
     return rows
 
 
-def _row_tile(scene: str, given: str) -> str | None:
-    from bigearthnet.maps.inputs import tile_and_date
-
+def _row_tile(scene: str, form: SceneForm | None, given: str) -> str | None:
     if given:
         return mgrs_tile(given)
-    found = tile_and_date(scene)
+    found = _stated(scene, form)
     if found is not None:
         return found[0]
     folder = Path(scene)

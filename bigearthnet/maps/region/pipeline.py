@@ -1,6 +1,6 @@
 """``bigearthnet-map region``: scenes of a region over time -> a consistent land-cover series.
 
-1. Each scene is mapped (all ranks, :func:`bigearthnet.maps.scene.map_scene`, clouds
+1. Each scene is mapped (all ranks, :func:`bigearthnet.maps.scene.mapping.map_scene`, clouds
    masked by default) into ``DIR/scenes/<name>.tif``, or its map from an earlier run is
    reused: a killed region job redoes only the scenes whose map is missing.
 2. A scene that cannot be mapped (unreadable, truncated, other bands), a second scene of
@@ -14,17 +14,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from bigearthnet.core import distributed
-from bigearthnet.core.errors import (
-    InputError,
-)
+from bigearthnet.core.errors import InputError
 from bigearthnet.formats import region_folder
 from bigearthnet.formats.class_map import check_complete, linked_tags
 from bigearthnet.formats.region_folder import ConsistencyRecord, SkippedScene
+from bigearthnet.maps.inputs import MissingScene
 from bigearthnet.maps.radiometry import dispute, disputed
 from bigearthnet.maps.region.blocks import block_memory, products_disk
 from bigearthnet.maps.region.grid import (
@@ -46,7 +43,7 @@ def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> Consiste
     """Collective: map the scenes, then rank 0 builds the products (or its share of their
     blocks); rank 0 returns the consistency record (None on other ranks, with
     ``scenes_only`` and with ``blocks_only``)."""
-    from bigearthnet.maps.scene import map_scene
+    from bigearthnet.maps.scene.mapping import map_scene
 
     region_folder.claim(opts.out)
     wanted, skipped = _usable(acquisitions, opts.max_gap_days)
@@ -67,7 +64,9 @@ def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> Consiste
                 continue
             if stale:
                 log.warning("remapping %s: %s", scene_map.path, stale)
-            map_scene(Path(acq.path), scene_map.path, opts.scene_map, predictor)
+            if acq.scene is None:
+                raise MissingScene(acq.path)
+            map_scene(acq.scene, scene_map.path, opts.scene_map, predictor)
         except InputError as err:
             log.warning("skipped %s: %s", acq.path, err)
             skipped.append(SkippedScene(acq.path, str(err)))
@@ -116,33 +115,33 @@ def _check_scenes(
     memory and products that fit on the disk; else InputError naming the scene or option
     to look at (a stray tile of another continent made a grid of 13,506 x 10,846 cells).
     Returns each readable scene's map tags (what its map is made as:
-    :func:`bigearthnet.maps.scene.scene_map_tags`, with how its values are read:
+    :func:`bigearthnet.maps.scene.mapping.scene_map_tags`, with how its values are read:
     ``Scene.values_tags``)."""
     from rasterio.transform import array_bounds
 
-    from bigearthnet.maps.inputs import require_l2a
     from bigearthnet.maps.radiometry import RadiometryError
-    from bigearthnet.maps.scene import scene_map_tags
-    from bigearthnet.maps.scene_input import Scene
+    from bigearthnet.maps.scene.input import Scene
+    from bigearthnet.maps.scene.mapping import scene_map_tags
 
     _check_map_cell(opts, predictor)
     footprints: dict[str, Footprint] = {}
     phases: dict[str, dict[tuple[float, float], str]] = {}  # CRS -> 10 m grid phase -> a scene
     made_as: dict[str, dict[str, str]] = {}
     for acq in wanted:
-        scene_dir = Path(acq.path)
-        require_l2a(scene_dir)  # R29: an L1C listed in a CSV was mapped as L2A
+        if acq.scene is None:
+            continue  # not there: mapping it names it, and skips it
+        acq.scene.require_l2a()  # R29: an L1C listed in a CSV was mapped as L2A
         try:
             # Opened as map_scene opens it: the pixels' reading (clouds masked or not) is part
             # of what made a scene map, so its tags here and in the map agree.
-            with Scene(scene_dir, bands=tuple(predictor.bands), boa_offset=opts.boa_offset,
+            with Scene(acq.scene, bands=tuple(predictor.bands), boa_offset=opts.boa_offset,
                        mask_clouds=opts.mask_clouds) as scene:  # fmt: skip
                 bounds = array_bounds(scene.height, scene.width, scene.transform)
                 footprints[acq.path] = Footprint(str(scene.crs), bounds)
                 phase = (scene.transform.c % CELL_STEP_M, scene.transform.f % CELL_STEP_M)
                 phases.setdefault(str(scene.crs), {}).setdefault(_rounded(phase), acq.path)
                 made_as[acq.path] = scene_map_tags(
-                    scene_dir, predictor, stride=opts.stride, resampling=predictor.resampling,
+                    acq.scene, predictor, stride=opts.stride, resampling=predictor.resampling,
                     mask_clouds=opts.mask_clouds, values=scene.values_tags(),
                 )  # fmt: skip
         except RadiometryError:

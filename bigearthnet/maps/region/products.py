@@ -64,7 +64,7 @@ log = logging.getLogger("bigearthnet")
 def scene_entry(scene: SceneMap, out: Path) -> SceneEntry:
     """The scene's row of the scene table, its path relative to the region folder ``out``,
     with how its values were read: its map's tags (what made it:
-    :func:`~bigearthnet.maps.scene.scene_map_tags`)."""
+    :func:`~bigearthnet.maps.scene.mapping.scene_map_tags`)."""
     import rasterio
 
     with rasterio.open(scene.path) as src:

@@ -27,7 +27,7 @@ from bigearthnet.formats.class_map import NODATA, areas_path, scaled, write_clas
 from bigearthnet.maps.preview import LegendEntry, write_preview
 
 if TYPE_CHECKING:  # windows imports Horovod: the region products step must not
-    from bigearthnet.maps.windows import CellSums
+    from bigearthnet.maps.scene.windows import CellSums
 
 MAP_SUFFIXES = (".tif", ".tiff")
 

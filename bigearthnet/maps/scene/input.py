@@ -28,7 +28,7 @@ import numpy as np
 
 from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
-from bigearthnet.maps.inputs import open_scene_source, require_l2a
+from bigearthnet.maps.inputs import SceneForm, identify
 from bigearthnet.maps.inputs.bands import SCL_FACTOR, BandReader, SceneError
 from bigearthnet.maps.inputs.files import band_name
 from bigearthnet.maps.radiometry import (
@@ -78,11 +78,13 @@ def parse_bbox(text: str) -> tuple[float, float, float, float]:
 
 class Scene:
     """The Sentinel-2 ``bands`` of a scene (optionally a bbox of it), open for reading by
-    strips. ``height`` and ``width`` are 10 m px of the area read, ``transform`` its grid."""
+    strips. ``height`` and ``width`` are 10 m px of the area read, ``transform`` its grid.
+    ``scene``: identified (:func:`~bigearthnet.maps.inputs.identify`), or a path to
+    identify."""
 
     def __init__(
         self,
-        path: Path,
+        scene: SceneForm | Path | str,
         *,
         bbox: tuple[float, float, float, float] | None = None,
         band_order: Sequence[str] | None = None,
@@ -92,11 +94,11 @@ class Scene:
     ) -> None:
         from rasterio.transform import Affine
 
-        self.path = path
+        self.form = scene if isinstance(scene, SceneForm) else identify(scene)
+        self.path = path = self.form.path
         self.bands = bands
-        require_l2a(path)
-        self.source = open_scene_source(path, bands=bands, band_order=band_order,
-                                        mask_clouds=mask_clouds)  # fmt: skip
+        self.form.require_l2a()
+        self.source = self.form.open(bands, band_order=band_order, mask_clouds=mask_clouds)
         try:  # once every band has opened: a damaged file is named as such first
             reference = self.source.bands["B02"]
             self._check_grids(reference)
@@ -121,7 +123,7 @@ class Scene:
 
     def values_tags(self) -> dict[str, str]:
         """How its values were read, for the map's tags: the radiometric readings
-        (:meth:`~.radiometry.Radiometry.tags`) and the product's name."""
+        (:meth:`~bigearthnet.maps.radiometry.Radiometry.tags`) and the product's name."""
         return {**self.radiometry.tags(), "product": self.product}
 
     def _check_grids(self, reference: BandReader) -> None:
@@ -177,8 +179,9 @@ class Scene:
         self.close()
 
     def sample(self) -> dict[str, np.ndarray]:
-        """The stored values (no offset) of :data:`~.radiometry.PIXEL_BANDS` at the valid pixels
-        of a sparse grid of window-sized blocks over the area (radiometry's check)."""
+        """The stored values (no offset) of
+        :data:`~bigearthnet.maps.radiometry.PIXEL_BANDS` at the valid pixels of a sparse grid
+        of window-sized blocks over the area (radiometry's check)."""
         sampled = tuple(band for band in PIXEL_BANDS if band in self.source.bands)
         found: dict[str, list[np.ndarray]] = {band: [] for band in sampled}
         reading = tuple(dict.fromkeys(("B02", *sampled)))  # B02 says which pixels are valid
@@ -237,8 +240,8 @@ class Scene:
 
 
 def _spread(size: int) -> list[int]:
-    """Up to :data:`~.radiometry.SAMPLE_GRID` window origins spread evenly over ``size`` px
-    (on the 60 m grid, as every window's)."""
+    """Up to :data:`~bigearthnet.maps.radiometry.SAMPLE_GRID` window origins spread evenly
+    over ``size`` px (on the 60 m grid, as every window's)."""
     last = (size - WINDOW) // COARSEST * COARSEST
     count = min(SAMPLE_GRID, last // WINDOW + 1)
     return sorted({round(last * i / max(count - 1, 1)) // COARSEST * COARSEST

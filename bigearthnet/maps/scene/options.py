@@ -10,7 +10,7 @@ from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import require_positive_int
 from bigearthnet.maps.radiometry import OFFSET_CHOICES
-from bigearthnet.maps.scene_input import WINDOW, band_list, parse_bbox
+from bigearthnet.maps.scene.input import WINDOW, band_list, parse_bbox
 from bigearthnet.preprocessing.resample import METHODS
 
 # Window steps that tile a 120 px window exactly and stay on the 60 m grid: the cell sizes.

@@ -11,21 +11,21 @@ from typing import TYPE_CHECKING
 from bigearthnet.core import constants, distributed
 from bigearthnet.core.progress import progress_bar
 from bigearthnet.formats.class_map import classes_tags, linked_tags
-from bigearthnet.maps.inputs import scene_digest
 from bigearthnet.maps.radiometry import dispute
-from bigearthnet.maps.scene_input import Scene, SceneError
-from bigearthnet.maps.scene_options import SceneMapOptions
-from bigearthnet.maps.scene_output import write_scene_map
-from bigearthnet.maps.windows import StageTimes, predict_scene, window_origins
+from bigearthnet.maps.scene.input import Scene, SceneError
+from bigearthnet.maps.scene.options import SceneMapOptions
+from bigearthnet.maps.scene.output import write_scene_map
+from bigearthnet.maps.scene.windows import StageTimes, predict_scene, window_origins
 
 if TYPE_CHECKING:
     from bigearthnet.inference.predictor import Predictor
+    from bigearthnet.maps.inputs import SceneForm
 
 log = distributed.log
 
 
 def scene_map_tags(
-    scene_dir: Path,
+    scene: SceneForm,
     predictor: Predictor,
     *,
     stride: int,
@@ -33,18 +33,18 @@ def scene_map_tags(
     mask_clouds: bool,
     values: Mapping[str, str],
 ) -> dict[str, str]:
-    """What made a scene map, as its tags: the scene (resolved path, and a digest of its
-    files' sizes and mtimes, a STAC item's content), the model (its provenance with the
+    """What made a scene map, as its tags: the scene (resolved path, and its form's digest:
+    its files' sizes and mtimes, a STAC item's content), the model (its provenance with the
     weights' digest, its classes), the options and how the values were read
-    (:meth:`~bigearthnet.maps.scene_input.Scene.values_tags`: the reflectance offset applied,
+    (:meth:`~bigearthnet.maps.scene.input.Scene.values_tags`: the reflectance offset applied,
     the metadata's and the pixels' readings, which won). A map whose tags equal these was
     made as this call would make it; any other is remade (a region rerun reuses maps by
     this). The map keeps the paths among them relative to its folder
     (:func:`~bigearthnet.formats.class_map.linked_tags`): its tags name no folder of the
     machine that made it, and the digests say what the files are wherever they lie."""
     return {
-        "scene": str(Path(scene_dir).resolve()),
-        "scene_inputs": scene_digest(scene_dir),
+        "scene": str(scene.path.resolve()),
+        "scene_inputs": scene.digest(),
         **predictor.provenance,
         **classes_tags(predictor.class_names),
         "stride_px": str(stride),
@@ -54,9 +54,10 @@ def scene_map_tags(
     }
 
 
-def map_scene(scene_dir: Path, out: Path, opts: SceneMapOptions, loaded: Predictor) -> dict:
+def map_scene(form: SceneForm, out: Path, opts: SceneMapOptions, loaded: Predictor) -> dict:
     """Collective (``distributed.init`` first, before ``loaded`` was opened, so that the
-    thread pools are sized): map ``scene_dir`` (any form of :mod:`bigearthnet.maps.inputs`)
+    thread pools are sized): map the scene ``form`` identified (any form of
+    :mod:`bigearthnet.maps.inputs`)
     with the model ``loaded`` (a region maps many scenes with one); rank 0 writes ``out``.
     Returns a summary (windows, cells, seconds, windows/s, and this rank's seconds reading
     and in the model)."""
@@ -75,16 +76,16 @@ def map_scene(scene_dir: Path, out: Path, opts: SceneMapOptions, loaded: Predict
             f"{source}: its model takes {constants.describe_bands(bands)}; "
             "scene maps read Sentinel-2 scenes only (a Sentinel-1 scene map is out of scope)"
         )
-    scene = Scene(Path(scene_dir), bbox=opts.bbox, band_order=opts.band_order,
+    scene = Scene(form, bbox=opts.bbox, band_order=opts.band_order,
                   mask_clouds=mask_clouds, bands=bands, boa_offset=opts.boa_offset)  # fmt: skip
     times = StageTimes()
     method = opts.resampling or loaded.resampling  # as the model's training data was
     tags = scene_map_tags(
-        scene_dir, loaded, stride=stride, resampling=method, mask_clouds=mask_clouds,
+        form, loaded, stride=stride, resampling=method, mask_clouds=mask_clouds,
         values=scene.values_tags(),
     )  # fmt: skip
     if scene.radiometry.disputed and distributed.is_root():
-        log.warning("%s: %s", scene_dir, dispute(scene.radiometry.tags()))
+        log.warning("%s: %s", form.ref, dispute(scene.radiometry.tags()))
     try:
         rows = window_origins(scene.height, stride)[distributed.rank() :: distributed.size()]
         total = len(rows) * len(window_origins(scene.width, stride))

@@ -2,13 +2,13 @@
 model's input) slid over the scene with a stride, every window's class probabilities spread
 over the cells it covers and averaged where windows overlap, so the map's cell is the stride.
 
-The scene is read by :class:`bigearthnet.maps.scene_input.Scene`, strip by strip (120 rows of the
+The scene is read by :class:`bigearthnet.maps.scene.input.Scene`, strip by strip (120 rows of the
 10 m bands and the matching rows of the others, all columns): memory is about
 ``12 x 2 bytes x 120 x scene width`` per strip plus the batch, ~32 MB for a full 10,980 px
 tile. The 20 m and 60 m bands of a window are upsampled by the code preprocessing uses
 (:func:`bigearthnet.preprocessing.assembly.assemble`), so a window at a BigEarthNet patch's position
 gives exactly that patch's shard image. Ranks take strips round-robin and their cell sums
-meet in one allreduce; rank 0 writes the map (:mod:`scene_output`).
+meet in one allreduce; rank 0 writes the map (:mod:`.output`).
 
 A window is skipped where more than half its 10 m pixels hold no usable data (nodata, as at
 the scene's borders, or masked by the scene classification); a cell with more than half
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from bigearthnet.core import distributed
-from bigearthnet.maps.scene_input import WINDOW, Scene, Strip
+from bigearthnet.maps.scene.input import WINDOW, Scene, Strip
 from bigearthnet.preprocessing.assembly import assemble, one_blas_thread
 
 
