@@ -23,6 +23,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("preprocess.py", []),
     ("input_pipeline.py", []),
     ("train_throughput.py", ["--knobs", "xla", "dense"]),
+    ("dense_head_step.py", []),
     ("scaling.py", []),
     ("evaluation.py", []),
     ("export.py", []),

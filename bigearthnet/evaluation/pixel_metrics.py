@@ -18,6 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bigearthnet.core import constants
+from bigearthnet.evaluation import metrics
+from bigearthnet.formats.pixel_eval import PixelClassRow
+
 if TYPE_CHECKING:  # TensorFlow only inside tf_pixel_confusion: reports need none of it
     import tensorflow as tf
 
@@ -38,6 +42,50 @@ def tf_pixel_confusion(maps: Any, pixel_logits: Any) -> tf.Tensor:
         num_classes=classes,
         weights=tf.cast(labelled, tf.float32),
         dtype=tf.float32,
+    )
+
+
+def tf_class_pixels(pixel_logits: Any) -> tf.Tensor:
+    """``(B, C)`` int32: per patch, the pixels where each class is the most probable of
+    ``pixel_logits`` (B, H, W, C); inside a ``tf.function``."""
+    import tensorflow as tf
+
+    classes = pixel_logits.shape[-1]
+    predicted = tf.argmax(pixel_logits, axis=-1, output_type=tf.int32)
+    rows = tf.reshape(predicted, [tf.shape(predicted)[0], -1])
+    return tf.math.bincount(rows, minlength=classes, maxlength=classes, axis=-1)
+
+
+# A class is in a patch where it holds a pixel: reBEN's labels are its reference map's
+# classes, whatever their area (bigearthnet-facts.md), so the dense head's are counted alike.
+MIN_CLASS_PIXELS = 1
+
+
+@dataclass(frozen=True)
+class HeadAgreement:
+    """The dense head's classes per patch against the multi-label head's, and the labels."""
+
+    micro_f1: float  # between the two heads' sets (symmetric)
+    exact: float  # share of patches whose two sets are the same
+    classes_micro_f1: float  # the dense head's classes scored as the patches' labels
+
+
+def head_agreement(class_pixels: Any, predicted: Any, labels: Any) -> HeadAgreement:
+    """From ``class_pixels`` (N, C) (:func:`tf_class_pixels`), the multi-label head's
+    ``predicted`` (N, C) sets and the ``labels`` (N, C), all in the same class order."""
+    found = np.asarray(class_pixels) >= MIN_CLASS_PIXELS
+    chosen = np.asarray(predicted, dtype=bool)
+    if found.shape != chosen.shape:
+        raise ValueError(f"class pixels {found.shape} against predictions {chosen.shape}")
+
+    def micro_f1(truth: np.ndarray, sets: np.ndarray) -> float:
+        counts = metrics.class_counts(truth, sets.astype(np.float64))
+        return metrics.f1_from_counts(counts)["micro_f1"]
+
+    return HeadAgreement(
+        micro_f1=micro_f1(chosen, found),
+        exact=float(np.all(found == chosen, axis=1).mean()) if len(found) else 0.0,
+        classes_micro_f1=micro_f1(np.asarray(labels) > 0, found),
     )
 
 
@@ -77,6 +125,29 @@ def pixel_scores(confusion: Any) -> PixelScores:
         iou=iou,
         support=support.round().astype(np.int64),
     )
+
+
+def pixel_rows(confusions: dict[str, np.ndarray]) -> list[PixelClassRow]:
+    """pixel_per_class.csv's rows: each class's figures against each reference."""
+    rows = []
+    for against, confusion in confusions.items():
+        s = pixel_scores(confusion)
+        predicted = np.asarray(confusion).sum(axis=0).round().astype(np.int64)
+        rows += [
+            PixelClassRow(
+                against,
+                name,
+                c,
+                int(s.support[c]),
+                int(predicted[c]),
+                float(s.precision[c]),
+                float(s.recall[c]),
+                float(s.f1[c]),
+                float(s.iou[c]),
+            )  # fmt: skip
+            for c, name in enumerate(constants.CLASSES_19)
+        ]
+    return rows
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:

@@ -1,8 +1,9 @@
 """The evaluation report's figures, drawn on rank 0 with matplotlib's Agg canvas (no
-pyplot, no GUI): per-class F1, precision-recall curves and the training curves. The run
-page shows the same figures. Class names are never cut: F1 bars wrap them, and the PR
-curves are small multiples (a panel per class, titled with its name and AP) rather than
-19 or 43 curves told apart by colour in one legend."""
+pyplot, no GUI): per-class F1, precision-recall curves, the training curves and, with the
+dense head, the pixel confusion matrix. The run page shows the same figures. Class names
+are never cut: F1 bars wrap them, and the PR curves are small multiples (a panel per class,
+titled with its name and AP) rather than 19 or 43 curves told apart by colour in one
+legend."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from bigearthnet.core import constants
 from bigearthnet.core.util import atomic_path, first_line
+from bigearthnet.evaluation.pixel_metrics import pixel_scores
 from bigearthnet.evaluation.summary import EvalSummary
 from bigearthnet.formats.history import HistoryRow
 
@@ -59,7 +62,10 @@ def png_bytes(fig) -> bytes:
 PR_CURVES_PLOT = "pr_curves.png"
 TRAINING_PLOT = "training_curves.png"
 F1_PLOT = "f1_per_class.png"
-PLOTS = (PR_CURVES_PLOT, TRAINING_PLOT, F1_PLOT)  # in drawing order
+PIXEL_CONFUSION_PLOT = "pixel_confusion.png"
+PLOTS = (PR_CURVES_PLOT, TRAINING_PLOT, F1_PLOT, PIXEL_CONFUSION_PLOT)  # in drawing order
+# what the dense head was scored against, as the confusion figure's panels say it
+AGAINST_WORDS = {"reference": "the reference maps", "truth": "the truth"}
 
 
 def draw_plots(renderers: dict) -> dict[str, bytes]:
@@ -167,6 +173,46 @@ def _pr_curve(truth: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.nda
         keep = np.unique(np.linspace(0, len(recall) - 1, MAX_CURVE_POINTS).round().astype(int))
         precision, recall = precision[keep], recall[keep]
     return recall, precision
+
+
+def pixel_confusion_figure(confusions: dict[str, np.ndarray]):
+    """A panel per reference: each of its classes' pixels (rows) shared out over the
+    classes the dense head predicts (columns), in % of the row: the diagonal is the
+    recall; a class without reference pixels is an empty row. Cells of 1 % and more say
+    their share."""
+    from matplotlib.figure import Figure
+
+    classes = constants.CLASSES_19
+    fig = Figure(figsize=(7.2 * len(confusions) + 2.6, 7.4), layout="constrained")
+    axes = fig.subplots(1, len(confusions), squeeze=False).ravel()
+    for index, (ax, (against, confusion)) in enumerate(zip(axes, confusions.items())):
+        counts = np.asarray(confusion, dtype=np.float64)
+        rows = counts.sum(axis=1, keepdims=True)
+        share = 100 * np.divide(counts, rows, out=np.zeros_like(counts), where=rows > 0)
+        image = ax.imshow(share, cmap="Blues", vmin=0, vmax=100)
+        for (r, c), value in np.ndenumerate(share):
+            if value >= 1:
+                ax.text(c, r, f"{value:.0f}", ha="center", va="center", fontsize=5.5,
+                        color="white" if value > 60 else "black")  # fmt: skip
+        ticks = np.arange(len(classes))
+        names = [_wrapped(f"{i}. {name}", PR_TITLE_WIDTH) for i, name in enumerate(classes)]
+        ax.set_yticks(ticks, names if index == 0 else [str(i) for i in ticks], fontsize=6)
+        ax.set_xticks(ticks, [str(i) for i in ticks], fontsize=6)
+        scores = pixel_scores(counts)
+        shown = (
+            f", overall accuracy {scores.overall_accuracy:.2f}, mIoU {scores.miou:.2f}"
+            if scores.overall_accuracy is not None and scores.miou is not None
+            else ""
+        )
+        ax.set_title(f"against {AGAINST_WORDS.get(against, against)}\n"
+                     f"{scores.pixel_count:,} labelled pixels{shown}", fontsize=9)  # fmt: skip
+        ax.set(xlabel="class predicted by the dense head", ylabel="class of the reference")
+    fig.colorbar(image, ax=axes.tolist(), shrink=0.6, label="% of the reference class's pixels")
+    return fig
+
+
+def plot_pixel_confusion(confusions: dict[str, np.ndarray]) -> bytes:
+    return png_bytes(pixel_confusion_figure(confusions))
 
 
 def plot_training_curves(history: list[HistoryRow]) -> bytes:

@@ -1,6 +1,8 @@
 """The evaluation report's files, written by rank 0, each atomically (see
 :mod:`bigearthnet.evaluation.evaluate` for what each holds): ``metrics.json``, ``per_class.csv``,
-``predictions.h5``, ``thresholds.json``; and the table printed at the end."""
+``predictions.h5``, ``thresholds.json``, with the dense head ``pixel_per_class.csv`` and
+``pixel_confusion.csv`` (:mod:`bigearthnet.formats.pixel_eval`); and the table printed at the
+end."""
 
 from __future__ import annotations
 
@@ -14,11 +16,14 @@ from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import atomic_path, atomic_write_json, write_csv
 from bigearthnet.evaluation import metrics
+from bigearthnet.evaluation.pixel_metrics import pixel_rows
 from bigearthnet.evaluation.summary import THRESHOLDS_FILE, EvalSummary, write_metrics
-from bigearthnet.formats import run_folder
+from bigearthnet.formats import pixel_eval, run_folder
+from bigearthnet.formats.pixel_eval import PIXEL_CONFUSION, PIXEL_PER_CLASS
 
 PREDICTIONS_FILE = "predictions.h5"
 PER_CLASS_FILE = "per_class.csv"
+PIXEL_CLASS_COUNTS = "pixel_class_counts"  # predictions.h5's dataset of the dense head's
 PER_CLASS_FIELDS = ("class", "index", "support", "precision", "recall", "f1", "ap")
 
 
@@ -29,6 +34,7 @@ class Predictions:
     names: list[str]
     labels: np.ndarray  # (N, C) uint8
     scores: np.ndarray  # (N, C) float32 sigmoid
+    class_pixels: np.ndarray | None = None  # (N, 19) the dense head's pixels of each class
 
 
 def write_outputs(
@@ -36,12 +42,21 @@ def write_outputs(
     summary: EvalSummary,
     predictions: Predictions,
     thresholds: np.ndarray | None,
+    confusions: dict[str, np.ndarray] | None = None,
 ) -> None:
     """Rank 0: the report files but the plots, each written atomically, ``metrics.json``
-    last: its presence says the evaluation folder is complete (an export trusts it)."""
+    last: its presence says the evaluation folder is complete (an export trusts it). With
+    ``confusions`` (the dense head's pixel counts by reference) the pixel files, which are
+    removed otherwise: every file in the folder is of its evaluation."""
     out_dir.mkdir(parents=True, exist_ok=True)
     clear_metrics(out_dir)
     write_csv(out_dir / PER_CLASS_FILE, PER_CLASS_FIELDS, per_class_rows(summary))
+    if confusions:
+        pixel_eval.write_confusions(out_dir, constants.CLASSES_19, confusions)
+        pixel_eval.write_pixel_classes(out_dir, pixel_rows(confusions))
+    else:
+        for name in (PIXEL_CONFUSION, PIXEL_PER_CLASS):
+            (out_dir / name).unlink(missing_ok=True)
     write_predictions(out_dir / PREDICTIONS_FILE, predictions, summary)
     if thresholds is not None:
         atomic_write_json(
@@ -74,6 +89,8 @@ def write_predictions(path: Path, predictions: Predictions, summary: EvalSummary
         f.create_dataset("names", data=predictions.names, dtype=h5py.string_dtype("utf-8"))
         f.create_dataset("scores", data=predictions.scores.astype(np.float32))
         f.create_dataset("labels", data=predictions.labels.astype(np.uint8))
+        if predictions.class_pixels is not None:
+            f.create_dataset(PIXEL_CLASS_COUNTS, data=predictions.class_pixels.astype(np.int32))
         body = summary.to_json()
         f.attrs["classes"] = body["classes"]
         f.attrs["split"] = summary.split
@@ -86,7 +103,8 @@ def read_predictions(path: Path) -> Predictions:
     try:
         with h5py.File(path, "r") as f:
             names = [n.decode() if isinstance(n, bytes) else str(n) for n in f["names"][:]]
-            return Predictions(names, f["labels"][:], f["scores"][:])
+            pixels = f[PIXEL_CLASS_COUNTS][:] if PIXEL_CLASS_COUNTS in f else None
+            return Predictions(names, f["labels"][:], f["scores"][:], pixels)
     except (OSError, KeyError) as err:
         raise InputError(f"{path}: not an evaluation's predictions ({err})") from None
 
@@ -151,4 +169,26 @@ def format_table(summary: EvalSummary, run_dir: Path) -> str:
             f"  {name:<48} {row.support:>7d} {row.precision:>9.4f} {row.recall:>7.4f} "
             f"{row.f1:>7.4f} {format_score(row.ap):>7}"
         )
-    return "\n".join(lines + card_comparison(summary))
+    return "\n".join(lines + pixel_lines(summary) + card_comparison(summary))
+
+
+def pixel_lines(summary: EvalSummary) -> list[str]:
+    """The dense head's figures, for the table ([] for a model without it)."""
+    pixel = summary.pixel
+    if pixel is None:
+        return []
+    lines = []
+    for against, f in pixel.against.items():
+        what = "the reference maps" if against == pixel_eval.REFERENCE else "the truth"
+        lines.append(
+            f"  dense head against {what}: {f.count:,} labelled pixels, overall accuracy "
+            f"{format_score(f.overall_accuracy)}, mIoU {format_score(f.miou)} over "
+            f"{f.miou_classes} classes"
+        )
+    lines.append(
+        f"  the two heads' classes per patch agree: micro_f1 "
+        f"{format_score(pixel.agreement_micro_f1)}, the same set in "
+        f"{100 * pixel.agreement_exact:.1f} % of patches; the dense head's classes against "
+        f"the labels: micro_f1 {format_score(pixel.classes_micro_f1)}"
+    )
+    return lines

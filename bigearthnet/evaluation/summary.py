@@ -14,8 +14,11 @@ from typing import Any
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import atomic_write_json
 from bigearthnet.formats import run_folder
+from bigearthnet.formats.pixel_eval import REFERENCE, TRUTH
 
 THRESHOLDS_FILE = "thresholds.json"  # per-class thresholds tuned on val, when asked for
+# metrics.json's key prefix of each reference the dense head is scored against
+PIXEL_PREFIX = {REFERENCE: "pixel", TRUTH: "pixel_truth"}
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,60 @@ class ClassScores:
         return {"class": self.name, "index": self.index, "support": self.support,
                 "precision": self.precision, "recall": self.recall, "f1": self.f1,
                 "ap": self.ap}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PixelFigures:
+    """The dense head's headline figures against one reference (from its confusion
+    matrix of pixel counts summed over ranks)."""
+
+    count: int  # labelled pixels scored: every labelled pixel of the split
+    overall_accuracy: float | None  # None: no labelled pixel
+    miou: float | None
+    miou_classes: int  # the classes with reference pixels, which mIoU is the mean over
+
+
+@dataclass(frozen=True)
+class PixelSummary:
+    """The dense head's figures of an evaluation (None for a model without it): against the
+    shards' reference maps and a synthetic archive's truth where they are, and how far the
+    two heads agree. In metrics.json at the top level: ``pixel_overall_accuracy``,
+    ``pixel_miou``, ``pixel_count``, ``pixel_miou_classes`` (``pixel_truth_...`` against the
+    truth, with ``pixel_truth_maps``), ``head_agreement_micro_f1``, ``head_agreement_exact``
+    and ``pixel_classes_micro_f1``."""
+
+    agreement_micro_f1: float
+    agreement_exact: float
+    classes_micro_f1: float
+    against: dict[str, PixelFigures] = dataclasses.field(default_factory=dict)
+    truth_maps: str = ""  # the truth file scored against ("" without)
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "head_agreement_micro_f1": self.agreement_micro_f1,
+            "head_agreement_exact": self.agreement_exact,
+            "pixel_classes_micro_f1": self.classes_micro_f1,
+        }
+        for against, figures in self.against.items():
+            prefix = PIXEL_PREFIX[against]
+            body.update({f"{prefix}_{k}": v for k, v in dataclasses.asdict(figures).items()})
+        if TRUTH in self.against:
+            body["pixel_truth_maps"] = self.truth_maps
+        return body
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> PixelSummary | None:
+        if "head_agreement_micro_f1" not in body:
+            return None
+        keys = [f.name for f in dataclasses.fields(PixelFigures)]
+        return cls(
+            body["head_agreement_micro_f1"],
+            body["head_agreement_exact"],
+            body["pixel_classes_micro_f1"],
+            {against: PixelFigures(**{k: body[f"{prefix}_{k}"] for k in keys})
+             for against, prefix in PIXEL_PREFIX.items() if f"{prefix}_count" in body},
+            str(body.get("pixel_truth_maps", "")),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -67,6 +124,7 @@ class EvalSummary:
     bands: tuple[str, ...] = ()
     data: str = ""
     world_size: int | None = None
+    pixel: PixelSummary | None = None  # the dense head's (None: a model without it)
     folder: Path | None = None  # where it was read from (not written)
 
     @property
@@ -82,16 +140,16 @@ class EvalSummary:
         body["bands"] = list(self.bands)
         body["classes"] = self.classes
         body["per_class"] = [row.to_json() for row in self.per_class]
-        return body
+        return body | (self.pixel.to_json() if self.pixel is not None else {})
 
 
-_NOT_WRITTEN = ("folder", "tuned_thresholds", "per_class")
+_NOT_WRITTEN = ("folder", "tuned_thresholds", "per_class", "pixel")
 
 
 def summary_of(report: dict[str, Any], **source: Any) -> EvalSummary:
     """The record of a :func:`~bigearthnet.evaluation.metrics.full_report` dict and its
     ``source`` (split, checkpoint, checkpoint_path, checkpoint_digest, epoch, model, bands,
-    data, world_size)."""
+    data, world_size; pixel: the dense head's figures)."""
     threshold = report["threshold"]
     tuned = tuple(float(t) for t in threshold) if isinstance(threshold, list) else None
     return _summary(report, tuned, **source)
@@ -151,6 +209,7 @@ def _summary(body: dict[str, Any], tuned: tuple[float, ...] | None, **source: An
         bands=tuple(body.get("bands") or ()),
         data=str(body.get("data", "")),
         world_size=body.get("world_size"),
+        pixel=body.get("pixel") or PixelSummary.from_json(body),
     )
 
 

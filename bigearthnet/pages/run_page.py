@@ -6,6 +6,7 @@ alone. Numbers and paths are shown as :mod:`bigearthnet.core.display` shows them
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +15,9 @@ from bigearthnet.core import display
 from bigearthnet.evaluation import plots
 from bigearthnet.evaluation.report import PREDICTIONS_FILE, format_score, read_predictions
 from bigearthnet.evaluation.summary import EvalSummary
-from bigearthnet.formats import run_folder
+from bigearthnet.formats import pixel_eval, run_folder
 from bigearthnet.formats.history import HistoryRow
+from bigearthnet.formats.pixel_eval import PixelClassRow
 from bigearthnet.pages import run_figures
 from bigearthnet.pages.render import svg, write_page
 from bigearthnet.pages.run_facts import RunFacts, read_run
@@ -33,10 +35,13 @@ NOISE_NOTES = {
 
 @dataclass(frozen=True)
 class EvaluationFigures:
-    """An evaluation's figures as inline PNGs (None where its data is missing)."""
+    """An evaluation's figures as inline PNGs (None where its data is missing), and the
+    dense head's per-class pixel figures (pixel_per_class.csv; [] without the head)."""
 
     f1: str
     pr: str | None
+    pixel_confusion: str | None = None
+    pixel_rows: tuple[PixelClassRow, ...] = ()
 
 
 def write_run_page(run_dir: Path, out: Path | None = None) -> Path:
@@ -92,7 +97,14 @@ def _evaluation_figures(evaluation: EvalSummary) -> EvaluationFigures:
     if pr is None and scores is not None and scores.is_file():
         predictions = read_predictions(scores)
         pr = plots.plot_pr_curves(predictions.labels, predictions.scores, evaluation.classes)
-    return EvaluationFigures(_png_uri(f1), None if pr is None else _png_uri(pr))
+    figures = EvaluationFigures(_png_uri(f1), None if pr is None else _png_uri(pr))
+    if evaluation.pixel is None or folder is None or not evaluation.pixel.against:
+        return figures
+    confusion = drawn(plots.PIXEL_CONFUSION_PLOT)
+    if confusion is None:
+        confusion = plots.plot_pixel_confusion(pixel_eval.read_confusions(folder)[1])
+    rows = tuple(pixel_eval.read_pixel_classes(folder))
+    return dataclasses.replace(figures, pixel_confusion=_png_uri(confusion), pixel_rows=rows)
 
 
 def _png_uri(png: bytes) -> str:

@@ -112,6 +112,9 @@ def test_per_class_csv_and_plots(test_eval: Path) -> None:
             assert image.format == "PNG" and min(image.size) > 100
             image.verify()
     assert not list(test_eval.glob(".*tmp*"))  # atomic writes leave no temporaries
+    # a model without the dense head: no pixel key, file or figure (metrics.json as before)
+    assert not any("pixel" in key or "agreement" in key for key in written)
+    assert not list(test_eval.glob("pixel_*"))
 
 
 def test_console_table_and_return_value(trained_run: Path, tmp_path: Path, capsys) -> None:

@@ -1,15 +1,27 @@
 """bigearthnet.evaluation.pixel_metrics: pixel counts in the step, scores from their sum,
-as scikit-learn computes them on the labelled pixels."""
+as scikit-learn computes them on the labelled pixels; the dense head's classes per patch and
+their agreement with the multi-label head's."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from sklearn.metrics import confusion_matrix, jaccard_score, precision_recall_fscore_support
+from sklearn.metrics import (
+    confusion_matrix,
+    f1_score,
+    jaccard_score,
+    precision_recall_fscore_support,
+)
 
 from bigearthnet.core.constants import NO_LABEL
-from bigearthnet.evaluation.pixel_metrics import pixel_scores, tf_pixel_confusion
+from bigearthnet.evaluation.pixel_metrics import (
+    MIN_CLASS_PIXELS,
+    head_agreement,
+    pixel_scores,
+    tf_class_pixels,
+    tf_pixel_confusion,
+)
 
 CLASSES = 19
 
@@ -56,3 +68,26 @@ def test_counts_summed_over_batches_give_sklearns_scores() -> None:
 def test_no_labelled_pixel_has_no_scores() -> None:
     scores = pixel_scores(np.zeros((CLASSES, CLASSES)))
     assert (scores.pixel_count, scores.overall_accuracy, scores.miou) == (0, None, None)
+
+
+def test_the_dense_heads_classes_are_counted_per_patch() -> None:
+    maps, logits = _batch(3)
+    counts = tf_class_pixels(tf.constant(logits)).numpy()
+    predicted = logits.argmax(-1)
+    expected = [[int((predicted[p] == c).sum()) for c in range(CLASSES)] for p in range(3)]
+    np.testing.assert_array_equal(counts, expected)
+
+
+def test_head_agreement_is_sklearns_micro_f1_of_the_two_sets() -> None:
+    rng = np.random.default_rng(4)
+    class_pixels = rng.integers(0, 3, (40, CLASSES)) * rng.integers(0, 50, (40, CLASSES))
+    predicted = rng.random((40, CLASSES)) < 0.3
+    labels = rng.random((40, CLASSES)) < 0.3
+    found = class_pixels >= MIN_CLASS_PIXELS
+    agreement = head_agreement(class_pixels, predicted, labels)
+    assert agreement.micro_f1 == pytest.approx(f1_score(predicted, found, average="micro"))
+    assert agreement.micro_f1 == pytest.approx(f1_score(found, predicted, average="micro"))
+    assert agreement.classes_micro_f1 == pytest.approx(f1_score(labels, found, average="micro"))
+    assert agreement.exact == pytest.approx(np.mean((found == predicted).all(axis=1)))
+    same = head_agreement(class_pixels, found, found)
+    assert (same.micro_f1, same.exact, same.classes_micro_f1) == (1.0, 1.0, 1.0)

@@ -32,6 +32,20 @@ def test_a_weight_out_of_range_is_refused(
                   "refused before any rank starts")  # fmt: skip
 
 
+@pytest.mark.parametrize("value", [".nan", "-0.5", "true"])
+def test_a_weight_out_of_range_in_a_config_file_is_refused(
+    value, shards_v2, tmp_path, reported_errors, bad_input_row
+) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"pixel_loss_weight: {value}\n")
+    run = tmp_path / "run"
+    code = train.main([*train_argv(shards_v2, run, 1), "--config", str(recipe)])
+    assert code == 2 and not run.exists()
+    one_line(reported_errors(), f"{recipe}: pixel_loss_weight must be")
+    bad_input_row(f"`pixel_loss_weight: {value}` in a --config file", "train.py", code,
+                  "refused naming the file and the key, before any rank starts")  # fmt: skip
+
+
 def test_a_weight_on_shards_without_maps_is_refused(
     shards_v1, tmp_path, reported_errors, bad_input_row
 ) -> None:
