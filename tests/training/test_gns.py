@@ -122,6 +122,7 @@ def test_estimate_matches_per_example_gradients():
     assert monitor.b_simple == pytest.approx(trace / grad_sq, rel=0.1)
 
 
+@pytest.mark.slow  # 51 s of make test: 2 ranks under horovodrun and two runs beside
 @pytest.mark.horovod
 def test_two_ranks_and_two_accumulated_passes_measure_the_same(tmp_path):
     """The same global batch of 8 as 2 ranks x 4 and as 1 rank x 2 accumulated 4: the same

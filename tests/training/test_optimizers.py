@@ -186,7 +186,14 @@ def test_state_survives_a_checkpoint(tmp_path):
 LEARNS_WITH = {"adamw": ["--lr", "0.01"], "lamb": ["--lr", "0.01"], "lars": ["--lr", "10"]}
 
 
-@pytest.mark.parametrize("name", sorted(LEARNS_WITH))
+# LAMB in make test; LARS and AdamW, a training each, in the slow tier (37 s of make test).
+LEARNING_RUNS = [
+    name if name == "lamb" else pytest.param(name, marks=pytest.mark.slow)
+    for name in sorted(LEARNS_WITH)
+]
+
+
+@pytest.mark.parametrize("name", LEARNING_RUNS)
 def test_trains_the_tiny_model(name, tmp_path, shards_v1):
     """Each optimizer learns the synthetic rule as well as the tiny recipe's Adam does."""
     run = tmp_path / name

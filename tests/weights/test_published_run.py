@@ -55,6 +55,7 @@ def published(tmp_path_factory) -> dict[str, object]:
     return {"root": root, "model": with_head}
 
 
+@pytest.mark.slow  # 48 s of make test: evaluation, maps and export of the published run
 def test_a_published_classifier_is_a_run(published, shards_v1, tmp_path):
     run = tmp_path / "run"
     src = published["root"] / "classifier.safetensors"  # type: ignore[operator]
