@@ -131,8 +131,8 @@ def _map_pixels(scene: Scene, out: Path, opts: SceneMapOptions, model: PixelMode
                 kind: MapKind, method: str, tags: dict, classes: list[str]) -> dict:  # fmt: skip
     """The 10 m map (:mod:`.pixels`): part files by all ranks, the map by rank 0."""
     tiling = Tiling(kind.window)
-    rows = tiling.origins(scene.row0, scene.height)
-    cols = tiling.origins(scene.col0, scene.width)
+    rows = tiling.windows(scene.row0, scene.height)
+    cols = tiling.windows(scene.col0, scene.width)
     total = len(rows[distributed.rank() :: distributed.size()]) * len(cols)
     times = StageTimes()
     work = work_folder(out)

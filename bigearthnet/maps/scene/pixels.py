@@ -61,27 +61,27 @@ def predict_pixels(
     parts and counts of all ranks, on all ranks."""
     from rasterio.windows import Window
 
-    rows = tiling.origins(scene.row0, scene.height)
-    cols = tiling.origins(scene.col0, scene.width)
+    rows = tiling.windows(scene.row0, scene.height)
+    cols = tiling.windows(scene.col0, scene.width)
     times = StageTimes() if times is None else times
     classes = model.classes
     counts = np.zeros(classes + 1)
     windows = 0
     parts = []
+    grid = {"crs": scene.crs, "transform": scene.transform}
     for index in range(len(rows))[distributed.rank() :: distributed.size()]:
-        begin, end = tiling.kept(rows[index], scene.height)
-        part = Part(work / f"row-{index:05d}.tif", (), begin, 0, end - begin, scene.width)
-        grid = {"crs": scene.crs, "transform": scene.transform}
+        row, top, bottom = rows[index]
+        part = Part(work / f"row-{index:05d}.tif", (), top, 0, bottom - top, scene.width)
         with open_part(part.path, (1 + classes, part.height, part.width), "uint8", grid,
                        NODATA) as dst:  # fmt: skip
-            for col in cols:
-                bands, ran = _window(scene, model, tiling, (rows[index], col), resampling,
-                                     times)  # fmt: skip
+            for col, left, right in cols:
+                keep = (slice(top - row, bottom - row), slice(left - col, right - col))
+                bands, ran = _window(scene, model, tiling.window, (row, col), keep,
+                                     resampling, times)  # fmt: skip
                 windows += ran
                 counts += np.bincount(bands[0].ravel(), minlength=NODATA + 1)[
                     [*range(classes), NODATA]
                 ]
-                left, right = tiling.kept(col, scene.width)
                 dst.write(bands, window=Window(left, 0, right - left, part.height))
         parts.append(part)
         if progress is not None:
@@ -92,22 +92,20 @@ def predict_pixels(
     return PixelMap(everything, counts[:-1].astype(np.int64), int(counts[-1]))
 
 
-def _window(scene: Scene, model: PixelModel, tiling: Tiling, origin: tuple[int, int],
-            resampling: str, times: StageTimes) -> tuple[np.ndarray, int]:  # fmt: skip
-    """(1 + C, rows, cols) uint8 of the window at ``row``, ``col``'s kept part (top class,
-    then the stored probabilities; NODATA where no usable data), and 1 if the model ran."""
+def _window(scene: Scene, model: PixelModel, size: int, origin: tuple[int, int],
+            keep: tuple[slice, slice], resampling: str,
+            times: StageTimes) -> tuple[np.ndarray, int]:  # fmt: skip
+    """(1 + C, rows, cols) uint8 of the ``keep`` part of the window of ``size`` px at
+    ``origin`` (top class, then the stored probabilities; NODATA where no usable data),
+    and 1 if the model ran."""
     started = time.perf_counter()
-    row, col = origin
-    top, bottom = tiling.kept(row, scene.height)
-    left, right = tiling.kept(col, scene.width)
-    rect = scene.rect(row, col, tiling.window, tiling.window)
-    keep = (slice(top - row, bottom - row), slice(left - col, right - col))
+    rect = scene.rect(*origin, size, size)
     invalid = rect.invalid[keep]
     if invalid.all():
         times.read += time.perf_counter() - started
         return np.full((1 + model.classes, *invalid.shape), NODATA, np.uint8), 0
     with one_blas_thread():  # as preprocessing: the same rounding of the upsampled values
-        image = assemble(WindowBands(rect.bands), resampling, tuple(rect.bands), size=tiling.window)
+        image = assemble(WindowBands(rect.bands), resampling, tuple(rect.bands), size=size)
     times.read += time.perf_counter() - started
     started = time.perf_counter()
     probabilities = model(image[None])[0][keep]

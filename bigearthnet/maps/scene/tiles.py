@@ -10,7 +10,9 @@ scene without seams. Free of TensorFlow.
   map equals the whole scene's map where they overlap.
 * **The margin.** :data:`MARGIN` (48 px, 480 m) of each window's border is discarded: there
   the receptive field runs out of the window (zero padding, the upsampling's clamped
-  edge). A kept pixel has at least 480 m of the scene around it (0 past the scene's edge).
+  edge). A kept pixel has at least 480 m of the scene around it, or the scene's edge: a
+  window that would start before the scene starts at its edge, where the model pads as it
+  was trained to (0 past the scene's far edge).
   The tiny model's receptive field is 35 px wide, so its maps do not depend on the tiling
   beyond float rounding; ResNet-50's reaches further, but its weight beyond 480 m is small
   (benchmarks/README.md, P12-10m: the map of a shifted tiling against the first).
@@ -62,18 +64,27 @@ class Tiling:
     def core(self) -> int:
         return self.window - 2 * MARGIN
 
-    def origins(self, start: int, size: int) -> list[int]:
-        """The window origins along an axis of the area mapped (area coordinates: they may
-        be negative) for an area of ``size`` px from the scene's px ``start``: their cores
-        cover [0, size)."""
+    def windows(self, start: int, size: int) -> list[tuple[int, int, int]]:
+        """(origin, begin, end) of each window along an axis, in coordinates of an area of
+        ``size`` px from the scene's px ``start``: the window's origin (negative: it reads
+        context before the area) and the part [begin, end) of the area it keeps, its core
+        clipped to the area. The cores cover [0, size). A window that would start before
+        the scene starts at its edge (a lattice point) and keeps its pixels from there: at
+        the scene's edge there is no context to wait for, and every tiling sees the same
+        edge (the model's own padding)."""
         first = math.floor((start - self.phase - MARGIN) / self.core)
         last = math.floor((start + size - 1 - self.phase - MARGIN) / self.core)
-        return [self.phase + k * self.core - start for k in range(first, last + 1)]
-
-    def kept(self, origin: int, size: int) -> tuple[int, int]:
-        """The part [begin, end) of the area a window at ``origin`` keeps: its core, clipped
-        to the area's ``size``."""
-        return max(origin + MARGIN, 0), min(origin + self.window - MARGIN, size)
+        if self.phase + (first + 1) * self.core <= 0:  # the next window, moved to the edge
+            first += 1
+        found = []
+        for k in range(first, last + 1):
+            origin = self.phase + k * self.core  # scene px
+            core_begin = 0 if origin <= 0 else origin + MARGIN
+            core_end = origin + self.window - MARGIN
+            begin, end = max(core_begin - start, 0), min(core_end - start, size)
+            if end > begin:
+                found.append((max(origin, 0) - start, begin, end))
+        return found
 
 
 def check_window_memory(window: int, floats_per_px: float, available: int, model: str) -> None:
