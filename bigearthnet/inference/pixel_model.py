@@ -10,8 +10,8 @@ read from an export's SavedModel variables (the export's module tracks the Keras
 
 TensorFlow runs it from exports too: on this CPU (2 cores, AVX-512) onnxruntime 1.17 took
 0.48 s for a 480 px ResNet-50 window against TensorFlow's 0.35 s (tf2onnx conversion at the
-window's size: 23 s more), so onnxruntime is not used for 10 m maps (benchmarks/README.md,
-P12-10m).
+window's size: 23 s more), so onnxruntime is not used for 10 m maps (docs/maps.md, 10 m
+against 600 m).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ scene without seams. Free of TensorFlow.
   window that would start before the scene starts at its edge, where the model pads as it
   was trained to (0 past the scene's far edge).
   The tiny model's receptive field is 35 px wide, so its maps do not depend on the tiling
-  beyond float rounding; ResNet-50's reaches further, but its weight beyond 480 m is small
-  (benchmarks/README.md, P12-10m: the map of a shifted tiling against the first).
+  beyond float rounding (tests/maps/test_scene_pixels.py); ResNet-50's theoretical one
+  reaches further, and how far its maps move with the tiling was not measured.
 * **Memory.** A window's activations: its layers' outputs, summed (an upper bound of what
   TensorFlow holds at once), checked against the free memory before the first window.
 """
