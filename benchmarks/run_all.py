@@ -31,6 +31,7 @@ BENCHMARKS: list[tuple[str, list[str]]] = [
     ("scene_maps.py", []),
     ("region_series.py", []),
     ("region_memory.py", []),
+    ("scene_maps_10m.py", []),
 ]
 
 

@@ -82,10 +82,13 @@ def build_parser() -> Parser:
 def build_scene_parser() -> Parser:
     return declared_parser(
         f"{PROG} scene",
-        "Land-cover map of a whole Sentinel-2 scene: 120x120 px windows slid with --stride, "
-        "probabilities averaged where windows overlap; a Cloud-Optimized GeoTIFF with a "
-        "colour table and one probability band per class, and the area per class. Memory: "
-        "the bands of one strip of windows (~32 MB for a 10,980 px tile) and a batch.",
+        "Land-cover map of a whole Sentinel-2 scene: from a model with the dense head, a "
+        "class per 10 m pixel (large --window squares run fully convolutionally, their "
+        "borders discarded); with --stride (and from a classifier-only model), 120x120 px "
+        "windows slid by it, probabilities averaged where windows overlap. A Cloud-Optimized "
+        "GeoTIFF with a colour table and one probability band per class, and the area per "
+        "class. Memory: one window's activations (checked first), or one strip of 120 px "
+        "windows (~32 MB for a 10,980 px tile) and a batch.",
         SceneCommand,
     )
 

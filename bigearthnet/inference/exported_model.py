@@ -24,6 +24,7 @@ from bigearthnet.formats.exported import (
     ExportInfo,
     read_export_info,
 )
+from bigearthnet.inference.pixel_model import PixelModel, rebuilt
 from bigearthnet.inference.trained_run import NoDenseHead
 
 
@@ -38,6 +39,7 @@ class ExportedModel:
             raise ExportError(f"{saved}: no saved_model.pb: the export is incomplete")
         self._saved = tf.saved_model.load(str(saved))
         self._serve = self._saved.signatures[SIGNATURE]
+        self._pixel_models: dict[int, PixelModel] = {}
         outputs = self._serve.structured_outputs
         if outputs[OUTPUT_NAME].shape[-1] != self.num_classes:  # maps name every output so
             raise ExportError(
@@ -94,6 +96,26 @@ class ExportedModel:
             return np.zeros((0, self.num_classes), dtype=np.float32)
         batch = tf.convert_to_tensor(np.asarray(images, dtype=np.uint16))
         return self._serve(**{INPUT_NAME: batch})[OUTPUT_NAME].numpy()
+
+    def pixel_model(self, window: int) -> PixelModel:
+        """The dense head at ``window`` px (:mod:`~bigearthnet.inference.pixel_model`): the
+        registry's model rebuilt, its weights read from the SavedModel's variables (the
+        serving module tracks the Keras model as ``classifier``), the export's
+        normalisation."""
+        if not self.has_dense_head:
+            raise NoDenseHead(f"the model of {self.folder} has no dense head")
+        if window not in self._pixel_models:  # built once for a region's scenes
+            model = rebuilt(self.info.model, window, self.info.input_shape[-1],
+                            self.num_classes, self._restore)  # fmt: skip
+            self._pixel_models[window] = PixelModel(model, self.info.band_mean,
+                                                    self.info.band_std, window)  # fmt: skip
+        return self._pixel_models[window]
+
+    def _restore(self, model: tf.keras.Model) -> None:
+        """The SavedModel's weights into ``model`` (every layer of it matched)."""
+        variables = self.folder / SAVEDMODEL_DIR / "variables" / "variables"
+        status = tf.train.Checkpoint(classifier=model).read(str(variables))
+        status.assert_existing_objects_matched().expect_partial()
 
     def predict_pixels(self, images: np.ndarray) -> np.ndarray:
         """(N, H, W, C) uint16 -> (N, H, W, 19) float32 class probabilities per pixel."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -17,11 +17,15 @@ from bigearthnet.core.errors import ConfigError, InputError
 from bigearthnet.formats.exported import read_export_info
 from bigearthnet.inference.run_checkpoint import RunCheckpoint, run_checkpoint
 
+if TYPE_CHECKING:  # TensorFlow: the options here answer --help without it
+    from bigearthnet.inference.pixel_model import PixelModel
+
 
 class Predictor(Protocol):
     """A classifier of uint16 patches in the order of ``bands``; with the dense head also a
     land-cover map of each patch's pixels (``has_dense_head``, ``predict_pixels``: (N, H, W,
-    19) probabilities of ``pixel_class_names``)."""
+    19) probabilities of ``pixel_class_names``; ``pixel_model``: the same at a large
+    window, run fully convolutionally)."""
 
     @property
     def num_classes(self) -> int: ...
@@ -47,6 +51,8 @@ class Predictor(Protocol):
     def predict(self, images: np.ndarray) -> np.ndarray: ...
 
     def predict_pixels(self, images: np.ndarray) -> np.ndarray: ...
+
+    def pixel_model(self, window: int) -> PixelModel: ...
 
 
 class BandMismatch(InputError):

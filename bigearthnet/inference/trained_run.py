@@ -14,8 +14,6 @@ exports all load a run here.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -36,6 +34,7 @@ from bigearthnet.formats.class_map import RUN_DIR_TAG, WEIGHTS_DIGEST
 from bigearthnet.formats.manifest import Manifest, read_manifest
 from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import ShardError
+from bigearthnet.inference.pixel_model import PixelModel, float32_layers, rebuilt
 from bigearthnet.inference.run_checkpoint import run_checkpoint
 
 log = distributed.log
@@ -57,6 +56,7 @@ class LoadedModel:
     run_dir: Path | None = None  # the folder it was loaded from (config.run_dir: trained in)
     _predict: Any = field(init=False, repr=False)
     _predict_pixels: Any = field(init=False, repr=False)
+    _pixel_models: dict[int, PixelModel] = field(init=False, repr=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         # Batches of different sizes (the last one) should not each trace a new graph.
@@ -157,6 +157,18 @@ class LoadedModel:
             return np.zeros((0, self.num_classes), dtype=np.float32)
         return self._predict(tf.convert_to_tensor(images)).numpy()
 
+    def pixel_model(self, window: int) -> PixelModel:
+        """The dense head at ``window`` px (:mod:`.pixel_model`), this model's weights;
+        NoDenseHead for a model without one."""
+        if not self.has_dense_head:
+            raise NoDenseHead(f"the model of {self.run_dir or self.prefix} has no dense head")
+        if window not in self._pixel_models:  # built once for a region's scenes
+            weights = self.model.get_weights()
+            model = rebuilt(self.record.model, window, self.record.input_shape[-1],
+                            self.num_classes, lambda m: m.set_weights(weights))  # fmt: skip
+            self._pixel_models[window] = PixelModel(model, self.mean, self.std, window)
+        return self._pixel_models[window]
+
     def predict_pixels(self, images: np.ndarray) -> np.ndarray:
         """(N, H, W, channels) uint16 -> (N, H, W, 19) float32 class probabilities per
         pixel (the dense head's); NoDenseHead for a model without one."""
@@ -228,19 +240,6 @@ def recorded_inputs(
             f"{prefix} takes {constants.describe_bands(record.bands)}"
         )
     return model_inputs(manifest, record.num_classes)
-
-
-@contextlib.contextmanager
-def float32_layers() -> Iterator[None]:
-    """Layers built inside compute in float32, whatever the process's global policy: a
-    training with --amp bf16 earlier in the same process left mixed_bfloat16 behind, and an
-    evaluation's scores moved by ~1e-3 (CI, TF 2.18 stack: 1 rank in-process vs 2 ranks)."""
-    previous = tf.keras.mixed_precision.global_policy()
-    tf.keras.mixed_precision.set_global_policy("float32")
-    try:
-        yield
-    finally:
-        tf.keras.mixed_precision.set_global_policy(previous)
 
 
 def load_model(

@@ -46,17 +46,23 @@ def _resolution_groups(bands: tuple[str, ...]) -> tuple[tuple[int, list[int]], .
 
 
 def assemble(
-    patch, resampling: str, bands: tuple[str, ...] = constants.BANDS, out: np.ndarray | None = None
+    patch,
+    resampling: str,
+    bands: tuple[str, ...] = constants.BANDS,
+    out: np.ndarray | None = None,
+    size: int = constants.PATCH_SIZE,
 ) -> np.ndarray:
     """(120, 120, len(bands)) uint16, channels in ``bands`` order: S2 10 m bands copied
     bit-exact, 20/60 m upsampled, S1 dB encoded (formats/shards.encode_db).
 
     ``out`` (a row of a block being assembled) is filled in place instead of a new array.
+    ``size``: another square of 10 m px (a scene map's large window; its bands' native
+    squares of ``size`` / factor px).
     """
-    image = np.empty(image_shape(len(bands)), dtype=np.uint16) if out is None else out
+    image = np.empty((size, size, len(bands)), dtype=np.uint16) if out is None else out
     for _res, indices in _resolution_groups(bands):
         stack = np.stack([patch.bands[bands[i]] for i in indices])
-        image[:, :, indices] = upsample(stack, constants.PATCH_SIZE, resampling).transpose(1, 2, 0)
+        image[:, :, indices] = upsample(stack, size, resampling).transpose(1, 2, 0)
     for i, band in enumerate(bands):
         if band in constants.S1_BANDS:
             image[:, :, i] = encode_db(patch.bands[band])

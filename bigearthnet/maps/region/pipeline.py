@@ -35,6 +35,7 @@ from bigearthnet.maps.region.options import BLOCK_STEP, RegionOptions
 from bigearthnet.maps.region.periods import Acquisition, duplicates, group_by_period
 from bigearthnet.maps.region.plan import SceneMap
 from bigearthnet.maps.region.products import build_products
+from bigearthnet.maps.scene.options import MapKind, map_kind
 
 log = distributed.log
 
@@ -76,8 +77,8 @@ def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> Consiste
         raise InputError(f"no scene of the region could be mapped ({len(skipped)} skipped)")
     if opts.scenes_only or not distributed.is_root():
         return None
-    tags = {**predictor.provenance, "stride_px": str(opts.stride),
-            "clouds_masked": str(opts.mask_clouds)}  # fmt: skip
+    kind = map_kind(opts, predictor.has_dense_head, opts.model.folder)
+    tags = {**predictor.provenance, **kind.tags(), "clouds_masked": str(opts.mask_clouds)}
     return build_products(opts.out, mapped, period=opts.period, crs=opts.crs, cell=opts.cell,
                           persistence=opts.persistence, block_size=opts.block_size, tags=tags,
                           skipped=skipped, share=opts.share)  # fmt: skip
@@ -121,9 +122,12 @@ def _check_scenes(
 
     from bigearthnet.maps.radiometry import RadiometryError
     from bigearthnet.maps.scene.input import Scene
-    from bigearthnet.maps.scene.mapping import scene_map_tags
+    from bigearthnet.maps.scene.mapping import pixel_model_for, scene_map_tags
 
-    _check_map_cell(opts, predictor)
+    kind = map_kind(opts, predictor.has_dense_head, opts.model.folder)
+    _check_map_cell(opts, kind)
+    if kind.pixels:
+        pixel_model_for(predictor, kind)  # the window fits in memory: before any scene
     footprints: dict[str, Footprint] = {}
     phases: dict[str, dict[tuple[float, float], str]] = {}  # CRS -> 10 m grid phase -> a scene
     made_as: dict[str, dict[str, str]] = {}
@@ -141,7 +145,7 @@ def _check_scenes(
                 phase = (scene.transform.c % CELL_STEP_M, scene.transform.f % CELL_STEP_M)
                 phases.setdefault(str(scene.crs), {}).setdefault(_rounded(phase), acq.path)
                 made_as[acq.path] = scene_map_tags(
-                    acq.scene, predictor, stride=opts.stride, resampling=predictor.resampling,
+                    acq.scene, predictor, kind=kind, resampling=predictor.resampling,
                     mask_clouds=opts.mask_clouds, values=scene.values_tags(),
                 )  # fmt: skip
         except RadiometryError:
@@ -161,14 +165,14 @@ def _check_scenes(
     return made_as
 
 
-def _check_map_cell(opts: RegionOptions, predictor) -> None:
-    """A model without the dense head makes cell maps of ``--stride`` x 10 m (60 m at the
-    finest): refused at once for a ``--cell`` under 60 m they cannot fill (the products
-    step checks every map it is given by its own cell too)."""
-    if getattr(predictor, "has_dense_head", False) or opts.cell >= FINEST_CELL_MAP_M:
+def _check_map_cell(opts: RegionOptions, kind: MapKind) -> None:
+    """Cell maps (a model without the dense head, or ``--stride``) are of ``--stride`` x
+    10 m (60 m at the finest): refused at once for a ``--cell`` under 60 m they cannot
+    fill (the products step checks every map it is given by its own cell too); the dense
+    head's 10 m maps fill any."""
+    if kind.pixels or opts.cell >= FINEST_CELL_MAP_M:
         return
-    what = f"a model without the dense head (--stride {opts.stride}): its scene map"
-    check_map_cell(opts.stride * CELL_STEP_M, opts.cell, what)
+    check_map_cell(kind.cell_m, opts.cell, f"a cell map (--stride {kind.stride}): its scene map")
 
 
 def _rounded(phase: tuple[float, float]) -> tuple[float, float]:

@@ -207,19 +207,35 @@ class Scene:
         ``width`` of them from ``col``: a block); the bands in the model's order
         (``self.bands``), or ``only`` these (B02 among them); offsets applied, unless
         ``stored``: the values as the files store them."""
+        width = self.width if width is None else width
+        return self.rect(row, col, WINDOW, width, only=only, stored=stored)
+
+    def rect(
+        self,
+        row: int,
+        col: int,
+        height: int,
+        width: int,
+        *,
+        only: tuple[str, ...] | None = None,
+        stored: bool = False,
+    ) -> Strip:
+        """``height`` x ``width`` 10 m px from ``row``, ``col`` of the area (on the 60 m
+        grid), as :meth:`strip`. It may reach past the area (a large window's context: the
+        scene's own pixels there) and past the scene: 0 there, and no usable data."""
         bands = {}
-        invalid = np.zeros((WINDOW, self.width if width is None else width), dtype=bool)
+        invalid = np.zeros((height, width), dtype=bool)
         for band in only or self.bands:
             reader = self.source.bands[band]
-            data = self._read(reader, row, col, width)
-            missing = self._nodata(band, data)
+            data, outside = self._read(reader, row, col, height, width)
+            missing = self._nodata(band, data) | outside
             invalid |= missing.repeat(reader.factor, axis=0).repeat(reader.factor, axis=1)
             offset = 0 if stored else self.offsets.get(band, 0)
             if offset:  # never onto 0 either: 0 would read as nodata downstream
                 data = np.clip(data.astype(np.int32) + offset, 1, 65535).astype(np.uint16)
             bands[band] = np.where(missing, 0, data).astype(data.dtype, copy=False)
         if self.scl is not None:
-            scl = self._read(self.scl, row, col, width)
+            scl, _ = self._read(self.scl, row, col, height, width)
             masked = np.isin(scl, list(SCL_MASKED))
             invalid |= masked.repeat(SCL_FACTOR, axis=0).repeat(SCL_FACTOR, axis=1)
         return Strip(bands, invalid)
@@ -233,10 +249,26 @@ class Scene:
         return missing
 
     def _read(
-        self, reader: BandReader, row: int, col: int = 0, width: int | None = None
-    ) -> np.ndarray:
-        f, width = reader.factor, self.width if width is None else width
-        return reader.read((self.row0 + row) // f, (self.col0 + col) // f, WINDOW // f, width // f)
+        self, reader: BandReader, row: int, col: int, height: int, width: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The band's native pixels of the rectangle (10 m px of the area), and where it lies
+        outside the scene (read as 0)."""
+        f = reader.factor
+        top, left = (self.row0 + row) // f, (self.col0 + col) // f
+        rows, cols = height // f, width // f
+        r0, c0 = max(top, 0), max(left, 0)
+        r1, c1 = min(top + rows, reader.height), min(left + cols, reader.width)
+        if (r0, c0, r1, c1) == (top, left, top + rows, left + cols):
+            data = reader.read(top, left, rows, cols)
+            return data, np.zeros(data.shape, dtype=bool)
+        outside = np.ones((rows, cols), dtype=bool)
+        if r1 <= r0 or c1 <= c0:
+            return np.zeros((rows, cols), dtype=np.dtype(reader.dtype)), outside
+        part = reader.read(r0, c0, r1 - r0, c1 - c0)
+        data = np.zeros((rows, cols), dtype=part.dtype)
+        data[r0 - top : r1 - top, c0 - left : c1 - left] = part
+        outside[r0 - top : r1 - top, c0 - left : c1 - left] = False
+        return data, outside
 
 
 def _spread(size: int) -> list[int]:

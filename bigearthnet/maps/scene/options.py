@@ -8,13 +8,67 @@ from dataclasses import dataclass
 
 from bigearthnet.core import constants
 from bigearthnet.core.declare import check_fields, option
-from bigearthnet.core.errors import require_positive_int
+from bigearthnet.core.errors import ConfigError, InputError, require_positive_int
 from bigearthnet.maps.radiometry import OFFSET_CHOICES
 from bigearthnet.maps.scene.input import WINDOW, band_list, parse_bbox
+from bigearthnet.maps.scene.tiles import DEFAULT_WINDOW, LATTICE, MARGIN, require_window
 from bigearthnet.preprocessing.resample import METHODS
 
 # Window steps that tile a 120 px window exactly and stay on the 60 m grid: the cell sizes.
 STRIDES = tuple(s for s in range(6, WINDOW + 1, 6) if WINDOW % s == 0)
+DEFAULT_STRIDE = 60  # a classifier's cell map: 600 m
+PIXEL_CELL_M = 10  # the dense head's map: the scene's 10 m grid
+
+
+@dataclass(frozen=True)
+class MapKind:
+    """Which map a scene gets: the dense head's at 10 m (``stride`` None; ``window``: the
+    tiling's window) or the classifier's cell map of ``stride`` px."""
+
+    stride: int | None
+    window: int = DEFAULT_WINDOW
+
+    @property
+    def pixels(self) -> bool:
+        return self.stride is None
+
+    @property
+    def cell_m(self) -> int:
+        return PIXEL_CELL_M if self.stride is None else self.stride * PIXEL_CELL_M
+
+    def tags(self) -> dict[str, str]:
+        """What a map's tags say of it (part of what made it: a map of another kind, or of
+        another head, is never reused). The window is not: it changes no pixel beyond
+        float rounding (:mod:`.tiles`)."""
+        if self.stride is None:
+            return {"head": "dense head (per pixel)", "cell_m": str(PIXEL_CELL_M)}
+        return {"head": "classifier (120 px windows)", "cell_m": str(self.cell_m),
+                "stride_px": str(self.stride)}  # fmt: skip
+
+    def describe(self) -> str:
+        if self.stride is None:
+            return f"10 m from the dense head ({self.window} px windows)"
+        return f"{self.cell_m} m cells of 120 px windows at a {self.stride} px stride"
+
+
+def map_kind(opts: SceneMapping, has_dense_head: bool, source: object) -> MapKind:
+    """The map ``opts`` ask of a model (``source``: its folder, for messages): 10 m from the
+    dense head unless ``--stride`` asks for the classifier's cell map; a model without the
+    dense head makes cell maps, and refuses ``--window`` (InputError naming it)."""
+    if opts.stride is not None:
+        if opts.window is not None:
+            raise ConfigError("--window is for 10 m maps and --stride for the classifier's cell "
+                              "maps: give one")  # fmt: skip
+        return MapKind(opts.stride)
+    if has_dense_head:
+        return MapKind(None, opts.window or DEFAULT_WINDOW)
+    if opts.window is not None:
+        raise InputError(
+            f"--window {opts.window}: the model of {source} has no dense head, so it makes no "
+            f"10 m map; leave --window out for its cell map (--stride), or map with a model "
+            f"trained with the dense head"
+        )
+    return MapKind(DEFAULT_STRIDE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,9 +76,16 @@ class SceneMapping:
     """How each scene is mapped, wherever scenes are: the options ``bigearthnet-map scene``
     and ``bigearthnet-map region`` share, declared once."""
 
-    stride: int = option(
-        60, "window step in 10 m px, the scene map's cell size (60 = 600 m; 12 = 120 m for a "
-        "fine map)", choices=STRIDES, metavar="PX",
+    stride: int | None = option(
+        None, "the classifier's cell map: 120 px windows slid by PX, the map's cell (60 = "
+        "600 m; 12 = 120 m); default: 10 m from a model with the dense head, else 60",
+        choices=STRIDES, metavar="PX",
+    )  # fmt: skip
+    window: int | None = option(
+        None, f"10 m maps (a model with the dense head): the square window run through the "
+        f"model at once, a multiple of {LATTICE} px (default {DEFAULT_WINDOW}); its "
+        f"{MARGIN} px border is discarded; memory grows with its square",
+        check=require_window, metavar="PX",
     )  # fmt: skip
     batch_size: int = option(64, "windows per model call", check=require_positive_int,
                              metavar="N")  # fmt: skip

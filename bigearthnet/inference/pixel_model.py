@@ -1,0 +1,81 @@
+"""The dense head run fully convolutionally: a model of the registry rebuilt at a large
+square window with the trained weights, uint16 images in, each pixel's class probabilities
+out (the normalisation and softmax of :meth:`LoadedModel.outputs`).
+
+The registry builds its models at a fixed input size (the dense head's resizes are sized
+when built), so a window of another size is the same architecture built again, its weights
+copied from the run's model (``set_weights``: layer by layer, whatever the input size) or
+read from an export's SavedModel variables (the export's module tracks the Keras model as
+``classifier``). Only the per-pixel output is computed.
+
+TensorFlow runs it from exports too: on this CPU (2 cores, AVX-512) onnxruntime 1.17 took
+0.48 s for a 480 px ResNet-50 window against TensorFlow's 0.35 s (tf2onnx conversion at the
+window's size: 23 s more), so onnxruntime is not used for 10 m maps (docs/maps.md, 10 m
+against 600 m).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from bigearthnet import models
+from bigearthnet.data.normalization import normalize
+
+
+class PixelModel:
+    """``model`` (a registry model with the dense head, built at ``window``) as a map's
+    model: (N, window, window, bands) uint16 -> (N, window, window, 19) float32."""
+
+    def __init__(self, model: tf.keras.Model, mean: Sequence[float] | np.ndarray,
+                 std: Sequence[float] | np.ndarray, window: int) -> None:  # fmt: skip
+        self.name = model.name
+        self.window = window
+        self.classes = models.PIXEL_CLASSES
+        self._pixels = tf.keras.Model(model.input, model.get_layer(models.PIXEL_HEAD).output)
+        self._mean = np.asarray(mean, dtype=np.float32)
+        self._std = np.asarray(std, dtype=np.float32)
+        self._run = tf.function(self._probabilities, reduce_retracing=True)
+
+    @property
+    def floats_per_px(self) -> float:
+        """The outputs of all its layers per input pixel: an upper bound of the
+        activations TensorFlow holds at once for one window."""
+        total = 0
+        for layer in self._pixels.layers:
+            for output in tf.nest.flatten(layer.output):
+                total += int(np.prod(output.shape[1:]))
+        return total / self.window**2
+
+    def _probabilities(self, images: tf.Tensor) -> tf.Tensor:
+        x = normalize(images, self._mean, self._std)  # exactly the training normalisation
+        return tf.nn.softmax(tf.cast(self._pixels(x, training=False), tf.float32))
+
+    def __call__(self, images: np.ndarray) -> np.ndarray:
+        return self._run(tf.convert_to_tensor(images)).numpy()
+
+
+def rebuilt(name: str, window: int, channels: int, num_classes: int,
+            restore: Callable[[tf.keras.Model], None]) -> tf.keras.Model:  # fmt: skip
+    """The registry model ``name`` with the dense head at ``window`` px, its weights set by
+    ``restore``; computed in float32 whatever the process's policy."""
+    with float32_layers():
+        model = models.get_model(name, (window, window, channels), num_classes, dense_head=True)
+    restore(model)
+    return model
+
+
+@contextlib.contextmanager
+def float32_layers() -> Iterator[None]:
+    """Layers built inside compute in float32, whatever the process's global policy: a
+    training with --amp bf16 earlier in the same process left mixed_bfloat16 behind, and an
+    evaluation's scores moved by ~1e-3 (CI, TF 2.18 stack: 1 rank in-process vs 2 ranks)."""
+    previous = tf.keras.mixed_precision.global_policy()
+    tf.keras.mixed_precision.set_global_policy("float32")
+    try:
+        yield
+    finally:
+        tf.keras.mixed_precision.set_global_policy(previous)

@@ -1,0 +1,161 @@
+"""Scene maps at 10 m from the dense head (bigearthnet/maps/scene/pixels.py, tiles.py): the
+scene's 10 m grid, the same map whatever the tiling, every form, --bbox, 1 or 2 ranks, a
+run folder or an export; --stride still gives the classifier's cell map.
+
+The tolerance of two tilings: the tiny model's receptive field (35 px) lies inside the 48
+px margin, so each kept pixel is the same computation in either tiling, up to float32
+rounding of convolutions run at other window sizes (oneDNN picks kernels by shape: ~1e-6).
+Stored as round(p x 250), a probability may then round to the next step: 1 step (0.004)
+apart at most, and the top class the same wherever its lead over the second class is more
+than one step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rasterio
+from helpers import horovodrun
+
+from bigearthnet.cli.export import main as export_main
+from bigearthnet.cli.map import main as map_main
+from bigearthnet.core import distributed
+from bigearthnet.formats.class_map import NODATA, probabilities_path
+from bigearthnet.maps.scene.input import Scene
+from bigearthnet.maps.scene.pixels import predict_pixels
+from bigearthnet.maps.scene.tiles import Tiling
+from bigearthnet.synthetic.scene import PRODUCT, SceneTruth, write_scene
+
+TRUTH = SceneTruth(size=480, block=240, border=24, classes=((0, 8), (11, 16)),
+                   cloud=(60, 300, 180, 420))  # fmt: skip
+FORMS = ("safe", "zarr", "stac", "tif")
+WINDOW = "288"  # small windows: several per scene, so seams would show
+
+
+def _scene(root: Path, form: str) -> Path:
+    out = root / form / (f"{PRODUCT}.SAFE" if form == "safe" else "scene")
+    return write_scene(out, TRUTH, seed=4, layout=form, difficulty="simple")
+
+
+@pytest.fixture(scope="module")
+def tif_scene(tmp_path_factory) -> Path:
+    return _scene(tmp_path_factory.mktemp("pixels"), "tif")
+
+
+@pytest.fixture(scope="module")
+def form_scenes(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("pixel-forms")
+    return {form: _scene(root, form) for form in FORMS}
+
+
+def _map(scene: Path, out: Path, *model: str) -> tuple[np.ndarray, np.ndarray]:
+    argv = ["scene", str(scene), *model, "--out", str(out), "--no-progress"]
+    assert map_main(argv) == 0
+    return _read(out)
+
+
+def _read(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    with rasterio.open(path) as top, rasterio.open(probabilities_path(path)) as scores:
+        return top.read(1), scores.read().astype(int)
+
+
+def _assert_same_map(a, b, what: str) -> None:
+    """Within the tolerance of the module's docstring."""
+    (top_a, p_a), (top_b, p_b) = a, b
+    np.testing.assert_array_equal(top_a == NODATA, top_b == NODATA, err_msg=what)
+    assert np.abs(p_a - p_b).max() <= 1, what
+    ranked = np.sort(p_a, axis=0)
+    lead = ranked[-1] - ranked[-2]
+    differ = (top_a != top_b) & (lead > 1)
+    assert not differ.any(), f"{what}: {differ.sum()} px of another class"
+
+
+def _mosaic(parts, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    top = np.full((height, width), NODATA, np.uint8)
+    scores = np.full((19, height, width), NODATA, np.uint8)
+    for part in parts:
+        with rasterio.open(part.path) as src:
+            bands = src.read()
+        top[part.row : part.row + part.height] = bands[0]
+        scores[:, part.row : part.row + part.height] = bands[1:]
+    return top, scores.astype(int)
+
+
+def test_a_shifted_tiling_gives_the_same_map(trained_head_run, tif_scene, tmp_path) -> None:
+    """Windows of 192 px and of 288 px shifted by 96: other windows, other seams, the same
+    pixels (module docstring: the tolerance); clouds and the border are nodata."""
+    from bigearthnet.inference.trained_run import load_model
+
+    distributed.init()
+    loaded = load_model(trained_head_run)
+    maps, seams = [], []
+    for i, tiling in enumerate((Tiling(192), Tiling(288, phase=96))):
+        work = tmp_path / str(i)
+        work.mkdir()
+        with Scene(tif_scene, bands=loaded.bands, mask_clouds=True) as scene:
+            made = predict_pixels(scene, loaded.pixel_model(tiling.window), tiling,
+                                  resampling=loaded.resampling, work=work)  # fmt: skip
+            maps.append(_mosaic(made.parts, scene.height, scene.width))
+        seams.append({part.row for part in made.parts})
+    assert seams[0] != seams[1]
+    _assert_same_map(*maps, "shifted tiling")
+    top = maps[0][0]
+    assert top.shape == (480, 480) and top[0, 0] == NODATA and top[120, 360] == NODATA  # cloud
+    assert (top != NODATA).mean() > 0.6
+
+
+@pytest.mark.slow  # four forms, an export, two --bbox maps: ~60 s
+def test_every_form_a_bbox_and_an_export_give_the_same_10m_map(
+    trained_head_run, form_scenes, tmp_path
+) -> None:
+    """The same map from every form (they share Scene), on the scene's 10 m grid, tagged
+    with what made it; a --bbox map is the whole map's pixels there; an export's map is
+    the run's; --stride 60 still makes the classifier's 600 m cells."""
+    run = ("--run-dir", str(trained_head_run), "--window", WINDOW)
+    maps = {form: _map(path, tmp_path / f"{form}.tif", *run) for form, path in form_scenes.items()}
+    for form, found in maps.items():
+        _assert_same_map(maps["safe"], found, form)
+    with rasterio.open(tmp_path / "safe.tif") as src:
+        tags, transform = src.tags(), src.transform
+        assert src.res == (10.0, 10.0) and src.overviews(1) == []  # 480 px: one 512 px tile
+    assert tags["head"] == "dense head (per pixel)" and tags["cell_m"] == "10"
+    assert "stride_px" not in tags and tags["model"] == "tiny"
+    # --bbox: 1.5 x 2.1 km inside the scene, widened to the 60 m grid
+    x0, y0 = transform.c + 1210, transform.f - 2330
+    bbox = f"{x0},{y0 - 2100},{x0 + 1500},{y0}"
+    top, scores = _map(form_scenes["safe"], tmp_path / "bbox.tif", *run, "--bbox", bbox)
+    with rasterio.open(tmp_path / "bbox.tif") as src:
+        col, row = (round(v) for v in ~transform @ (src.transform.c, src.transform.f))
+    whole_top, whole_scores = maps["safe"]
+    window = (slice(row, row + top.shape[0]), slice(col, col + top.shape[1]))
+    _assert_same_map(
+        (top, scores), (whole_top[window], whole_scores[:, window[0], window[1]]), "--bbox"
+    )
+    export = tmp_path / "export"
+    assert export_main([str(trained_head_run), "--out", str(export)]) == 0
+    exported = _map(form_scenes["tif"], tmp_path / "export.tif", "--model", str(export),
+                    "--window", WINDOW)  # fmt: skip
+    _assert_same_map(maps["tif"], exported, "export")
+    cells, _ = _map(form_scenes["tif"], tmp_path / "cells.tif", *run[:2], "--stride", "60")
+    with rasterio.open(tmp_path / "cells.tif") as src:
+        assert src.res == (600.0, 600.0) and src.tags()["head"].startswith("classifier")
+    assert cells.shape == (8, 8)
+
+
+@pytest.mark.slow
+@pytest.mark.horovod
+def test_two_ranks_give_the_10m_map_of_one(trained_head_run, tif_scene, tmp_path) -> None:
+    """Each rank its rows of windows, part files in a shared folder, rank 0 the map."""
+    found = {}
+    for ranks in (1, 2):
+        out = tmp_path / f"ranks{ranks}.tif"
+        argv = ["-m", "bigearthnet.cli.map", "scene", str(tif_scene), "--run-dir",
+                str(trained_head_run), "--out", str(out), "--window", "192",
+                "--no-progress"]  # fmt: skip
+        done = horovodrun(ranks, *argv)
+        assert done.returncode == 0, done.stderr[-3000:]
+        found[ranks] = _read(out)
+    np.testing.assert_array_equal(found[1][0], found[2][0])
+    np.testing.assert_array_equal(found[1][1], found[2][1])
+    assert not list(tmp_path.glob(".*"))  # the part files are gone
