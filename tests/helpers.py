@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -464,3 +465,33 @@ def declare_nodata(form: str, scene: Path, value: int) -> None:
             item["assets"][key]["raster:bands"][0]["nodata"] = value
     if item:
         scene.write_text(json.dumps(item))
+
+
+class Killed(BaseException):
+    """What a SIGKILL does to a replacement: it stops there, and no handler runs."""
+
+
+def kill_swap_at(monkeypatch, step: str, old: Callable[[Path], bool]) -> None:
+    """Make core.swap's renames and removals stop (:class:`Killed`) at ``step``: "rename N"
+    (before its Nth rename), "remove the old" (before it removes what ``old`` says is the
+    old), anything else: nowhere. The renames and removals of everything else go on."""
+    import os
+    import shutil
+
+    from bigearthnet.core import swap
+
+    real_rename, real_rmtree, renames = os.rename, shutil.rmtree, []
+
+    def rename(src, dst):
+        renames.append(dst)
+        if step == f"rename {len(renames)}":
+            raise Killed
+        real_rename(src, dst)
+
+    def rmtree(path, *args, **kwargs):
+        if step == "remove the old" and old(Path(path)):
+            raise Killed
+        real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(swap.os, "rename", rename)
+    monkeypatch.setattr(swap.shutil, "rmtree", rmtree)

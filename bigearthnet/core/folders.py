@@ -48,7 +48,8 @@ from pathlib import Path
 
 from bigearthnet.core.declare import flag_name, option
 from bigearthnet.core.errors import ConfigError, InputError
-from bigearthnet.core.util import flush_folder, fsync_tree
+from bigearthnet.core.swap import replace_folder, restore_aside
+from bigearthnet.core.util import flush_folder
 
 log = logging.getLogger("bigearthnet")  # the ranks' logger where set up, else stderr
 PARTIAL, REPLACED = "partial", "replaced"
@@ -208,21 +209,8 @@ def publishing(out: Path, owner: Owner, *, replace: bool = False) -> Iterator[Pa
 
 def _swap(work: Path, out: Path, owner: Owner, replace: bool) -> None:
     check_output(out, owner, replace=replace)  # again: another run may have made it since
-    aside = None
-    if out.is_dir() and any(out.iterdir()):
-        aside = out.parent / (_prefix(out, REPLACED) + work.name[len(_prefix(out, PARTIAL)) :])
-        os.rename(out, aside)
-    elif out.is_dir():
-        out.rmdir()
-    try:
-        os.rename(work, out)
-    except OSError:
-        if aside is not None and not out.exists():
-            os.rename(aside, out)  # what was there stays there
-        raise
-    fsync_tree(out.parent, recurse=False)
-    if aside is not None:
-        shutil.rmtree(aside)
+    aside = out.parent / (_prefix(out, REPLACED) + work.name[len(_prefix(out, PARTIAL)) :])
+    replace_folder(work, out, aside)
 
 
 # --------------------------------------------------------------------------- leftovers
@@ -295,13 +283,11 @@ def clean_leftovers(out: Path, owner: Owner) -> None:
     ]
     asides = [w for w in work_folders(out.parent, _prefix(out, REPLACED)) if owner.made(w.path)]
     gone = [w for w in partials + asides if w.writer_gone()]
-    for aside in [w for w in asides if w in gone]:
-        if not out.exists():
-            with contextlib.suppress(OSError):  # another run restored it first
-                os.rename(aside.path, out)
-                gone.remove(aside)
-                log.warning("%s: restored from %s: a replacement killed between its two "
-                            "renames", out, aside.path.name)  # fmt: skip
+    for aside in [w for w in asides if w in gone and not out.exists()]:
+        if restore_aside(out, aside.path):
+            gone.remove(aside)
+            log.warning("%s: restored from %s: a replacement killed between its two "
+                        "renames", out, aside.path.name)  # fmt: skip
     if gone:
         log.warning("%s: removed what killed runs of %s left beside it: %s", out,
                     owner.made_by, remove_folders(gone))  # fmt: skip

@@ -1,19 +1,20 @@
 """Checkpoints that a kill at any moment cannot break.
 
 ``RUN/checkpoints/`` holds one folder per saved state (``latest-e0007/``, ``best-e0005/``),
-each written complete under a temporary name and renamed into place, plus one small
-pointer per tag (``latest.json``, ``best.json``) written atomically *after* its folder.
-A reader follows the pointer, so it sees either the previous complete checkpoint or the
-new complete one, never a half-written state. Older folders are removed after the
+each written complete under a temporary name and renamed into place (one of the same name
+set aside first, removed last: :func:`~bigearthnet.core.swap.replace_folder`), plus one
+small pointer per tag (``latest.json``, ``best.json``) written atomically *after* its
+folder. A reader follows the pointer, so it sees either the previous complete checkpoint
+or the new complete one, never a half-written state. Older folders are removed after the
 pointer moved.
 
 A checkpoint is a ``tf.train.Checkpoint`` of the model and the optimizer (slots, iteration
 count - hence the LR schedule position). The pointer carries where training stood
 (:class:`Position`) and what ``evaluate.py`` needs to rebuild the model: its name, class
 count, input shape and whether it has the dense head, and
-(:class:`~bigearthnet.formats.model_inputs.ModelInputs`) the
-channels, normalisation, resampling and classes it was trained with, so a run predicts the
-same after its training data is gone.
+(:class:`~bigearthnet.formats.model_inputs.ModelInputs`) the channels, normalisation,
+resampling and classes it was trained with, so a run predicts the same after its training
+data is gone.
 Only rank 0 writes; ranks that resume read rank 0's choice and receive its weights by
 broadcast.
 """
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError, RunFailed
+from bigearthnet.core.swap import replace_folder, restore_aside
 from bigearthnet.core.util import atomic_write_json, first_line, fsync_tree, sha256_file
 from bigearthnet.formats import run_folder
 from bigearthnet.formats.model_inputs import ModelInputs
@@ -37,10 +39,9 @@ from bigearthnet.formats.model_inputs import ModelInputs
 CKPT_DIR = run_folder.CHECKPOINTS
 TAGS = ("latest", "best")
 RECORD = "record.json"  # inside each checkpoint folder: its pointer, for fallbacks
-# What TensorFlow raises for a damaged checkpoint: a truncated data file gives IndexError
-# ("Read less bytes than requested"), a corrupt index DataLossError (an OpError).
-# TensorFlow is imported where tensors are written or read, not with the pointer records:
-# readers of a run folder (its page, a follower on a login node) never load it.
+# What TensorFlow raises for a damaged checkpoint: a truncated data file IndexError ("Read
+# less bytes than requested"), a corrupt index DataLossError (an OpError). TensorFlow is
+# imported where tensors are written or read: a run page or a follower never loads it.
 
 
 def _unreadable() -> tuple[type[Exception], ...]:
@@ -207,8 +208,29 @@ def read_pointer(run_dir: str | Path, tag: str) -> CheckpointRecord | None:
     if Path(record.folder).name != record.folder or record.folder in ("", ".", ".."):
         raise CheckpointError(f"{path}: folder {record.folder!r} is not a plain name")
     if not (checkpoint_dir(run_dir) / record.folder).is_dir():
-        raise CheckpointError(f"{path}: points to missing folder {record.folder}")
+        aside = _aside(checkpoint_dir(run_dir), record.folder)  # a save killed mid-way
+        left = f" (aside as {aside.name}: a training rerun puts it back)" if aside.is_dir() else ""
+        raise CheckpointError(f"{path}: points to missing folder {record.folder}{left}")
     return record
+
+
+def _aside(root: Path, folder: str) -> Path:
+    """Where :func:`save` sets an earlier ``folder`` aside while replacing it."""
+    return root / f".{folder}.replaced"
+
+
+def recover(run_dir: str | Path) -> None:
+    """Put back a folder that a save killed between its renames left aside (the pointer
+    names it), else remove it; and a killed save's temporary folders. By the run folder's
+    one writer (under its run lock): nothing there is a live writer's."""
+    root = checkpoint_dir(run_dir)
+    for tmp in root.glob(".*.tmp"):
+        shutil.rmtree(tmp, ignore_errors=True)
+    for aside in sorted(root.glob(".*.replaced")):
+        folder = root / aside.name[1 : -len(".replaced")]
+        if restore_aside(folder, aside):
+            log.warning("%s: restored from %s: a save killed between its renames", folder,
+                        aside.name)  # fmt: skip
 
 
 def save(
@@ -217,11 +239,11 @@ def save(
     """Write ``trackables`` (model, optimizer) as ``tag``; returns the pointer."""
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
+    recover(run_dir)
     folder = f"{tag}-e{record.epoch:04d}"
     if record.position.step:
         folder += f"-s{record.position.step:06d}"  # mid-epoch (a requeue): a distinct folder
     tmp = root / f".{folder}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
     record = dataclasses.replace(record, tag=tag, folder=folder)
     import tensorflow as tf
 
@@ -236,11 +258,8 @@ def save(
             f"{root}: cannot write checkpoint {folder} ({_reason(err)}); "
             "the previous checkpoint is kept"
         ) from None
-    final = root / folder
-    if final.exists():  # the same epoch saved again (a rerun): replace it
-        shutil.rmtree(final)
-    tmp.rename(final)
-    fsync_tree(root, recurse=False)
+    # The same epoch saved again (a rerun): the old folder aside until the new is in.
+    replace_folder(tmp, root / folder, _aside(root, folder))
     atomic_write_json(root / f"{tag}.json", record.to_json())
     _prune(root, tag, keep=folder)
     return record
@@ -282,6 +301,7 @@ def restore_latest(
     before restoring (a run folder of another model raises, it is not a damaged one).
     CheckpointError when checkpoints exist but none can be read.
     """
+    recover(run_dir)
     candidates, problems = _latest_candidates(run_dir)
     for record in candidates:
         check(record)
@@ -381,6 +401,4 @@ def _prune(root: Path, tag: str, keep: str) -> None:
     )
     spare = 1 if tag == "latest" else 0
     for path in older[spare:]:
-        shutil.rmtree(path, ignore_errors=True)
-    for path in root.glob(f".{tag}-e*.tmp"):
         shutil.rmtree(path, ignore_errors=True)

@@ -190,7 +190,7 @@ def test_a_replacement_killed_between_its_renames_is_undone_by_the_next_run(tmp_
 KILLED = textwrap.dedent("""
     import os, shutil, signal, sys
     from pathlib import Path
-    from bigearthnet.core import folders
+    from bigearthnet.core import folders, swap
     out, step = Path(sys.argv[1]), sys.argv[2]
     owner = folders.Owner("bigearthnet-test", ".bigearthnet-test")
     real_rename, real_rmtree, renames = os.rename, shutil.rmtree, []
@@ -203,7 +203,7 @@ KILLED = textwrap.dedent("""
         if step == "remove the old":
             os.kill(os.getpid(), signal.SIGKILL)
         real_rmtree(path, *args, **kwargs)
-    folders.os.rename, folders.shutil.rmtree = rename, rmtree
+    swap.os.rename, swap.shutil.rmtree = rename, rmtree
     with folders.publishing(out, owner, replace=True) as work:
         (work / "data.txt").write_text("new" * 100_000)
         if step == "write":
