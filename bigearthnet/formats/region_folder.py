@@ -15,9 +15,10 @@ renamed whole: present means complete, with its figures in ``stats.json``, a
 :class:`BlockStats`), possibly by several processes (``--blocks-only K/N``). The digest names
 everything that made them (grid, scene maps, options): blocks of another digest are never
 combined. The combining step builds the products in a hidden staging folder and swaps them
-in once complete, so a rebuild with other options leaves no product of the earlier one
-beside the new ones, and ``consistency.json`` is only taken away once its replacement is
-ready; the blocks go then.
+in once complete (:func:`bigearthnet.core.swap.swap_entries`: the old ones aside, the new
+ones in, ``consistency.json`` last), so a rebuild with other options leaves no product of
+the earlier one beside the new ones, and a kill during the swap loses neither set: the
+next run into the folder finishes it (:func:`recover`). The blocks go then.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import numpy as np
 
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.folders import claim_folder, remove_folders, work_folder, work_folders
+from bigearthnet.core.swap import finish_swap, has_journal, swap_entries
 from bigearthnet.core.util import atomic_write_json
 from bigearthnet.formats.class_map import sidecars
 
@@ -182,6 +184,7 @@ def claim(out: Path) -> None:
     earlier run of this command. Anything else (a file, an unrelated folder) is refused,
     naming it, before anything is written: a region run replaces its products wholesale."""
     claim_folder(out, mark=MARK, made_by="bigearthnet-map region", error=RegionFolderError)
+    recover(out)  # a killed build's swap finished before anything reads the folder
 
 
 def scene_map_path(out: Path, scene: str | Path, tile: str, date: dt.date) -> Path:
@@ -192,32 +195,39 @@ def scene_map_path(out: Path, scene: str | Path, tile: str, date: dt.date) -> Pa
 
 
 def staging(out: Path) -> Path:
-    """A fresh hidden folder in ``out`` to build the products in. An earlier one is removed
-    when the process that built it is gone (a killed build leaves one behind) or is this one
-    (a build that failed); one that a live process may still be building stays."""
-    stale = [w for w in work_folders(out, STAGING_PREFIX) if w.writer_gone() or w.of_this_process()]
-    if stale:
-        log.warning("%s: removed the products of an interrupted build: %s", out,
-                    remove_folders(stale))  # fmt: skip
+    """A fresh hidden folder in ``out`` to build the products in, once what earlier builds
+    left is settled (:func:`recover`)."""
+    recover(out)
     folder = work_folder(out, STAGING_PREFIX)
     folder.mkdir()
     return folder
 
 
+def recover(out: Path) -> None:
+    """What an earlier build left in ``out`` when the process that built it is gone (a
+    killed build) or is this one (a build that failed): a swap it began is finished (its
+    products are whole: :func:`~bigearthnet.core.swap.finish_swap`), a staging folder it
+    was still building is removed. One a live process may still be building stays."""
+    stale = [w for w in work_folders(out, STAGING_PREFIX) if w.writer_gone() or w.of_this_process()]
+    for begun in [w for w in stale if has_journal(w.path)]:
+        stale.remove(begun)
+        mine = work_folder(out, STAGING_PREFIX)
+        with contextlib.suppress(FileNotFoundError):  # another run claimed it first
+            os.rename(begun.path, mine)  # now this run's alone to finish
+            finish_swap(out, mine)
+            log.warning("%s: finished the products' swap a killed build began (%s)", out,
+                        begun.path.name)  # fmt: skip
+    if stale:
+        log.warning("%s: removed the products of an interrupted build: %s", out,
+                    remove_folders(stale))  # fmt: skip
+
+
 def publish(out: Path, staged: Path, record: ConsistencyRecord) -> None:
-    """Swap the complete products of ``staged`` in for the earlier ones, then write
-    ``consistency.json``: taken away only now, and back once every product is in place."""
-    (out / CONSISTENCY).unlink(missing_ok=True)
-    for name in PRODUCTS:
-        old, new = out / name, staged / name
-        if old.is_dir():
-            shutil.rmtree(old)
-        else:
-            old.unlink(missing_ok=True)
-        if new.exists():
-            new.rename(old)
-    shutil.rmtree(staged, ignore_errors=True)
-    write_consistency(out, record)
+    """Swap the complete products of ``staged`` in for the earlier ones, the one way
+    (:func:`~bigearthnet.core.swap.swap_entries`): ``consistency.json`` goes aside first and
+    comes back, the new one, last; nothing old is removed before every new product is in."""
+    write_consistency(staged, record)
+    swap_entries(out, staged, PRODUCTS, last=CONSISTENCY)
 
 
 def is_complete(out: Path) -> bool:

@@ -1,8 +1,10 @@
 """bigearthnet.formats.region_folder: consistency.json as a typed record, written and read
-in one place; the grid's bounds and cell centres from the record alone."""
+in one place; the grid's bounds and cell centres from the record alone; the products
+swapped in so that a kill loses neither the old set nor the new one."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -11,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import Killed, kill_swap_at
 
 from bigearthnet.core.errors import InputError
 from bigearthnet.formats import region_folder
@@ -85,3 +88,89 @@ def test_staging_removes_only_the_products_of_a_builder_that_is_gone(tmp_path: P
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [staged.name, left["elsewhere"].name]
     )
+
+
+def _products(folder: Path, which: str, names: tuple[str, ...]) -> None:
+    for name in names:
+        if name == region_folder.PERIODS:
+            (folder / name).mkdir()
+            (folder / name / "2020-03.tif").write_text(which)
+        else:
+            (folder / name).write_text(which)
+
+
+def _seen(out: Path) -> dict[str, str]:
+    """Each product in ``out`` -> "old" or "new"; consistency.json's too."""
+    seen = {}
+    for name in (*region_folder.PRODUCTS, region_folder.CONSISTENCY):
+        path = out / name
+        if path.is_dir():
+            seen[name] = (path / "2020-03.tif").read_text()
+        elif path.is_file():
+            seen[name] = "new" if name == region_folder.CONSISTENCY and _new_record(out) else (
+                path.read_text())  # fmt: skip
+    return seen
+
+
+def _new_record(out: Path) -> bool:
+    try:
+        return read_consistency(out) == _record()
+    except InputError:
+        return False
+
+
+OLD = (region_folder.PERIODS, "changes.tif", "areas.csv", "transitions.csv",
+       region_folder.CONSISTENCY)  # fmt: skip
+NEW = (region_folder.PERIODS, "changes.tif", "areas.csv")  # no transitions.csv: removed
+# The renames: the 5 old entries aside (consistency.json first), then the 4 new ones in
+# (consistency.json last); the step killed -> what it interrupts.
+STEPS = {
+    "rename 1": "before the old set is moved aside",
+    "rename 3": "moving the old set aside",
+    "rename 6": "after the aside moves, before the new set's renames",
+    "rename 8": "moving the new set in",
+    "rename 9": "before consistency.json's rename",
+    "remove the old": "removing the old set",
+    "none": "nothing",
+}
+
+
+@pytest.mark.fault
+@pytest.mark.parametrize("step", list(STEPS))
+def test_a_kill_while_products_are_swapped_loses_neither_set(tmp_path, monkeypatch, step,
+                                                            fault_row):  # fmt: skip
+    """Issue 48: the products were swapped by delete-then-rename, so a kill in between lost
+    the old ones before the new ones were in. Now at every step consistency.json is present
+    only over a whole set, old or new; and the next run into the folder finishes the swap:
+    the new set, nothing of the old one, the folder's other files untouched."""
+    out = tmp_path / "region"
+    region_folder.claim(out)
+    (out / region_folder.SCENES).mkdir()
+    (out / region_folder.PAGE).write_text("page")
+    _products(out, "old", OLD)
+    staged = region_folder.staging(out)
+    _products(staged, "new", NEW)
+    kill_swap_at(monkeypatch, step, old=lambda path: path == staged)
+    with contextlib.suppress(Killed):
+        region_folder.publish(out, staged, _record())
+    monkeypatch.undo()
+    seen = _seen(out)
+    if region_folder.is_complete(out):  # complete: one whole set, never a mix
+        (which,) = set(seen.values())
+        assert set(seen) == set(OLD if which == "old" else (*NEW, region_folder.CONSISTENCY))
+    assert (step in ("rename 1", "remove the old", "none")) == region_folder.is_complete(out)
+    region_folder.claim(out)  # the next run
+    assert _seen(out) == dict.fromkeys((*NEW, region_folder.CONSISTENCY), "new")
+    assert read_consistency(out) == _record()
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [
+            *NEW,
+            region_folder.CONSISTENCY,
+            region_folder.MARK,
+            region_folder.SCENES,
+            region_folder.PAGE,
+        ]  # fmt: skip
+    )
+    fault_row(f"region products swapped, killed {STEPS[step]}", runs=2, detect_s=None,
+              data_lost="none: the old set or the new one whole; the next run finishes "
+              "the swap (the new set, consistency.json last)")  # fmt: skip
