@@ -6,6 +6,7 @@ end."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,11 @@ def write_outputs(
     if confusions:
         pixel_eval.write_confusions(out_dir, constants.CLASSES_19, confusions)
         pixel_eval.write_pixel_classes(out_dir, pixel_rows(confusions))
+        if summary.pixel is not None:  # metrics.json vouches for the files beside it
+            files = pixel_eval.file_digests(out_dir)
+            summary = dataclasses.replace(
+                summary, pixel=dataclasses.replace(summary.pixel, files=files)
+            )
     else:
         for name in (PIXEL_CONFUSION, PIXEL_PER_CLASS):
             (out_dir / name).unlink(missing_ok=True)

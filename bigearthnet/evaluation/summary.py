@@ -1,7 +1,8 @@
 """An evaluation's ``metrics.json`` as a typed record: :class:`EvalSummary`, written by
 :func:`write_metrics` (its one writer, called last by :func:`bigearthnet.evaluation.report.
 write_outputs`: its presence marks a complete evaluation folder) and read by
-:func:`read_metrics` (its one reader: exports, run pages, the model card)."""
+:func:`read_metrics` (its one reader: exports, run pages, the model card); with the dense
+head's figures read back whole, per class too, by :func:`read_pixel_figures`."""
 
 from __future__ import annotations
 
@@ -14,7 +15,13 @@ from typing import Any
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import atomic_write_json
 from bigearthnet.formats import run_folder
-from bigearthnet.formats.pixel_eval import REFERENCE, TRUTH
+from bigearthnet.formats.pixel_eval import (
+    PIXEL_PER_CLASS,
+    REFERENCE,
+    TRUTH,
+    PixelClassRow,
+    read_pixel_classes,
+)
 
 THRESHOLDS_FILE = "thresholds.json"  # per-class thresholds tuned on val, when asked for
 # metrics.json's key prefix of each reference the dense head is scored against
@@ -64,12 +71,16 @@ class PixelSummary:
     classes_micro_f1: float
     against: dict[str, PixelFigures] = dataclasses.field(default_factory=dict)
     truth_maps: str = ""  # the truth file scored against ("" without)
+    # The pixel files written beside metrics.json -> their digests (pixel_eval.file_digests);
+    # empty in evaluations written before they were recorded.
+    files: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         body: dict[str, Any] = {
             "head_agreement_micro_f1": self.agreement_micro_f1,
             "head_agreement_exact": self.agreement_exact,
             "pixel_classes_micro_f1": self.classes_micro_f1,
+            "pixel_files": self.files,
         }
         for against, figures in self.against.items():
             prefix = PIXEL_PREFIX[against]
@@ -90,6 +101,7 @@ class PixelSummary:
             {against: PixelFigures(**{k: body[f"{prefix}_{k}"] for k in keys})
              for against, prefix in PIXEL_PREFIX.items() if f"{prefix}_count" in body},
             str(body.get("pixel_truth_maps", "")),
+            {str(k): str(v) for k, v in (body.get("pixel_files") or {}).items()},
         )  # fmt: skip
 
 
@@ -144,6 +156,38 @@ class EvalSummary:
 
 
 _NOT_WRITTEN = ("folder", "tuned_thresholds", "per_class", "pixel")
+
+
+@dataclass(frozen=True)
+class PixelReference:
+    """The dense head's figures against one reference, read back whole: the headline of
+    ``metrics.json`` and the rows of ``pixel_per_class.csv``."""
+
+    against: str  # pixel_eval.REFERENCE or TRUTH
+    figures: PixelFigures
+    rows: tuple[PixelClassRow, ...]
+
+
+def pixel_files_recorded(summary: EvalSummary) -> bool:
+    """Whether the evaluation's metrics.json vouches for its per-class pixel file (its
+    digest; evaluations written before digests do not): only then is it read."""
+    return summary.pixel is not None and PIXEL_PER_CLASS in summary.pixel.files
+
+
+def read_pixel_figures(summary: EvalSummary) -> list[PixelReference]:
+    """The dense head's figures of the evaluation ``summary`` was read from (empty: it has
+    none), each reference's per-class rows read from its folder's ``pixel_per_class.csv``,
+    checked to be the file its metrics.json recorded (:func:`pixel_files_recorded`):
+    InputError naming the file otherwise (cut short, or another evaluation's)."""
+    if summary.pixel is None or not summary.pixel.against:
+        return []
+    if summary.folder is None or not pixel_files_recorded(summary):
+        raise ValueError("read_pixel_figures: an evaluation folder's, whose files are recorded")
+    rows = read_pixel_classes(summary.folder, summary.pixel.files[PIXEL_PER_CLASS])
+    return [
+        PixelReference(against, figures, tuple(row for row in rows if row.against == against))
+        for against, figures in summary.pixel.against.items()
+    ]
 
 
 def summary_of(report: dict[str, Any], **source: Any) -> EvalSummary:

@@ -18,7 +18,9 @@ class       the class of the reference (the row), ``constants.CLASSES_19``
 ``pixel_per_class.csv``: what those counts say per class (:class:`PixelClassRow`): against,
 class, index, support (the reference's pixels of the class), predicted (pixels predicted as
 it), precision, recall, f1, iou. Both are derived from the confusion matrices by
-:mod:`bigearthnet.evaluation.pixel_metrics` (the one home of the formulas).
+:mod:`bigearthnet.evaluation.pixel_metrics` (the one home of the formulas). The
+evaluation's ``metrics.json``, written after them, records each file's digest
+(:func:`file_digests`): a reader of the figures checks that the file is that evaluation's.
 """
 
 from __future__ import annotations
@@ -31,12 +33,13 @@ from pathlib import Path
 import numpy as np
 
 from bigearthnet.core.errors import InputError
-from bigearthnet.core.util import first_line, read_csv, write_csv
+from bigearthnet.core.util import first_line, read_csv, sha256_file, write_csv
 
 PIXEL_CONFUSION = "pixel_confusion.csv"
 PIXEL_PER_CLASS = "pixel_per_class.csv"
 REFERENCE, TRUTH = "reference", "truth"
 AGAINST = (REFERENCE, TRUTH)  # in the order the files list them
+PIXEL_FILES = (PIXEL_CONFUSION, PIXEL_PER_CLASS)
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,17 @@ class PixelClassRow:
     recall: float
     f1: float
     iou: float
+
+    def ratios(self) -> dict[str, float | None]:
+        """precision, recall, f1 and iou; None where there was nothing to divide by (the
+        file holds 0 there): no pixel predicted as the class, or none in the reference."""
+        either = self.support + self.predicted > 0
+        return {
+            "precision": self.precision if self.predicted else None,
+            "recall": self.recall if self.support else None,
+            "f1": self.f1 if either else None,
+            "iou": self.iou if either else None,
+        }
 
 
 _ROW_FIELDS = ("against", "class", "index", "support", "predicted", "precision", "recall",
@@ -98,10 +112,23 @@ def write_pixel_classes(folder: Path, rows: Sequence[PixelClassRow]) -> None:
     write_csv(folder / PIXEL_PER_CLASS, _ROW_FIELDS, cells)
 
 
-def read_pixel_classes(folder: Path) -> list[PixelClassRow]:
+def file_digests(folder: Path) -> dict[str, str]:
+    """The identity of each pixel file in ``folder`` (the sha256 of its bytes): the
+    evaluation's ``metrics.json`` records them, so a reader knows the files are its own."""
+    return {name: sha256_file(folder / name)[:16] for name in PIXEL_FILES
+            if (folder / name).is_file()}  # fmt: skip
+
+
+def read_pixel_classes(folder: Path, digest: str | None = None) -> list[PixelClassRow]:
     """The rows of ``folder/pixel_per_class.csv``; InputError naming the file when it is
-    not one."""
+    not one, or (``digest``: what its evaluation recorded, :func:`file_digests`) when it
+    is not the file its evaluation wrote: cut short, or another evaluation's."""
     path = folder / PIXEL_PER_CLASS
+    if digest is not None and file_digests(folder).get(PIXEL_PER_CLASS) != digest:
+        raise InputError(
+            f"{path}: not the file its evaluation wrote (its metrics.json records "
+            f"sha256 {digest}...): cut short, or another evaluation's; run evaluate.py again"
+        )
     try:
         return [
             PixelClassRow(

@@ -1,5 +1,5 @@
 """bigearthnet.formats.pixel_eval: an evaluation's pixel files read back as written, and a
-file cut short refused in one line naming it."""
+file cut short, or not the one its evaluation recorded, refused in one line naming it."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from bigearthnet.evaluation.pixel_metrics import pixel_rows
 from bigearthnet.formats.pixel_eval import (
     PIXEL_CONFUSION,
     PIXEL_PER_CLASS,
+    file_digests,
     read_confusions,
     read_pixel_classes,
     write_confusions,
@@ -58,3 +59,26 @@ def test_a_file_cut_short_is_refused(name: str, tmp_path: Path) -> None:
     with pytest.raises(InputError, match=str(path)) as caught:
         read(tmp_path)
     assert "\n" not in str(caught.value)
+
+
+def test_a_file_other_than_the_one_its_evaluation_recorded_is_refused(tmp_path: Path) -> None:
+    """metrics.json records the digests (file_digests); the reader given one refuses a
+    file cut at a row's end, which parses, or another evaluation's."""
+    confusions = _confusions()
+    write_pixel_classes(tmp_path, pixel_rows(confusions))
+    recorded = file_digests(tmp_path)
+    assert list(recorded) == [PIXEL_PER_CLASS]
+    assert read_pixel_classes(tmp_path, recorded[PIXEL_PER_CLASS]) == pixel_rows(confusions)
+    path = tmp_path / PIXEL_PER_CLASS
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:-1]))
+    assert len(read_pixel_classes(tmp_path)) == 2 * len(CLASSES) - 1  # it parses
+    with pytest.raises(InputError, match="not the file its evaluation wrote") as caught:
+        read_pixel_classes(tmp_path, recorded[PIXEL_PER_CLASS])
+    assert str(caught.value).startswith(f"{path}: ") and "\n" not in str(caught.value)
+
+
+def test_a_ratio_with_nothing_to_divide_by_is_none() -> None:
+    never = {"reference": np.diag([5] + [0] * 18)}  # class 0 alone, always right
+    first, second = pixel_rows(never)[:2]
+    assert first.ratios() == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "iou": 1.0}
+    assert second.ratios() == dict.fromkeys(("precision", "recall", "f1", "iou"))
