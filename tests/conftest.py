@@ -121,6 +121,18 @@ def trained_head_run(shards_v2: Path, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def head_eval(trained_head_run: Path, tmp_path_factory) -> Path:
+    """``trained_head_run`` evaluated on test (``--out``: the run folder stays as trained):
+    its pixel figures against the reference maps and the truth. Every test of the dense
+    head's evaluation, and of its export, shares it."""
+    import evaluate
+
+    out = tmp_path_factory.mktemp("eval") / "head-test"
+    assert evaluate.main(["--run-dir", str(trained_head_run), "--out", str(out)]) == 0
+    return out
+
+
+@pytest.fixture(scope="session")
 def fine_region(tmp_path_factory) -> Path:
     """A synthetic region of 2 tiles of 2.4 km x 5 dates, parcels of 1.2 km, with its truth:
     scene maps made from the truth (``synthetic.region_maps``) feed a region series at any

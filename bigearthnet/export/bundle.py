@@ -26,8 +26,13 @@ from bigearthnet.core import distributed
 from bigearthnet.core.errors import InputError, RunFailed
 from bigearthnet.core.folders import publishing
 from bigearthnet.core.util import atomic_write_text
-from bigearthnet.evaluation.summary import EvalSummary, read_metrics
-from bigearthnet.export.card import RunFacts, render_card
+from bigearthnet.evaluation.summary import (
+    EvalSummary,
+    pixel_files_recorded,
+    read_metrics,
+    read_pixel_figures,
+)
+from bigearthnet.export.card import PixelFacts, RunFacts, render_card
 from bigearthnet.export.onnx_model import OnnxModel, OnnxUnavailable, export_onnx
 from bigearthnet.export.options import FORMATS, OWNER, ExportOptions
 from bigearthnet.export.serving import ServingModule, probe_batch, save_savedmodel, serve
@@ -37,7 +42,6 @@ from bigearthnet.export.stac import (
     validate_item,
 )
 from bigearthnet.formats import checkpoints, exported, run_folder
-from bigearthnet.formats.archive_origin import ArchiveOrigin
 from bigearthnet.formats.exported import ExportInfo, ExportSource, write_export_info
 from bigearthnet.formats.history import read_history
 from bigearthnet.formats.manifest import Manifest
@@ -67,12 +71,13 @@ def export_run(opts: ExportOptions) -> ExportSummary:
     loaded = load_model(run_dir, opts.checkpoint, stats_from)
     trained_on = training_data(loaded.config, loaded.record)  # card facts, when still there
     evaluation, notes = _evaluation(run_dir, loaded, eval_dir)
+    pixel = _pixel_facts(loaded, evaluation, notes)
     with publishing(out, OWNER, replace=opts.overwrite) as work:
         onnx, sizes = _write_models(work, loaded, opts.formats, notes)
         info = _export_info(loaded, trained_on, evaluation, opts.name, onnx, sizes)
-        facts = _run_facts(run_dir, loaded, trained_on, evaluation)
+        facts = _run_facts(run_dir, loaded, trained_on, evaluation, pixel)
         atomic_write_text(work / exported.CARD_FILE, render_card(info, facts))
-        _write_item(work, info, loaded, trained_on, facts.origin)
+        _write_item(work, info, loaded, trained_on, facts)
         write_export_info(work, info)  # last: its presence marks a complete export
     return ExportSummary(out, info, sizes, time.perf_counter() - started, notes)
 
@@ -108,6 +113,35 @@ def _evaluation(
             f"{folder}: {len(summary.per_class)} classes, the model has {loaded.num_classes}"
         )
     return summary, []
+
+
+def _pixel_facts(
+    loaded: LoadedModel, evaluation: EvalSummary | None, notes: list[str]
+) -> PixelFacts:
+    """The dense head's figures in ``evaluation`` (read back whole and checked to be its
+    own: InputError otherwise), or why there are none."""
+    if not loaded.has_dense_head:
+        return PixelFacts()
+    if evaluation is None:
+        note = "the run has no evaluation of this checkpoint (evaluate.py scores the dense head)"
+    elif evaluation.pixel is None or not evaluation.pixel.against:
+        note = (
+            f"the {evaluation.split} evaluation of this checkpoint has no pixel figures: the "
+            "shards it scored carry no reference maps, or it was made before evaluate.py "
+            "scored the dense head; evaluate on shards with maps and export again"
+        )
+    elif not pixel_files_recorded(evaluation):
+        note = (
+            f"the {evaluation.split} evaluation of this checkpoint was made before its "
+            "metrics.json recorded its pixel files, which cannot be told from another "
+            "evaluation's; run evaluate.py again and export again"
+        )
+    else:
+        references = read_pixel_figures(evaluation)
+        return PixelFacts(evaluation.split, tuple(references), "",
+                          evaluation.pixel.truth_maps)  # fmt: skip
+    notes.append(f"no pixel metrics in the card: {note}")
+    return PixelFacts(note=note)
 
 
 def _same_checkpoint(summary: EvalSummary, loaded: LoadedModel) -> bool:
@@ -199,6 +233,7 @@ def _run_facts(
     loaded: LoadedModel,
     trained_on: Manifest | None,
     evaluation: EvalSummary | None,
+    pixel: PixelFacts,
 ) -> RunFacts:
     history = read_history(run_dir, through_epoch=loaded.epoch)
     last = history[-1] if history else None
@@ -209,6 +244,7 @@ def _run_facts(
         epochs_trained=loaded.epoch,
         data=trained_on,
         evaluation=evaluation,
+        pixel=pixel,
     )
 
 
@@ -217,11 +253,12 @@ def _write_item(
     info: ExportInfo,
     loaded: LoadedModel,
     trained_on: Manifest | None,
-    origin: ArchiveOrigin,
+    facts: RunFacts,
 ) -> None:
     footprint = training_footprint(Path(loaded.config.data), trained_on)
     parameters = int(loaded.model.count_params())
-    item = build_item(info, footprint, total_parameters=parameters, origin=origin)
+    item = build_item(info, footprint, total_parameters=parameters, origin=facts.origin,
+                      pixel=facts.pixel)  # fmt: skip
     body = item.to_dict(include_self_link=False)
     validate_item(body)
     atomic_write_text(folder / exported.STAC_FILE, json.dumps(body, indent=2) + "\n")

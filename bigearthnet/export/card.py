@@ -1,9 +1,11 @@
 """``model_card.md``: what the exported model is, how it was trained and how well it does,
 rendered from the export record, the run's configuration and its evaluation (Jinja2
-template ``templates/model_card.md.j2``). A card travels without its machine: paths show
-as :func:`bigearthnet.core.display.shown_path` shows them (the run by its name, its files
-relative to it), numbers as the pages show them; and its intended use follows where the
-training data came from (a model of synthetic data is not offered for imagery)."""
+template ``templates/model_card.md.j2``): with the dense head, the pixel figures of that
+evaluation, against what reference, or why there are none. A card travels without its
+machine: paths show as :func:`bigearthnet.core.display.shown_path` shows them (the run by
+its name, its files relative to it), numbers as the pages show them; and its intended use
+follows where the training data came from (a model of synthetic data is not offered for
+imagery)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ import jinja2
 from bigearthnet.core import constants, display
 from bigearthnet.core.config import TrainConfig
 from bigearthnet.evaluation.report import format_score
-from bigearthnet.evaluation.summary import EvalSummary
-from bigearthnet.formats.archive_origin import UNKNOWN, ArchiveOrigin
+from bigearthnet.evaluation.summary import EvalSummary, PixelReference
+from bigearthnet.formats.archive_origin import REAL, UNKNOWN, ArchiveOrigin
 from bigearthnet.formats.exported import MLM_VERSION, ExportInfo
 from bigearthnet.formats.manifest import Manifest
+from bigearthnet.formats.pixel_eval import TRUTH
 from bigearthnet.formats.shards import describe_encoding
 
 
@@ -43,6 +46,31 @@ class ClassRow:
 
 
 @dataclass(frozen=True)
+class PixelFacts:
+    """What the card and the STAC item say of the dense head's figures: those of the
+    exported checkpoint's evaluation (:func:`~bigearthnet.evaluation.summary.
+    read_pixel_figures`), or why there are none."""
+
+    split: str = ""
+    references: tuple[PixelReference, ...] = ()
+    note: str = ""  # why there are none ("" when there are, or the model has no dense head)
+    truth_maps: str = ""  # the truth file scored against, as the evaluation names it
+
+
+def reference_text(against: str, origin: ArchiveOrigin, truth_maps: str = "") -> str:
+    """What the dense head was scored against, in words (the card's and the item's)."""
+    if against == TRUTH:
+        return "the synthetic archive's true class per 10 m pixel" + (
+            f" ({Path(truth_maps).name})" if truth_maps else ""
+        )
+    if origin.synthetic:
+        return "the synthetic archive's CORINE-like reference maps (Reference_Maps/, as reBEN's)"
+    if origin.kind == REAL:
+        return "reBEN's reference maps: CORINE Land Cover 2018 polygons at 10 m"
+    return "the archive's reference maps (Reference_Maps/, CORINE Land Cover)"
+
+
+@dataclass(frozen=True)
 class RunFacts:
     """What the card says of the run besides the export record."""
 
@@ -52,6 +80,7 @@ class RunFacts:
     epochs_trained: int | None
     data: Manifest | None  # the training data's manifest, when still there
     evaluation: EvalSummary | None  # of the exported checkpoint, when evaluated
+    pixel: PixelFacts = PixelFacts()  # the dense head's figures in that evaluation
 
     @property
     def origin(self) -> ArchiveOrigin:
@@ -106,6 +135,10 @@ def render_card(info: ExportInfo, facts: RunFacts) -> str:
         band_config=constants.band_config_name(tuple(info.bands)) or ",".join(info.bands),
         classes=class_rows(info, facts.evaluation),
         evaluation=facts.evaluation,
+        pixel=facts.pixel,
+        reference_text=lambda against: reference_text(
+            against, facts.origin, facts.pixel.truth_maps
+        ),
         config=facts.config,
         world_size=facts.world_size,
         global_batch=facts.global_batch,

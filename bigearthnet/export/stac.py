@@ -22,8 +22,9 @@ from stac_model.output import MLMClassification, ModelOutput, ModelResult
 from stac_model.schema import MLModelExtension, MLModelProperties
 
 from bigearthnet.core import constants
+from bigearthnet.export.card import PixelFacts, reference_text
 from bigearthnet.formats import exported
-from bigearthnet.formats.archive_origin import ArchiveOrigin
+from bigearthnet.formats.archive_origin import UNKNOWN, ArchiveOrigin
 from bigearthnet.formats.exported import ExportError, ExportInfo
 from bigearthnet.formats.manifest import Manifest
 from bigearthnet.formats.shards import describe_encoding, read_locations
@@ -185,8 +186,10 @@ def build_item(
     *,
     total_parameters: int,
     origin: ArchiveOrigin | None = None,
+    pixel: PixelFacts | None = None,
 ) -> pystac.Item:
-    """The STAC item of an export (``origin``: of its training data, None: not known)."""
+    """The STAC item of an export (``origin``: of its training data, None: not known;
+    ``pixel``: the dense head's figures in its evaluation, or why there are none)."""
     west, south, east, north = footprint.bbox
     geometry = {
         "type": "Polygon",
@@ -215,7 +218,43 @@ def build_item(
     extension = MLModelExtension.ext(item, add_if_missing=True)
     extension.apply(model_properties(info, total_parameters))
     _add_unmodelled_fields(item.properties, info)
+    if info.pixel_class_names is not None and pixel is not None:
+        _add_pixel_metrics(item.properties["mlm:output"][1], pixel, origin)
     return item
+
+
+def _add_pixel_metrics(output: dict[str, Any], pixel: PixelFacts, origin: ArchiveOrigin | None):
+    """The dense head's figures on its output (``bigearthnet:pixel_metrics``: MLM has no
+    field for metrics, and its output objects take others'), as the card shows them; or in
+    its description, why there are none."""
+    if not pixel.references:
+        output["description"] += f" Not measured per pixel: {pixel.note}."
+        return
+    known = origin if origin is not None else ArchiveOrigin(UNKNOWN)
+    output["bigearthnet:pixel_metrics"] = {
+        "split": pixel.split,
+        "references": [
+            {
+                "against": ref.against,
+                "description": reference_text(ref.against, known, pixel.truth_maps),
+                "pixels": ref.figures.count,
+                "overall_accuracy": ref.figures.overall_accuracy,
+                "miou": ref.figures.miou,
+                "miou_classes": ref.figures.miou_classes,
+                "classes": [
+                    {
+                        "value": row.index,
+                        "name": row.name,
+                        "pixels": row.support,
+                        "predicted": row.predicted,
+                        **row.ratios(),
+                    }
+                    for row in ref.rows
+                ],  # fmt: skip
+            }
+            for ref in pixel.references
+        ],
+    }
 
 
 def _dense_note(info: ExportInfo) -> str:

@@ -17,7 +17,6 @@ from helpers import horovodrun
 from PIL import Image
 from sklearn.metrics import confusion_matrix, f1_score
 
-import evaluate
 from bigearthnet.core import constants
 from bigearthnet.data.rank_data import RankData
 from bigearthnet.evaluation.pixel_metrics import MIN_CLASS_PIXELS, pixel_scores
@@ -31,13 +30,6 @@ from bigearthnet.pages.run_page import write_run_page
 # has no room; the fast tier keeps pixel_metrics' and the files' unit tests.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("trained-head")]
 CLASSES = len(constants.CLASSES_19)
-
-
-@pytest.fixture(scope="module")
-def head_eval(trained_head_run: Path, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("eval") / "head-test"
-    assert evaluate.main(["--run-dir", str(trained_head_run), "--out", str(out)]) == 0
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -107,11 +107,15 @@ def test_a_model_with_the_dense_head_exports_both_outputs(trained_head_run, shar
     assert_scores_close(from_onnx[exported.OUTPUT_NAME], served.predict(images))
     card = (out / exported.CARD_FILE).read_text()
     assert "**semantic\nsegmentation**" in card and "`pixel_probabilities` float32 (N, 120" in card
+    # Not evaluated: the card and the item say the pixel figures are missing, and why.
+    absent = "Not measured: the run has no evaluation of this checkpoint"
+    assert absent in card.replace("\n", " ")
     properties = json.loads((out / exported.STAC_FILE).read_text())["properties"]
     assert sorted(properties["mlm:tasks"]) == ["classification", "semantic-segmentation"]
     outputs = properties["mlm:output"]
     assert [o["tasks"] for o in outputs] == [["classification"], ["semantic-segmentation"]]
     assert outputs[1]["result"]["shape"] == [-1, 120, 120, 19]
+    assert "Not measured per pixel: the run has no evaluation" in outputs[1]["description"]
 
 
 def test_savedmodel_loads_in_plain_tensorflow(export_dir, shards_v1):
