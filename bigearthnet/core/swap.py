@@ -61,7 +61,7 @@ def restore_aside(out: Path, aside: Path) -> bool:
     """Recovery of :func:`replace_folder` killed between its renames: ``aside`` back to
     ``out`` when ``out`` is gone (True), else ``aside`` removed (the swap had ended)."""
     if not out.exists():
-        with contextlib.suppress(FileNotFoundError):  # another recovery was first
+        with contextlib.suppress(OSError):  # another recovery was first
             os.rename(aside, out)
             return True
         return False

@@ -212,11 +212,13 @@ def recover(out: Path) -> None:
     for begun in [w for w in stale if has_journal(w.path)]:
         stale.remove(begun)
         mine = work_folder(out, STAGING_PREFIX)
-        with contextlib.suppress(FileNotFoundError):  # another run claimed it first
+        try:
             os.rename(begun.path, mine)  # now this run's alone to finish
-            finish_swap(out, mine)
-            log.warning("%s: finished the products' swap a killed build began (%s)", out,
-                        begun.path.name)  # fmt: skip
+        except FileNotFoundError:  # another run claimed it first
+            continue
+        finish_swap(out, mine)
+        log.warning("%s: finished the products' swap a killed build began (%s)", out,
+                    begun.path.name)  # fmt: skip
     if stale:
         log.warning("%s: removed the products of an interrupted build: %s", out,
                     remove_folders(stale))  # fmt: skip
