@@ -11,8 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import REPO, elastic_command, train_command
+from helpers import REPO, elastic_command, train_argv
 
+import train
 from bigearthnet.formats.checkpoints import CheckpointRecord, Position
 from bigearthnet.formats.history import read_history
 from bigearthnet.formats.run_status import read_status
@@ -21,16 +22,18 @@ TARGET = 0.3  # the tiny model passes it within a few epochs on the synthetic ar
 EPOCHS = 12
 
 
-def _train(kind: str, data: Path, run: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}
+def _train(kind: str, data: Path, run: Path, log, *extra: str) -> subprocess.CompletedProcess:
+    """A fixed-size run in process (``log``: rank_log, its lines as the stderr), an elastic
+    one through horovodrun: a subprocess would add only a TensorFlow import."""
     if kind == "fixed":
-        cmd = train_command(data, run, EPOCHS, *extra)
-    else:
-        hosts = run.parent / f"{run.name}-hosts"  # the discovery script's folder: one slot
-        hosts.mkdir(parents=True)
-        (hosts / "driver.hosts").write_text("localhost:1\n")
-        env["ELASTIC_HOSTS_DIR"] = str(hosts)
-        cmd = elastic_command(data, run, 1, EPOCHS, *extra)
+        code = train.main(train_argv(data, run, EPOCHS, *extra))
+        return subprocess.CompletedProcess(["train.py"], code, "", log.text)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "1"}
+    hosts = run.parent / f"{run.name}-hosts"  # the discovery script's folder: one slot
+    hosts.mkdir(parents=True)
+    (hosts / "driver.hosts").write_text("localhost:1\n")
+    env["ELASTIC_HOSTS_DIR"] = str(hosts)
+    cmd = elastic_command(data, run, 1, EPOCHS, *extra)
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -39,12 +42,12 @@ ELASTIC = pytest.param("elastic", marks=[pytest.mark.slow, pytest.mark.horovod])
 
 @pytest.mark.parametrize("kind", ["fixed", ELASTIC])
 def test_target_f1_ends_fixed_and_elastic_runs_alike(
-    kind: str, tmp_path: Path, shards_v1: Path
+    kind: str, tmp_path: Path, shards_v1: Path, rank_log
 ) -> None:
     """--target-f1 stops the run after the first epoch whose validation micro-F1 reaches it
     (an elastic run used to train on to --epochs)."""
     run = tmp_path / kind
-    done = _train(kind, shards_v1, run, "--target-f1", str(TARGET))
+    done = _train(kind, shards_v1, run, rank_log, "--target-f1", str(TARGET))
     assert done.returncode == 0, done.stderr[-3000:]
     rows = read_history(run)
     assert rows and len(rows) < EPOCHS, [r.val_micro_f1 for r in rows]
@@ -82,13 +85,13 @@ def test_checkpoint_pointer_is_flat_and_reads_its_older_forms() -> None:
 
 @pytest.mark.parametrize("kind", ["fixed", ELASTIC])
 def test_early_stopping_ends_fixed_and_elastic_runs_alike(
-    kind: str, tmp_path: Path, shards_v1: Path
+    kind: str, tmp_path: Path, shards_v1: Path, rank_log
 ) -> None:
     """A run that plateaus (an LR too small to move the weights: validation micro-F1 the same
     every epoch) stops after --early-stopping-patience validations without a new best, and
     'best' stays the first epoch (a tie is no improvement)."""
     run = tmp_path / kind
-    done = _train(kind, shards_v1, run, "--lr", "1e-12", "--early-stopping-patience", "2")
+    done = _train(kind, shards_v1, run, rank_log, "--lr", "1e-12", "--early-stopping-patience", "2")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = read_history(run)
     assert len(rows) == 3 and len({r.val_micro_f1 for r in rows}) == 1

@@ -5,7 +5,7 @@ while a rank that stopped exits 3.
 The signal comes from a small injector script that runs ``train.cli`` as ``python train.py``
 does and has the process signal itself from inside validation (or the evaluation's
 scoring), or while it exits: exactly then, on every machine, instead of racing a phase of
-milliseconds."""
+milliseconds. The reruns run in process (a subprocess would add a TensorFlow import)."""
 
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def _argv(data: Path, run: Path, epochs: int) -> list[str]:
 
 @pytest.mark.fault
 def test_sigusr1_during_validation_saves_the_epoch_and_the_rerun_takes_the_next(
-    tmp_path: Path, shards_v1: Path, fault_row
+    tmp_path: Path, shards_v1: Path, fault_row, rank_log
 ) -> None:
     """The warning comes while epoch 2 is validated (48 samples, 6 batches): epoch 2 is
     finished - its history row and checkpoint written - and the run exits 3 without
@@ -106,9 +106,8 @@ def test_sigusr1_during_validation_saves_the_epoch_and_the_rerun_takes_the_next(
     pointer = json.loads((run / "checkpoints" / "latest.json").read_text())
     assert (pointer["epoch"], pointer["step"]) == (2, 0), pointer  # epoch 3 untouched
     assert [r.epoch for r in read_history(run)] == [1, 2]
-    rerun = _run([sys.executable, "train.py", *argv])
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "resumed from latest-e0002 at epoch 2 step 0" in rerun.stderr
+    assert train.main(argv) == 0, rank_log.text[-3000:]  # the rerun, in process
+    assert "resumed from latest-e0002 at epoch 2 step 0" in rank_log.text
     assert [r.epoch for r in read_history(run)] == [1, 2, 3, 4]
     fault_row(
         "SIGUSR1 during validation",
@@ -122,7 +121,7 @@ def test_sigusr1_during_validation_saves_the_epoch_and_the_rerun_takes_the_next(
 @pytest.mark.horovod
 @pytest.mark.slow
 def test_sigusr1_during_the_final_evaluation_exits_3_and_the_rerun_evaluates(
-    tmp_path: Path, shards_v1: Path, fault_row
+    tmp_path: Path, shards_v1: Path, fault_row, rank_log
 ) -> None:
     """2 ranks, the warning to rank 1 alone while it scores the test split: every rank
     agrees to stop, nothing half-written in eval-test/, exit 3; the 1-rank rerun trains
@@ -143,9 +142,8 @@ def test_sigusr1_during_the_final_evaluation_exits_3_and_the_rerun_evaluates(
     ]
     assert not (run / "eval-test" / "metrics.json").exists()
     assert [r.epoch for r in read_history(run)] == [1, 2]
-    rerun = _run([sys.executable, "train.py", *argv])
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "resumed from latest-e0002 at epoch 2 step 0" in rerun.stderr
+    assert train.main(argv) == 0, rank_log.text[-3000:]  # the 1-rank rerun, in process
+    assert "resumed from latest-e0002 at epoch 2 step 0" in rank_log.text
     assert [r.epoch for r in read_history(run)] == [1, 2]  # nothing retrained
     assert json.loads((run / "eval-test" / "metrics.json").read_text())["count"] == 48
     fault_row(
