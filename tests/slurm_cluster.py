@@ -408,7 +408,7 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Over
         self._stopped = True
         try:
             if self.procs.get("slurmctld") and self.procs["slurmctld"].poll() is None:
-                self._cancel_all_jobs()
+                self.cancel_all_jobs()
         finally:
             for name in ("slurmd", "slurmctld"):
                 self._terminate(name)
@@ -418,7 +418,8 @@ PartitionName=debug Nodes={self.host} Default=YES MaxTime=INFINITE State=UP Over
                 shutil.rmtree(self.root, ignore_errors=True)
             atexit.unregister(self.stop)
 
-    def _cancel_all_jobs(self, timeout: float = 40) -> None:
+    def cancel_all_jobs(self, timeout: float = 40) -> None:
+        """Cancel every queued or running job and wait until the queue is empty."""
         ids = self.run("squeue", "-h", "-o", "%i", check=False, timeout=15).stdout.split()
         if not ids:
             return

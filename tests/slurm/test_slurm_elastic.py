@@ -28,7 +28,6 @@ from helpers import history_row, preprocess
 from slurm_cluster import (
     Job,
     SlurmCluster,
-    slurm_cluster_fixture,  # noqa: F401 (registers the fixture)
 )
 from test_slurm_jobs import (
     ENDLESS_EPOCHS,

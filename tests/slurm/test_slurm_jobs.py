@@ -32,7 +32,6 @@ from slurm_cluster import (
     FINAL_STATES,
     Job,
     SlurmCluster,
-    slurm_cluster_fixture,  # noqa: F401 (registers the fixture)
 )
 
 # One Slurm test cluster per test run: every test that submits to it runs in one xdist worker.

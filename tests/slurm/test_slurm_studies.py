@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from slurm_cluster import (
     SlurmCluster,
-    slurm_cluster_fixture,  # noqa: F401 (registers the fixture)
 )
 
 from bigearthnet.core.util import read_csv
