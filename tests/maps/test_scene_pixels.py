@@ -164,7 +164,7 @@ def test_two_ranks_give_the_10m_map_of_one(trained_head_run, tif_scene, tmp_path
 RESNET_CUT = (96, 288)  # a window's origin and size inside the 480 px scene, on the lattice
 
 
-@pytest.mark.slow  # ResNet-50 at 480 and 288 px: 2.5 min on a busy machine
+@pytest.mark.slow  # ResNet-50 at 480 and 288 px: 20 s alone, 2.5 min on a busy machine
 @pytest.mark.xfail(strict=True, raises=AssertionError,
                    reason="ResNet-50's context reaches ~240 px, the margin is 48 (issue 50: "
                    "seams with ResNet-50; docs/maps.md)")  # fmt: skip
