@@ -4,8 +4,9 @@ over HTTP range requests (``rio cogeo validate`` passes).
 
 GDAL writes a COG by copying a dataset, so the bands, tags, colour table and descriptions
 go into a source dataset first (a hidden sibling: a kill leaves nothing a glob for ``*.tif``
-takes), which the COG driver then copies, tiled (512 px), DEFLATE-compressed, with
-nearest-neighbour overviews down to one tile, under a temporary name renamed at the end.
+takes), which the COG driver then copies, tiled (512 px), DEFLATE-compressed (level 1 with
+the horizontal predictor: :data:`COG_OPTIONS`), with nearest-neighbour overviews down to one
+tile, under a temporary name renamed at the end.
 The source is either
 
 * a plain GeoTIFF of the bands given as one array (a scene map), or
@@ -14,6 +15,13 @@ The source is either
   block cache, a window at a time, and builds the overviews the same way, so the copy's
   memory does not grow with the raster (measured: 0.27 GB for a 16,384 and a 32,768 px
   square alike, the block cache capped at 64 MB; ``tests/formats/test_cog.py``).
+
+What the writing costs (a 10 m scene map's 19 probability bands, 1,824 x 1,728 px, one
+core; benchmarks/README.md, P12-10m): parts as DEFLATE, pixel-interleaved, 1.9 s (19.8 MB),
+as ZSTD level 1, band-interleaved, 0.3 s (12.1 MB), and the map's one band then reads alone
+(its COG 0.56 -> 0.10 s); the COG at DEFLATE's default level 6 3.4-4.0 s (24.1 MB), at
+level 1 with the horizontal predictor 1.8-2.2 s (19.1 MB: probabilities vary smoothly, so
+the differences compress better than the values). DEFLATE stays, as every GIS reads it.
 """
 
 from __future__ import annotations
@@ -30,6 +38,10 @@ from bigearthnet.core.util import atomic_path, temp_sibling
 
 Describe = Callable[[Any], None]  # sets what the bands carry on an open rasterio dataset
 COPY_CACHE_BYTES = 64 << 20  # GDAL's block cache while a COG is copied: its memory
+# The COG's compression (module docstring: the cost of each choice).
+COG_OPTIONS = {"compress": "DEFLATE", "level": 1, "predictor": "YES"}
+# A part's: written once, read once by the copy (ZSTD: any GDAL that reads the parts wrote them).
+PART_OPTIONS = {"compress": "ZSTD", "zstd_level": 1, "interleave": "band"}
 _VRT_TYPES = {"uint8": "Byte", "uint16": "UInt16", "int16": "Int16", "float32": "Float32"}
 
 
@@ -66,7 +78,7 @@ def plain_profile(grid: Mapping[str, Any], shape: tuple[int, int, int], dtype: s
                   nodata: int) -> dict:  # fmt: skip
     """The profile of a plain GeoTIFF of ``shape`` (count, rows, cols) on ``grid`` (``crs``,
     ``transform``): what a COG is copied from (uncompressed: it lives a moment), or a part
-    of a :class:`Mosaic` (add ``compress``: parts stay until the mosaic is copied)."""
+    of a :class:`Mosaic` (with :data:`PART_OPTIONS`: parts stay until the mosaic is copied)."""
     count, height, width = shape
     return dict(grid, driver="GTiff", height=height, width=width, count=count, dtype=dtype,
                 nodata=nodata)  # fmt: skip
@@ -75,11 +87,12 @@ def plain_profile(grid: Mapping[str, Any], shape: tuple[int, int, int], dtype: s
 def open_part(path: Path, shape: tuple[int, int, int], dtype: str, grid: Mapping[str, Any],
               nodata: int):  # fmt: skip
     """A part of a :class:`Mosaic` open for writing (its bands or windows of them, in any
-    order): a plain DEFLATE GeoTIFF of ``shape`` (count, rows, cols) on ``grid``."""
+    order): a plain GeoTIFF of ``shape`` (count, rows, cols) on ``grid``, each band stored
+    apart (a mosaic of one band reads only it), :data:`PART_OPTIONS`."""
     import rasterio
 
     profile = plain_profile(grid, shape, dtype, nodata)
-    return rasterio.open(path, "w", **profile, compress="DEFLATE")
+    return rasterio.open(path, "w", **profile, **PART_OPTIONS)
 
 
 def write_cog(
@@ -124,7 +137,7 @@ def _copy_to_cog(source: Path, path: Path) -> None:
     from rasterio.shutil import copy as copy_dataset
 
     with rasterio.Env(GDAL_CACHEMAX=COPY_CACHE_BYTES), atomic_path(path) as tmp:
-        copy_dataset(source, tmp, driver="COG", compress="DEFLATE", overview_resampling="nearest")
+        copy_dataset(source, tmp, driver="COG", overview_resampling="nearest", **COG_OPTIONS)
 
 
 def _write_vrt(path: Path, mosaic: Mosaic, grid: Mapping[str, Any], nodata: int) -> None:

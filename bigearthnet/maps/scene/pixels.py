@@ -4,16 +4,17 @@ Large square windows (:mod:`.tiles`) are read with their context (:meth:`Scene.r
 20 m and 60 m bands upsampled by preprocessing's code, as for a patch), run through the
 model at once (:class:`~bigearthnet.inference.pixel_model.PixelModel`), and each window's
 core is kept: the top class (the official 19-class order) and the probabilities as stored
-(round(p x 250), :func:`~bigearthnet.formats.class_map.scaled`). A pixel without usable
+(round(p x 250), :func:`~bigearthnet.formats.class_map.scaled_pixels`). A pixel without usable
 data (a band's nodata, or masked by SCL, 20 m taken to its four 10 m pixels) is nodata;
 a window whose core has none is not run.
 
 Memory stays a window's, whatever the scene: ranks take rows of windows round-robin and
-write each row's cores into a part file (one DEFLATE GeoTIFF of the top class and the
-probabilities) in a work folder beside the map; after a barrier rank 0 copies them into the
-map and its probabilities companion (:func:`~bigearthnet.formats.class_map.write_class_map`
-from a :class:`~bigearthnet.formats.cog.Mosaic` of the parts) and removes the folder. The
-ranks must share the map's folder (as they share a region's).
+write each row's cores into a part file (one GeoTIFF of the top class and the
+probabilities, each band apart: :func:`~bigearthnet.formats.cog.open_part`) in a work
+folder beside the map; after a barrier rank 0 copies them into the map and its
+probabilities companion (:func:`~bigearthnet.formats.class_map.write_class_map` from a
+:class:`~bigearthnet.formats.cog.Mosaic` of the parts) and removes the folder. The ranks
+must share the map's folder (as they share a region's).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import numpy as np
 
 from bigearthnet.core import distributed
 from bigearthnet.core.util import temp_sibling, write_csv
-from bigearthnet.formats.class_map import NODATA, areas_path, scaled, write_class_map
+from bigearthnet.formats.class_map import NODATA, areas_path, scaled_pixels, write_class_map
 from bigearthnet.formats.cog import Mosaic, Part, open_part
 from bigearthnet.maps.scene.input import Scene
 from bigearthnet.maps.scene.output import preview, preview_path
@@ -110,9 +111,10 @@ def _window(scene: Scene, model: PixelModel, size: int, origin: tuple[int, int],
     started = time.perf_counter()
     probabilities = model(image[None])[0][keep]
     times.predict += time.perf_counter() - started
-    top_class = np.where(invalid, NODATA, probabilities.argmax(axis=-1)).astype(np.uint8)
-    stored = scaled(np.where(invalid[..., None], np.nan, probabilities))
-    return np.concatenate([top_class[None], stored.transpose(2, 0, 1)]), 1
+    bands = np.empty((1 + model.classes, *invalid.shape), np.uint8)
+    bands[0] = np.where(invalid, NODATA, probabilities.argmax(axis=-1))
+    bands[1:] = scaled_pixels(probabilities, invalid).transpose(2, 0, 1)
+    return bands, 1
 
 
 def write_pixel_map(path: Path, made: PixelMap, scene: Scene, classes: list[str],

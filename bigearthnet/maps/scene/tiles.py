@@ -14,8 +14,11 @@ scene without seams. Free of TensorFlow.
   window that would start before the scene starts at its edge, where the model pads as it
   was trained to (0 past the scene's far edge).
   The tiny model's receptive field is 35 px wide, so its maps do not depend on the tiling
-  beyond float rounding (tests/maps/test_scene_pixels.py); ResNet-50's theoretical one
-  reaches further, and how far its maps move with the tiling was not measured.
+  beyond float rounding (tests/maps/test_scene_pixels.py). ResNet-50's is ~480 px wide,
+  and 48 px is not enough for it: on a briefly trained ResNet-50, 20 % of the pixels
+  48-64 px from a window's cut take another class than with the scene around them, 1.6 %
+  at 160-192 px, 0.1 % at 192-240 px (docs/maps.md, seams; a strict xfail in that test
+  file). A margin per model is still to come.
 * **Memory.** A window's activations: its layers' outputs, summed (an upper bound of what
   TensorFlow holds at once), checked against the free memory before the first window.
 """
