@@ -1,6 +1,6 @@
 """RUN/report.html in a real browser: self-contained, the numbers of metrics.json and
 history.csv, a sortable per-class table, the scene map in the map viewer (its pixels on
-screen: test_run_viewer.py) and the other maps' previews that decode (a cap saying how many
+screen: test_run_maps.py) and the other maps' previews that decode (a cap saying how many
 of how many), per-class F1 and PR figures, strings from the run shown as
 text, numbers at sensible precision with every blank explained, the synthetic origin said,
 no path of this machine; a half-written run gets a page saying what is missing; no history:
