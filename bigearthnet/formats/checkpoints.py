@@ -356,6 +356,13 @@ def prefix(run_dir: str | Path, record: CheckpointRecord) -> Path:
     return checkpoint_dir(run_dir) / record.folder / "ckpt"
 
 
+def weights_files(prefix: str | Path) -> list[Path]:
+    """The files of a checkpoint's weights, in the order a map's weights digest hashes them
+    (the ``weights_sha256`` tag: :func:`bigearthnet.core.util.files_digest`)."""
+    prefix = Path(prefix)
+    return [Path(f"{prefix}.index"), *sorted(prefix.parent.glob(f"{prefix.name}.data-*"))]
+
+
 def digest(prefix: str | Path) -> str:
     """The identity of a checkpoint's tensors: the sha256 of its index, which holds every
     tensor's checksum. A copy or a move keeps it; other weights change it (an evaluation

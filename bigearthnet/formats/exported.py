@@ -86,6 +86,13 @@ class ExportInfo:
         return self.pixel_class_names is not None
 
 
+def weights_files(folder: str | Path) -> list[Path]:
+    """The files of an export's weights (its SavedModel), in the order a map's weights
+    digest hashes them (the ``weights_sha256`` tag)."""
+    saved = Path(folder) / SAVEDMODEL_DIR
+    return [saved / "saved_model.pb", *sorted((saved / "variables").glob("*"))]
+
+
 def write_export_info(folder: str | Path, info: ExportInfo) -> None:
     atomic_write_json(Path(folder) / INFO_FILE, dataclasses.asdict(info))
 

@@ -23,6 +23,7 @@ from bigearthnet.formats.exported import (
     ExportError,
     ExportInfo,
     read_export_info,
+    weights_files,
 )
 from bigearthnet.inference.pixel_model import PixelModel, rebuilt
 from bigearthnet.inference.trained_run import NoDenseHead
@@ -79,15 +80,13 @@ class ExportedModel:
     @cached_property
     def provenance(self) -> dict[str, str]:
         source = self.info.source
-        saved = self.folder / SAVEDMODEL_DIR
-        files = [saved / "saved_model.pb", *sorted((saved / "variables").glob("*"))]
         return {
             "model": self.info.model,
             "export": str(self.folder),
             RUN_DIR_TAG: source.run_dir,
             "checkpoint": source.checkpoint,
             "epoch": str(source.epoch),
-            WEIGHTS_DIGEST: files_digest(files),
+            WEIGHTS_DIGEST: files_digest(weights_files(self.folder)),
         }
 
     def predict(self, images: np.ndarray) -> np.ndarray:

@@ -107,16 +107,12 @@ class LoadedModel:
     def provenance(self) -> dict[str, str]:
         """Where the weights came from, for the tags of the files made with them; with the
         digest of the weights themselves: a run retrained in the same folder keeps its paths."""
-        files = [
-            Path(f"{self.prefix}.index"),
-            *sorted(self.prefix.parent.glob(f"{self.prefix.name}.data-*")),
-        ]
         return {
             "model": self.record.model,
             RUN_DIR_TAG: str(self.run_dir or self.config.run_dir),
             "checkpoint": str(self.prefix),
             "epoch": str(self.epoch),
-            WEIGHTS_DIGEST: files_digest(files),
+            WEIGHTS_DIGEST: files_digest(checkpoints.weights_files(self.prefix)),
         }
 
     @property

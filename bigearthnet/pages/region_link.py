@@ -1,6 +1,6 @@
-"""The links between a run's page and the pages of region series its model made: which run
-made a series (the ``run_dir`` tag of its period maps, which a model from a run and one from
-its export both carry), and which series a run made (looked for under its ``maps/`` and
+"""The links between a run's page and the maps its model made: which run made a map or a
+series (the ``run_dir`` tag of a map, of a series' period maps, which a model from a run and
+one from its export both carry), and which series a run made (looked for under its ``maps/`` and
 beside it). Links are relative, so a folder copied with its run keeps them."""
 
 from __future__ import annotations
@@ -9,30 +9,14 @@ import os
 from pathlib import Path
 
 from bigearthnet.formats import region_folder, run_folder
-from bigearthnet.formats.class_map import RUN_DIR_TAG
+from bigearthnet.pages.map_origin import map_run
 
 
 def series_run(folder: Path) -> Path | None:
     """The run folder whose model made the region series in ``folder``; None when its maps
     do not say (or cannot be read), or the run is not there."""
-    import rasterio
-
     maps = sorted((folder / region_folder.PERIODS).glob("*.tif"))
-    if not maps:
-        return None
-    try:
-        with rasterio.open(maps[0]) as src:
-            value = src.tags().get(RUN_DIR_TAG, "")
-    except rasterio.errors.RasterioIOError:
-        return None
-    if not value:
-        return None
-    # A relative path is from the map's folder (maps keep their run so: linked_tags); in
-    # maps made before, as the command was given it: from where it ran, or the series'.
-    for path in (maps[0].parent / value, Path(value), folder / value):
-        if (path / run_folder.CONFIG).is_file():
-            return path
-    return None
+    return map_run(maps[0], folder) if maps else None
 
 
 def run_page_of(folder: Path) -> str | None:

@@ -2,12 +2,12 @@
 region``), from the folder's files alone: a map viewer (each period's raw and consistent maps
 and a change map side by side, zoom and pan, a scale bar, the cursor's coordinates in the
 grid's CRS and in longitude and latitude, unobserved cells hatched: no class has a pattern;
-its data: :mod:`.region_viewer`), class areas over time, the transitions from the first to
-the last period, the consistency figures and the scenes used and skipped, and a link to the
-page of the run whose model made it. It opens offline after ``scp``: no request, one inline
-script of the project's own (``templates/region_viewer.js.j2``), maps inlined as PNG, the
-chart as SVG. Areas are shown to the decimals of one cell
-(:func:`bigearthnet.core.display.area_decimals`)."""
+the pages' one viewer, :mod:`.map_viewer`, its data :mod:`.region_viewer`), class areas over
+time, the transitions from the first to the last period, the consistency figures and the
+scenes used and skipped, and a link to the page of the run whose model made it. It opens
+offline after ``scp``: no request, one inline script of the project's own
+(``templates/map_viewer.js.j2``), maps inlined as PNG, the chart as SVG. Areas are shown to
+the decimals of one cell (:func:`bigearthnet.core.display.area_decimals`)."""
 
 from __future__ import annotations
 

@@ -30,6 +30,7 @@ from bigearthnet.formats.run_command import RunCommand, read_commands
 from bigearthnet.formats.run_status import RunStatus, read_status
 from bigearthnet.formats.shards import ShardError
 from bigearthnet.pages.region_link import region_folders, region_pages
+from bigearthnet.pages.run_maps import RunMaps, run_maps
 
 MAX_PREVIEWS = 12
 KINDS = ("scene", "change", "other")  # the order maps are shown in
@@ -70,6 +71,7 @@ class RunFacts:
     events: list[ElasticEvent]
     decisions: list[DecisionRecord]
     previews: MapPreviews
+    scene_maps: RunMaps = field(default_factory=RunMaps)  # the map viewer's
     commands: list[RunCommand] = field(default_factory=list)  # every (re)start, oldest first
     missing: list[str] = field(default_factory=list)  # what the page cannot show, and why
     regions: list[str] = field(default_factory=list)  # region pages of this model, relative
@@ -131,6 +133,10 @@ def read_run(run_dir: Path) -> RunFacts:
     status = read_status(run_dir)
     if status is None:
         missing.append("status.json: the run is still going, was stopped, or crashed")
+    maps = run_dir / run_folder.MAPS
+    regions = region_folders(maps)
+    scene_maps = run_maps(run_dir, maps, regions)
+    missing.extend(scene_maps.left_out)
     return RunFacts(
         run_dir=run_dir,
         config=config,
@@ -143,7 +149,8 @@ def read_run(run_dir: Path) -> RunFacts:
         evaluations=evaluations,
         events=read_events(run_dir),
         decisions=read_decisions(run_dir),
-        previews=_previews(run_dir),
+        previews=_previews(run_dir, regions, scene_maps.not_previewed),
+        scene_maps=scene_maps,
         commands=read_commands(run_dir),
         missing=[display.shown_text(item, run_dir) for item in missing],
         regions=region_pages(run_dir),
@@ -192,17 +199,17 @@ def _efficiency(run_dir: Path, missing: list[str]) -> EfficiencyReport | None:
     return report
 
 
-def _previews(run_dir: Path) -> MapPreviews:
+def _previews(run_dir: Path, regions: list[Path], left: frozenset[Path]) -> MapPreviews:
     """PNG previews of maps written under RUN/maps/ (bigearthnet-map --out RUN/maps/...):
     scene maps first, then change maps, then the rest (patch maps), each kind by name; the
-    first MAX_PREVIEWS are inlined. A region series' folder is left out: its own page
-    shows it, and the run page links to it."""
-    maps = run_dir / run_folder.MAPS
-    regions = region_folders(maps)
+    first MAX_PREVIEWS are inlined. A region series' folder (in ``regions``) is left out:
+    its own page shows it, and the run page links to it; so are the maps in ``left`` (the
+    map viewer shows them, or they are not this run's)."""
     found = [
         path
-        for path in maps.rglob("*.png")
+        for path in (run_dir / run_folder.MAPS).rglob("*.png")
         if not any(path.is_relative_to(region) for region in regions)
+        and path.with_suffix(".tif") not in left
     ]
     ranked = sorted(found, key=lambda path: (KINDS.index(_kind(path)), str(path)))
     shown = []

@@ -14,32 +14,40 @@ from __future__ import annotations
 
 import base64
 import io
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 import rasterio
-from browser import PageVisit, assert_self_contained, open_page, wait_until_drawn
+from browser import assert_self_contained, open_page, wait_until_drawn
 from pyproj import Transformer
+from viewer_checks import (
+    BACKGROUND,
+    HATCH,
+    MapFile,
+    View,
+    check_map,
+    cursor,
+    drag,
+    hover,
+    scale_bar,
+    viewer_canvases,
+)
 
 from bigearthnet.core import constants
 from bigearthnet.formats import region_folder
-from bigearthnet.formats.class_map import NODATA, read_category_names, write_class_map
+from bigearthnet.formats.class_map import NODATA, write_class_map
 from bigearthnet.formats.region_folder import GridRecord
 from bigearthnet.maps.region.periods import from_product_name
 from bigearthnet.maps.region.plan import SceneMap
 from bigearthnet.maps.region.products import build_products
+from bigearthnet.pages.map_viewer import MAX_SIDE, MIN_SIDE, lonlat_points, pyramid
 from bigearthnet.pages.region_page import write_region_page
-from bigearthnet.pages.region_viewer import MAX_SIDE, MIN_SIDE, lonlat_points, pyramid
 from bigearthnet.synthetic.region_maps import write_truth_maps
 
 pytestmark = pytest.mark.slow
 
 CELL = 10.0
-HATCH = {(255, 255, 255), (154, 154, 154)}  # the page's hatch of unobserved cells
-BACKGROUND = (238, 240, 243)  # the canvas outside the grid
 ZOOMS = 4  # "+" pressed: 16 x the whole region's scale, ~15 px a cell
 
 
@@ -52,116 +60,6 @@ def series(fine_region, tmp_path_factory) -> Path:
                    persistence=0.99, block_size=1024, tags={}, skipped=[])  # fmt: skip
     write_region_page(out)
     return out
-
-
-@dataclass(frozen=True)
-class MapFile:
-    """A map as its COG holds it: values, the colour of each, and names (category or class)."""
-
-    values: np.ndarray
-    colours: dict[int, tuple[int, int, int]]
-    names: list[str]
-
-    @classmethod
-    def read(cls, path: Path, names: list[str] | None = None) -> MapFile:
-        with rasterio.open(path) as src:
-            values = src.read(1)
-            colours = {v: tuple(c[:3]) for v, c in src.colormap(1).items() if v != NODATA}
-        return cls(values, colours, names if names is not None else read_category_names(path))
-
-
-@dataclass
-class View:
-    """The view the viewer should show, worked out from what was done to it: the grid
-    cell at the canvases' centre and screen px a cell."""
-
-    cx: float
-    cy: float
-    scale: float
-
-    def offset(self, row: float, col: float) -> tuple[int, int]:
-        """Screen px from a canvas's centre to the centre of cell (row, col), rounded."""
-        return round((col + 0.5 - self.cx) * self.scale), round((row + 0.5 - self.cy) * self.scale)
-
-
-def _canvases(visit: PageVisit) -> list:
-    from selenium.webdriver.common.by import By
-
-    return visit.driver.find_elements(By.CSS_SELECTOR, "#viewer canvas")  # type: ignore[attr-defined]
-
-
-def _screen(canvas) -> np.ndarray:
-    """The canvas's content box as shown on screen, (h, w, 3) RGB (the 1 px border cut)."""
-    from PIL import Image
-
-    shot = np.asarray(Image.open(io.BytesIO(canvas.screenshot_as_png)).convert("RGB"))
-    return shot[1:-1, 1:-1]
-
-
-def _check_map(canvas, shown: MapFile, view: View, classes_rgb: set) -> int:
-    """Every cell whose square lies wholly on the canvas: its centre in its value's colour,
-    or hatched where it is unobserved (two colours, no class's); returns cells checked."""
-    screen = _screen(canvas)
-    height, width = screen.shape[:2]
-    half = view.scale / 2
-    rows, cols = shown.values.shape
-    checked = unobserved = 0
-    for row in range(rows):
-        for col in range(cols):
-            x = width / 2 + (col + 0.5 - view.cx) * view.scale
-            y = height / 2 + (row + 0.5 - view.cy) * view.scale
-            if not (half <= x < width - half and half <= y < height - half):
-                continue
-            value = int(shown.values[row, col])
-            if value == NODATA:
-                inner = int(0.3 * view.scale)
-                square = screen[int(y) - inner : int(y) + inner, int(x) - inner : int(x) + inner]
-                found = {tuple(int(v) for v in px) for px in square.reshape(-1, 3)}
-                assert len(found) >= 2 and not found & classes_rgb, (row, col, found)
-                unobserved += 1
-            else:
-                pixel = tuple(int(v) for v in screen[int(y), int(x)])
-                assert pixel == shown.colours[value], (row, col, value, pixel)
-            checked += 1
-    return checked
-
-
-def _drag(visit: PageVisit, canvas, dx: int, dy: int) -> None:
-    from selenium.webdriver.common.action_chains import ActionChains
-
-    chain = ActionChains(visit.driver).move_to_element(canvas).click_and_hold()  # type: ignore[arg-type]
-    chain.move_by_offset(dx, dy).release().perform()
-
-
-def _hover(visit: PageVisit, canvas, offset: tuple[int, int]) -> dict:
-    """The cursor line when pointing at ``offset`` px from the canvas's centre, parsed."""
-    from selenium.webdriver.common.action_chains import ActionChains
-
-    ActionChains(visit.driver).move_to_element_with_offset(canvas, *offset).perform()  # type: ignore[arg-type]
-    return _cursor(visit)
-
-
-CURSOR = re.compile(
-    r"x (?P<x>[\d,]+) m, y (?P<y>[\d,]+) m \((?P<crs>[^)]+)\); (?P<lat>[\d.]+)° (?P<ns>[NS]), "
-    r"(?P<lon>[\d.]+)° (?P<ew>[EW]); cell row (?P<row>\d+), column (?P<col>\d+): (?P<held>.*)"
-)
-
-
-def _cursor(visit: PageVisit) -> dict:
-    text = visit.text("#cursor")
-    found = CURSOR.fullmatch(text)
-    assert found, text
-    return found.groupdict()
-
-
-def _scale_bar(visit: PageVisit) -> tuple[float, float]:
-    """(the bar's label in metres, the distance between its ticks' centres in px)."""
-    label = visit.text("#scalebar-label")
-    number, unit = label.split()
-    width = visit.driver.execute_script(  # type: ignore[attr-defined]
-        "return document.getElementById('scalebar-bar').getBoundingClientRect().width"
-    )
-    return float(number) * (1000 if unit == "km" else 1), float(width) - 2  # 2 px ticks
 
 
 def _cloud_edge(values: np.ndarray) -> tuple[int, int]:
@@ -196,7 +94,7 @@ def test_the_viewer_shows_10m_cells_where_they_are(series):
     with open_page(page) as visit:
         assert_self_contained(visit, page)
         wait_until_drawn(visit)
-        canvases = _canvases(visit)
+        canvases = viewer_canvases(visit)
         # The change map beside the periods: three maps in a row.
         assert [c.get_attribute("data-map") for c in canvases] == ["raw", "consistent", "change"]
         boxes = [c.rect for c in canvases]
@@ -209,7 +107,7 @@ def test_the_viewer_shows_10m_cells_where_they_are(series):
         view = View(grid.width / 2, grid.height / 2, fit)
         # Pan: drag the target to the centre (at the whole region's scale, whole px).
         dx, dy = (-v for v in view.offset(*target))
-        _drag(visit, canvases[0], dx, dy)
+        drag(visit, canvases[0], dx, dy)
         view.cx -= dx / view.scale
         view.cy -= dy / view.scale
         plus = visit.driver.find_element(By.ID, "zoom-in")
@@ -219,16 +117,16 @@ def test_the_viewer_shows_10m_cells_where_they_are(series):
         wait_until_drawn(visit)
         # What each map holds, where it holds it.
         for canvas, shown in zip(canvases, (raw, consistent, first_change)):
-            assert _check_map(canvas, shown, view, classes_rgb) > 300
+            assert check_map(canvas, shown, view, classes_rgb) > 300
         # The scale bar: its label's ground metres over the screen px they span.
-        metres, px = _scale_bar(visit)
+        metres, px = scale_bar(visit)
         assert px == pytest.approx(metres * view.scale / CELL, abs=0.6)
         assert 40 <= px <= 120
         # The cursor: the cell under it, its coordinates, what each map holds there.
         to_lonlat = Transformer.from_crs(grid.crs, "EPSG:4326", always_xy=True)
         left, top = grid.transform[2], grid.transform[5]
         for row, col in (target, (target[0] + 3, target[1] - 5)):
-            shown = _hover(visit, canvases[1], view.offset(row, col))
+            shown = hover(visit, canvases[1], view.offset(row, col))
             assert (int(shown["row"]), int(shown["col"])) == (row, col)
             x, y = (float(shown[k].replace(",", "")) for k in ("x", "y"))
             assert left + col * CELL - 1 <= x <= left + (col + 1) * CELL + 1
@@ -244,18 +142,18 @@ def test_the_viewer_shows_10m_cells_where_they_are(series):
                 for m in (raw, consistent, first_change)
             ]
             assert shown["held"].split(" | ") == names
-        assert _hover(visit, canvases[0], view.offset(*target))["held"].startswith("not observed")
+        assert hover(visit, canvases[0], view.offset(*target))["held"].startswith("not observed")
         # The wheel zooms about the cursor: the cell under it stays there.
         from selenium.webdriver.common.action_chains import ActionChains
         from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
 
         spot = view.offset(target[0] - 4, target[1] + 2)
-        before = _hover(visit, canvases[2], spot)
+        before = hover(visit, canvases[2], spot)
         origin = ScrollOrigin.from_element(canvases[2], *spot)
         ActionChains(visit.driver).scroll_from_origin(origin, 0, -300).perform()
-        after = _cursor(visit)
+        after = cursor(visit)
         assert (after["row"], after["col"]) == (before["row"], before["col"])
-        zoomed_metres, zoomed_px = _scale_bar(visit)
+        zoomed_metres, zoomed_px = scale_bar(visit)
         assert zoomed_metres / zoomed_px < 0.8 * metres / px
         # Another period and the other change map: the maps follow the selectors.
         index = len(record.periods) - 1
@@ -269,8 +167,8 @@ def test_the_viewer_shows_10m_cells_where_they_are(series):
         last_raw = MapFile.read(series / region_folder.PERIODS / f"{last}.tif", classes)
         changes = MapFile.read(series / region_folder.CHANGES)
         assert not np.array_equal(last_raw.values, raw.values)
-        assert _check_map(canvases[0], last_raw, view, classes_rgb) > 300
-        assert _check_map(canvases[2], changes, view, classes_rgb) > 300
+        assert check_map(canvases[0], last_raw, view, classes_rgb) > 300
+        assert check_map(canvases[2], changes, view, classes_rgb) > 300
         assert visit.texts(".period-label") == [last, last]
         legends = visit.driver.find_elements(By.CSS_SELECTOR, ".change-legend")
         assert [g.get_attribute("data-map") for g in legends if g.is_displayed()] == ["changes"]

@@ -1,6 +1,7 @@
 """RUN/report.html in a real browser: self-contained, the numbers of metrics.json and
-history.csv, a sortable per-class table, map previews that decode (the scene map first, a
-cap saying how many of how many), per-class F1 and PR figures, strings from the run shown as
+history.csv, a sortable per-class table, the scene map in the map viewer (its pixels on
+screen: test_run_maps.py) and the other maps' previews that decode (a cap saying how many
+of how many), per-class F1 and PR figures, strings from the run shown as
 text, numbers at sensible precision with every blank explained, the synthetic origin said,
 no path of this machine; a half-written run gets a page saying what is missing; no history:
 exit 2."""
@@ -24,7 +25,7 @@ from bigearthnet.pages.run_page import REPORT
 from bigearthnet.synthetic.scene import SceneTruth, write_scene
 
 SCENE = SceneTruth(size=240, block=120, border=0, classes=((2, 8), (9, 17)))
-SHOWN = 3  # previews inlined (run_facts.MAX_PREVIEWS, lowered so that some are left out)
+SHOWN = 2  # previews inlined (run_facts.MAX_PREVIEWS, lowered so that some are left out)
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +91,10 @@ def test_run_page_in_a_browser(reported_run: Path, shards_v1: Path, tmp_path: Pa
         header.click()
         f1_sorted = [float(r.split()[-2]) for r in visit.texts(table)]
         assert f1_sorted == sorted(f1, reverse=True) and rows
-        # The hostile folder name is text; the only script is the page's own sorter.
+        # The hostile folder name is text; the only scripts are the page's own: the map
+        # viewer's data and code, and the sorter.
         assert reported_run.name in visit.text("h1")
-        assert visit.driver.execute_script("return document.scripts.length") == 1
+        assert visit.driver.execute_script("return document.scripts.length") == 3
         assert len(visit.driver.find_elements("css selector", "figure svg")) == 2
         # One browser for every look (a Chromium start is seconds of `make test`).
         _shows_what_the_run_made_first(visit, reported_run)
@@ -103,15 +105,20 @@ def test_run_page_in_a_browser(reported_run: Path, shards_v1: Path, tmp_path: Pa
 
 
 def _shows_what_the_run_made_first(visit, run: Path) -> None:
-    """The scene map leads the maps; the cap says how many of how many and where all are;
-    per-class F1 and the PR curves are images that load."""
-    previews = sorted(p.relative_to(run).as_posix() for p in (run / "maps").rglob("*.png"))
-    assert len(previews) > SHOWN and previews[-1] == "maps/scene.png"  # last by name
+    """The scene map leads the maps, in the map viewer (its preview not shown again); the
+    cap says how many previews of how many and where all are; per-class F1 and the PR
+    curves are images that load."""
+    assert visit.texts("#viewer figcaption") == [
+        "maps/scene.tif: 1200 m cells, classifier (120 px windows)"
+    ]
+    found = sorted(p.relative_to(run).as_posix() for p in (run / "maps").rglob("*.png"))
+    previews = [name for name in found if name != "maps/scene.png"]
+    assert len(previews) > SHOWN and len(found) == len(previews) + 1
     assert visit.text("#maps-cap") == f"{SHOWN} of {len(previews)} shown; all in maps/"
     shown = [img.get_attribute("alt") for img in visit.driver.find_elements(
         "css selector", "figure[class^=map] img")]  # fmt: skip
-    assert shown == ["maps/scene.png", *previews[: SHOWN - 1]]
-    for selector in ("#f1-test img", "#pr-test img", ".map-scene img"):
+    assert shown == previews[:SHOWN]
+    for selector in ("#f1-test img", "#pr-test img"):
         width = visit.driver.execute_script(
             f"return document.querySelector('{selector}').naturalWidth"
         )
