@@ -82,7 +82,8 @@ if [[ -n $REFIT_BASE ]]; then
     git archive "$REFIT_BASE" | tar -x -C "$generator.partial"
     mv "$generator.partial" "$generator"
   fi
-  archive_and_shards "$REFIT_BASE" env PYTHONPATH="$generator" "$bin/python" -c \
+  # -P: the working folder (this checkout) must not come before the old generator on sys.path
+  archive_and_shards "$REFIT_BASE" env PYTHONPATH="$generator" "$bin/python" -P -c \
     'import sys; from bigearthnet.cli.synth import main; sys.exit(main(sys.argv[1:]))'
   train_and_score "$CAMPAIGN_DIR/oldgen-tiny-w0-s42" 2 "$CAMPAIGN_DIR/$REFIT_BASE-shards" \
     --config configs/demo.yaml --epochs "$TINY_EPOCHS" --seed 42 --pixel-loss-weight 0
