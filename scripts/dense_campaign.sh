@@ -22,7 +22,7 @@ set -euo pipefail
 
 VENV=${VENV:-.venv}
 CAMPAIGN_DIR=${CAMPAIGN_DIR:-campaign}
-SEEDS=${SEEDS:-42}
+SEEDS=${SEEDS:-42 1}
 TINY_EPOCHS=${TINY_EPOCHS:-15}
 RESNET_EPOCHS=${RESNET_EPOCHS:-2}
 RESNET_STEPS=${RESNET_STEPS:-24}        # batches of 16 per epoch (12 updates; a whole epoch: 109)
