@@ -20,6 +20,7 @@ from rasterio.shutil import copy as copy_dataset
 import train
 from bigearthnet.cli.map import main as map_main
 from bigearthnet.core import constants
+from bigearthnet.formats.history import read_history
 from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.maps.change import CHANGE_NODATA, NO_CHANGE, UNCERTAIN
 from bigearthnet.maps.scene.input import Scene
@@ -35,11 +36,14 @@ pytestmark = pytest.mark.xdist_group("scene")
 
 
 @pytest.fixture(scope="module")
-def scene_model(shards_v1: Path, tmp_path_factory) -> Path:
-    """The tiny model trained 15 epochs on the synthetic archive."""
+def scene_model(trained_run: Path, shards_v1: Path, tmp_path_factory) -> Path:
+    """The tiny model trained 15 epochs on the synthetic archive: a copy of the session's
+    6-epoch trained_run (the same recipe and data) resumed to 15, its cosine refitted."""
     run = tmp_path_factory.mktemp("runs") / "scene"
+    shutil.copytree(trained_run, run)
     argv = ["--data", str(shards_v1), "--run-dir", str(run), "--epochs", "15", "--no-eval-test"]
     assert train.main(argv + TINY_RECIPE) == 0
+    assert len(read_history(run)) == 15
     return run
 
 

@@ -91,7 +91,11 @@ def test_early_stopping_ends_fixed_and_elastic_runs_alike(
     every epoch) stops after --early-stopping-patience validations without a new best, and
     'best' stays the first epoch (a tie is no improvement)."""
     run = tmp_path / kind
-    done = _train(kind, shards_v1, run, rank_log, "--lr", "1e-12", "--early-stopping-patience", "2")
+    # A plateau needs no full epoch: 2 steps each where the run can cap them (the elastic
+    # source trains whole epochs).
+    capped = ["--max-steps-per-epoch", "2"] if kind == "fixed" else []
+    stop = ["--lr", "1e-12", "--early-stopping-patience", "2"]
+    done = _train(kind, shards_v1, run, rank_log, *stop, *capped)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = read_history(run)
     assert len(rows) == 3 and len({r.val_micro_f1 for r in rows}) == 1
