@@ -29,6 +29,7 @@ KerasModel = Any
 
 __all__ = [
     "DEFAULT_INPUT_SHAPE",
+    "DENSE_CONTEXT",
     "MODELS",
     "PATCH_HEAD",
     "PIXEL_HEAD",
@@ -68,6 +69,13 @@ MODELS: dict[str, Callable[..., KerasModel]] = {
     "tiny": _builder("tiny", "tiny_cnn"),
 }
 """Registry name -> builder. Add a model by adding an entry here."""
+
+DENSE_CONTEXT: dict[str, int] = {"resnet18": 282, "resnet50": 278, "tiny": 24}
+"""Registry name -> how far (input px) the dense head's logits of one pixel reach on either
+side: the half-width of its receptive field, the largest over the 32 positions of a pixel
+within the encoders' stride (the extent of the input gradient of one pixel's logits;
+``tests/models/test_models.py`` measures it). A 10 m map discards at least this much of
+each window's border (``maps/scene/tiles.py``). Add one with each model of the registry."""
 
 
 def available_models() -> list[str]:

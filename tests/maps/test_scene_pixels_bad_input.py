@@ -40,6 +40,29 @@ def test_a_window_that_is_no_window_is_refused_when_parsed(
                   "refused when parsed: a multiple of 96 px from 192")  # fmt: skip
 
 
+def test_a_window_too_small_for_the_models_margin_is_refused(
+    scene, shards_v2, tmp_path, reported_errors, bad_input_row
+) -> None:
+    """576 px is a window for the tiny CNN (48 px margins), not for a ResNet (its dense
+    head sees 282 px around a pixel: 288 px margins, least window 672): one line naming
+    --window, the model and the least window, before the scene is read."""
+    from helpers import train_argv
+
+    import train
+
+    run = tmp_path / "resnet18"
+    argv = train_argv(shards_v2, run, 1, "--model", "resnet18", "--max-steps-per-epoch", "1")
+    assert train.main(argv) == 0
+    out = tmp_path / "maps"
+    code = _scene_map(scene, run, out / "m.tif", "--window", "576")
+    assert code == 2 and not out.exists()
+    line = reported_errors()[-1]
+    assert "--window 576" in line and "resnet18" in line and "--window 672" in line, line
+    bad_input_row("a `--window` too small for the model's margin (576 px, a ResNet)",
+                  "bigearthnet-map scene", code,
+                  "refused naming the model and its least window (672)")  # fmt: skip
+
+
 def test_a_window_that_does_not_fit_in_memory_is_refused_before_reading(
     scene, trained_head_run, tmp_path, reported_errors, bad_input_row
 ) -> None:

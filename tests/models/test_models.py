@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from bigearthnet.core.constants import BANDS, PATCH_SIZE
 from bigearthnet.models import (
+    DENSE_CONTEXT,
     MODELS,
     PATCH_HEAD,
     PIXEL_HEAD,
@@ -319,3 +320,33 @@ def test_tiny_learns_spectral_signatures():
     print(f"tiny held-out micro-F1: {before:.3f} untrained -> {after:.3f} after 5 epochs")
     assert before < F1_THRESHOLD
     assert after > F1_THRESHOLD
+
+
+def _reach(model: tf.keras.Model, size: int, phase: int) -> list[int]:
+    """How far (px: up, down, left, right) the dense head's logits of the pixel at
+    ``phase`` within the stride of 32 reach into the input: where the gradient of its
+    logits is not zero (random weights and inputs: no ReLU is dead everywhere)."""
+    pixels = tf.keras.Model(model.input, model.get_layer(PIXEL_HEAD).output)
+    centre = (size // 2 - 16) // 32 * 32 + phase
+    image = tf.constant(np.random.default_rng(phase).normal(size=(1, size, size, N_BANDS)),
+                        tf.float32)  # fmt: skip
+    with tf.GradientTape() as tape:
+        tape.watch(image)
+        logits = pixels(image, training=False)[0, centre, centre]
+    seen = np.abs(tape.gradient(logits, image).numpy()[0]).sum(axis=-1) > 0
+    rows, cols = np.nonzero(seen.any(axis=1))[0], np.nonzero(seen.any(axis=0))[0]
+    assert rows[0] > 0 and cols[0] > 0 and rows[-1] < size - 1 and cols[-1] < size - 1
+    return [centre - rows[0], rows[-1] - centre, centre - cols[0], cols[-1] - centre]
+
+
+@pytest.mark.slow  # 32 gradients a model: ~2 s (tiny) to ~1.5 min (ResNet-50) on 2 cores
+@pytest.mark.parametrize("name", available_models())
+def test_the_dense_context_is_the_receptive_fields_half_width(name):
+    """DENSE_CONTEXT (what a 10 m map's margin follows, maps/scene/tiles.py) is the
+    farthest the logits of a pixel reach, over the 32 positions of a pixel within the
+    encoders' stride: more would waste window, less would leave seams."""
+    context = DENSE_CONTEXT[name]
+    size = -(-(2 * context + 34) // 32) * 32  # the reach inside the input on both sides
+    tf.keras.utils.set_random_seed(0)
+    model = get_model(name, (size, size, N_BANDS), 19, dense_head=True)
+    assert max(max(_reach(model, size, phase)) for phase in range(32)) == context

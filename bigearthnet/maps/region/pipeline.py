@@ -77,7 +77,9 @@ def map_region(acquisitions: list[Acquisition], opts: RegionOptions) -> Consiste
         raise InputError(f"no scene of the region could be mapped ({len(skipped)} skipped)")
     if opts.scenes_only or not distributed.is_root():
         return None
-    kind = map_kind(opts, predictor.has_dense_head, opts.model.folder)
+    kind = map_kind(
+        opts, predictor.has_dense_head, opts.model.folder, predictor.provenance["model"]
+    )
     tags = {**predictor.provenance, **kind.tags(), "clouds_masked": str(opts.mask_clouds)}
     return build_products(opts.out, mapped, period=opts.period, crs=opts.crs, cell=opts.cell,
                           persistence=opts.persistence, block_size=opts.block_size, tags=tags,
@@ -124,7 +126,9 @@ def _check_scenes(
     from bigearthnet.maps.scene.input import Scene
     from bigearthnet.maps.scene.mapping import pixel_model_for, scene_map_tags
 
-    kind = map_kind(opts, predictor.has_dense_head, opts.model.folder)
+    kind = map_kind(
+        opts, predictor.has_dense_head, opts.model.folder, predictor.provenance["model"]
+    )
     _check_map_cell(opts, kind)
     if kind.pixels:
         pixel_model_for(predictor, kind)  # the window fits in memory: before any scene

@@ -22,7 +22,7 @@ from bigearthnet.maps.scene.pixels import (
     work_folder,
     write_pixel_map,
 )
-from bigearthnet.maps.scene.tiles import Tiling, check_window_memory
+from bigearthnet.maps.scene.tiles import Tiling, check_window_memory, least_window
 from bigearthnet.maps.scene.windows import StageTimes, predict_scene, window_origins
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def map_scene(form: SceneForm, out: Path, opts: SceneMapOptions, loaded: Predict
     (:func:`~.options.map_kind`); rank 0 writes ``out``. Returns a summary (windows,
     cells, seconds, windows/s, and this rank's seconds reading and in the model)."""
     source = loaded.provenance.get("export") or loaded.provenance.get("run_dir")
-    kind = map_kind(opts, loaded.has_dense_head, source)
+    kind = map_kind(opts, loaded.has_dense_head, source, loaded.provenance["model"])
     classes = loaded.pixel_class_names if kind.pixels else loaded.class_names
     if opts.labels is not None and len(classes) != opts.labels:
         raise SceneError(
@@ -123,14 +123,14 @@ def pixel_model_for(loaded: Predictor, kind: MapKind) -> PixelModel:
 
     model = loaded.pixel_model(kind.window)
     check_window_memory(kind.window, model.floats_per_px, psutil.virtual_memory().available,
-                        loaded.provenance.get("model", model.name))  # fmt: skip
+                        model.name, least_window(kind.margin))  # fmt: skip
     return model
 
 
 def _map_pixels(scene: Scene, out: Path, opts: SceneMapOptions, model: PixelModel,
                 kind: MapKind, method: str, tags: dict, classes: list[str]) -> dict:  # fmt: skip
     """The 10 m map (:mod:`.pixels`): part files by all ranks, the map by rank 0."""
-    tiling = Tiling(kind.window)
+    tiling = Tiling(kind.window, margin=kind.margin)
     rows = tiling.windows(scene.row0, scene.height)
     cols = tiling.windows(scene.col0, scene.width)
     total = len(rows[distributed.rank() :: distributed.size()]) * len(cols)

@@ -11,7 +11,14 @@ from bigearthnet.core.declare import check_fields, option
 from bigearthnet.core.errors import ConfigError, InputError, require_positive_int
 from bigearthnet.maps.radiometry import OFFSET_CHOICES
 from bigearthnet.maps.scene.input import WINDOW, band_list, parse_bbox
-from bigearthnet.maps.scene.tiles import DEFAULT_WINDOW, LATTICE, MARGIN, require_window
+from bigearthnet.maps.scene.tiles import (
+    DEFAULT_WINDOW,
+    LATTICE,
+    default_window,
+    margin_for,
+    require_window,
+    require_window_for,
+)
 from bigearthnet.preprocessing.resample import METHODS
 
 # Window steps that tile a 120 px window exactly and stay on the 60 m grid: the cell sizes.
@@ -23,10 +30,12 @@ PIXEL_CELL_M = 10  # the dense head's map: the scene's 10 m grid
 @dataclass(frozen=True)
 class MapKind:
     """Which map a scene gets: the dense head's at 10 m (``stride`` None; ``window``: the
-    tiling's window) or the classifier's cell map of ``stride`` px."""
+    tiling's window, ``margin``: the px it discards at each border, the model's) or the
+    classifier's cell map of ``stride`` px."""
 
     stride: int | None
     window: int = DEFAULT_WINDOW
+    margin: int = 0
 
     @property
     def pixels(self) -> bool:
@@ -38,30 +47,38 @@ class MapKind:
 
     def tags(self) -> dict[str, str]:
         """What a map's tags say of it (part of what made it: a map of another kind, or of
-        another head, is never reused). The window is not: it changes no pixel beyond
-        float rounding (:mod:`.tiles`)."""
+        another head, is never reused). The margin is (a ResNet's map made with 48 px has
+        seams, and is remade); the window is not: at the model's margin it changes no pixel
+        beyond float rounding (:mod:`.tiles`)."""
         if self.stride is None:
-            return {"head": "dense head (per pixel)", "cell_m": str(PIXEL_CELL_M)}
+            return {"head": "dense head (per pixel)", "cell_m": str(PIXEL_CELL_M),
+                    "margin_px": str(self.margin)}  # fmt: skip
         return {"head": "classifier (120 px windows)", "cell_m": str(self.cell_m),
                 "stride_px": str(self.stride)}  # fmt: skip
 
     def describe(self) -> str:
         if self.stride is None:
-            return f"10 m from the dense head ({self.window} px windows)"
+            return (f"10 m from the dense head ({self.window} px windows, {self.margin} px "
+                    f"margins)")  # fmt: skip
         return f"{self.cell_m} m cells of 120 px windows at a {self.stride} px stride"
 
 
-def map_kind(opts: SceneMapping, has_dense_head: bool, source: object) -> MapKind:
-    """The map ``opts`` ask of a model (``source``: its folder, for messages): 10 m from the
-    dense head unless ``--stride`` asks for the classifier's cell map; a model without the
-    dense head makes cell maps, and refuses ``--window`` (InputError naming it)."""
+def map_kind(opts: SceneMapping, has_dense_head: bool, source: object, model: str) -> MapKind:
+    """The map ``opts`` ask of the registry model ``model`` (``source``: its folder, for
+    messages): 10 m from the dense head unless ``--stride`` asks for the classifier's cell
+    map, at the model's margin and ``--window`` (default: the margin's,
+    :func:`~.tiles.default_window`; one too small for the margin: InputError naming it); a
+    model without the dense head makes cell maps, and refuses ``--window`` (InputError)."""
     if opts.stride is not None:
         if opts.window is not None:
             raise ConfigError("--window is for 10 m maps and --stride for the classifier's cell "
                               "maps: give one")  # fmt: skip
         return MapKind(opts.stride)
     if has_dense_head:
-        return MapKind(None, opts.window or DEFAULT_WINDOW)
+        margin = margin_for(model)
+        if opts.window is None:
+            return MapKind(None, default_window(margin), margin)
+        return MapKind(None, require_window_for(opts.window, model), margin)
     if opts.window is not None:
         raise InputError(
             f"--window {opts.window}: the model of {source} has no dense head, so it makes no "
@@ -83,8 +100,10 @@ class SceneMapping:
     )  # fmt: skip
     window: int | None = option(
         None, f"10 m maps (a model with the dense head): the square window run through the "
-        f"model at once, a multiple of {LATTICE} px (default {DEFAULT_WINDOW}); its "
-        f"{MARGIN} px border is discarded; memory grows with its square",
+        f"model at once, a multiple of {LATTICE} px; its border is discarded, as wide as "
+        f"the model's context (tiny: {margin_for('tiny')} px, the ResNets: "
+        f"{margin_for('resnet50')}); default {DEFAULT_WINDOW}, for the ResNets "
+        f"{default_window(margin_for('resnet50'))}; memory grows with its square",
         check=require_window, metavar="PX",
     )  # fmt: skip
     batch_size: int = option(64, "windows per model call", check=require_positive_int,

@@ -8,19 +8,29 @@ scene without seams. Free of TensorFlow.
   of every feature map in any window, and 6, so the 60 m bands' pixels are read whole.
   A pixel's prediction then depends on its context only, not on the tiling: a ``--bbox``
   map equals the whole scene's map where they overlap.
-* **The margin.** :data:`MARGIN` (48 px, 480 m) of each window's border is discarded: there
-  the receptive field runs out of the window (zero padding, the upsampling's clamped
-  edge). A kept pixel has at least 480 m of the scene around it, or the scene's edge: a
-  window that would start before the scene starts at its edge, where the model pads as it
-  was trained to (0 past the scene's far edge).
-  The tiny model's receptive field is 35 px wide, so its maps do not depend on the tiling
-  beyond float rounding (tests/maps/test_scene_pixels.py). ResNet-50's is ~480 px wide,
-  and 48 px is not enough for it: on a briefly trained ResNet-50, 20 % of the pixels
-  48-64 px from a window's cut take another class than with the scene around them, 1.6 %
-  at 160-192 px, 0.1 % at 192-240 px (docs/maps.md, seams; a strict xfail in that test
-  file). A margin per model is still to come.
+* **The margin.** Each window's border is discarded: there the receptive field runs out of
+  the window (zero padding, the upsampling's clamped edge). Its width is the model's:
+  :func:`margin_for`, the dense head's context declared in the registry
+  (:data:`bigearthnet.models.DENSE_CONTEXT`: how far one pixel's logits reach, measured
+  from the gradient) rounded up to 48 px, so the cores stay on the lattice: the tiny CNN
+  48 px (context 24), the ResNets 288 px (context 278 for ResNet-50, 282 for ResNet-18).
+  A kept pixel then has all the scene its prediction sees around it, or the scene's edge:
+  a window that would start before the scene starts at its edge, where the model pads as
+  it was trained to (0 past the scene's far edge). A map does not depend on the tiling
+  beyond float rounding, one stored probability step (tests/maps/test_scene_pixels.py:
+  shifted tilings of the tiny CNN, and a cut ResNet-50 window against one with the scene
+  around it). With 48 px for ResNet-50, 20 % of the pixels 48-64 px from a cut took
+  another class (docs/maps.md, seams).
+* **The window.** ``--window`` defaults to :func:`default_window`: 960 px for the tiny
+  CNN (1.23x the pixels computed on a 1,728 px scene), and for the ResNets 1,728 px,
+  whose core (1,152 px) is 2/3 of it: each pixel computed 2.25x on a large scene (2.48x
+  on a 10,980 px tile), against 6.25x at 960 px. A window below the model's
+  :func:`least_window` (the ResNets: 672 px) is refused naming it.
 * **Memory.** A window's activations: its layers' outputs, summed (an upper bound of what
-  TensorFlow holds at once), checked against the free memory before the first window.
+  TensorFlow holds at once), checked against half the free memory before the first
+  window: ResNet-50 ~843 floats a px, 3.1 GB at 960 px, 10.1 GB at its default 1,728 px
+  (a 24 GB machine takes it; a smaller one is told the largest window that fits, from
+  the model's least window).
 """
 
 from __future__ import annotations
@@ -28,44 +38,86 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from bigearthnet import models
 from bigearthnet.core.errors import ConfigError, InputError, require_positive_int
 
 LATTICE = 96  # window origins: multiples of the encoders' stride 32 and the 60 m grid's 6
-MARGIN = 48  # px discarded at each window border (LATTICE / 2: cores stay on the lattice)
-DEFAULT_WINDOW = 960  # 9.6 km: cores of 864 px, 1.23x the pixels computed; ResNet-50 ~3 GB
-MIN_WINDOW = 2 * MARGIN + LATTICE
+MARGIN_STEP = LATTICE // 2  # margins are multiples of it: the cores stay on the lattice
+MARGIN = MARGIN_STEP  # the least margin: the tiny CNN's (its context: 24 px)
+DEFAULT_WINDOW = 960  # the least default: 9.6 km, cores of 864 px at MARGIN (1.23x)
+CORE_SHARE = 2 / 3  # a default window's core: each pixel computed <= 1 / (2/3)^2 = 2.25x
+MIN_WINDOW = 2 * MARGIN + LATTICE  # the least window of any model (its own: least_window)
 FLOAT_BYTES = 4
+
+
+def margin_for(model: str) -> int:
+    """The px discarded at each window border for the registry model ``model``: its dense
+    head's context (:data:`bigearthnet.models.DENSE_CONTEXT`) rounded up to
+    :data:`MARGIN_STEP`."""
+    return max(MARGIN, math.ceil(models.DENSE_CONTEXT[model] / MARGIN_STEP) * MARGIN_STEP)
+
+
+def least_window(margin: int) -> int:
+    """The smallest window with a core left after ``margin`` at each border."""
+    return 2 * margin + LATTICE
+
+
+def default_window(margin: int) -> int:
+    """The window ``--window`` defaults to at ``margin``: :data:`DEFAULT_WINDOW`, or the
+    least multiple of :data:`LATTICE` whose core is :data:`CORE_SHARE` of it (the
+    ResNets, margin 288: 1,728 px, each pixel 2.25x on a large scene)."""
+    core_share_window = math.ceil(2 * margin / (1 - CORE_SHARE) / LATTICE) * LATTICE
+    return max(DEFAULT_WINDOW, core_share_window)
 
 
 def require_window(flag: str, value: int) -> int:
     """A window size: a positive multiple of :data:`LATTICE`, with a core left after the
-    margins; else ConfigError naming ``flag``."""
+    least margin; else ConfigError naming ``flag`` (the model's own margin:
+    :func:`require_window_for`)."""
     require_positive_int(flag, value)
     if value % LATTICE or value < MIN_WINDOW:
         raise ConfigError(
             f"{flag} {value}: a multiple of {LATTICE} px from {MIN_WINDOW} (each window "
-            f"loses {MARGIN} px at its borders; origins on the {LATTICE} px lattice)"
+            f"loses at least {MARGIN} px at its borders; origins on the {LATTICE} px lattice)"
         )
     return value
 
 
+def require_window_for(window: int, model: str) -> int:
+    """``window`` if it leaves a core after ``model``'s margin; else InputError naming
+    ``--window``, the model and its least window."""
+    margin = margin_for(model)
+    if window < least_window(margin):
+        raise InputError(
+            f"--window {window}: too small for {model}, whose dense head sees "
+            f"{models.DENSE_CONTEXT[model]} px around each pixel, so each window loses "
+            f"{margin} px at its borders; take --window {least_window(margin)} or more "
+            f"(default {default_window(margin)})"
+        )
+    return window
+
+
 @dataclass(frozen=True)
 class Tiling:
-    """Windows of ``window`` px whose cores (the window less ``MARGIN`` at each border) tile
+    """Windows of ``window`` px whose cores (the window less ``margin`` at each border) tile
     the scene; ``phase`` (a multiple of :data:`LATTICE`) shifts every window, so a test can
     compare two tilings."""
 
     window: int = DEFAULT_WINDOW
     phase: int = 0
+    margin: int = MARGIN
 
     def __post_init__(self) -> None:
         require_window("--window", self.window)
         if self.phase % LATTICE:
             raise ValueError(f"phase {self.phase}: not a multiple of {LATTICE}")
+        if self.margin % MARGIN_STEP or self.window < least_window(self.margin):
+            raise ValueError(f"margin {self.margin}: not a multiple of {MARGIN_STEP} leaving "
+                             f"a core in {self.window} px")  # fmt: skip
 
     @property
     def core(self) -> int:
-        return self.window - 2 * MARGIN
+        return self.window - 2 * self.margin
 
     def windows(self, start: int, size: int) -> list[tuple[int, int, int]]:
         """(origin, begin, end) of each window along an axis, in coordinates of an area of
@@ -75,30 +127,33 @@ class Tiling:
         the scene starts at its edge (a lattice point) and keeps its pixels from there: at
         the scene's edge there is no context to wait for, and every tiling sees the same
         edge (the model's own padding)."""
-        first = math.floor((start - self.phase - MARGIN) / self.core)
-        last = math.floor((start + size - 1 - self.phase - MARGIN) / self.core)
+        margin = self.margin
+        first = math.floor((start - self.phase - margin) / self.core)
+        last = math.floor((start + size - 1 - self.phase - margin) / self.core)
         if self.phase + (first + 1) * self.core <= 0:  # the next window, moved to the edge
             first += 1
         found = []
         for k in range(first, last + 1):
             origin = self.phase + k * self.core  # scene px
-            core_begin = 0 if origin <= 0 else origin + MARGIN
-            core_end = origin + self.window - MARGIN
+            core_begin = 0 if origin <= 0 else origin + margin
+            core_end = origin + self.window - margin
             begin, end = max(core_begin - start, 0), min(core_end - start, size)
             if end > begin:
                 found.append((max(origin, 0) - start, begin, end))
         return found
 
 
-def check_window_memory(window: int, floats_per_px: float, available: int, model: str) -> None:
+def check_window_memory(window: int, floats_per_px: float, available: int, model: str,
+                        least: int = MIN_WINDOW) -> None:  # fmt: skip
     """InputError naming ``--window`` when a window of ``model`` (``floats_per_px``: its
     layers' outputs per input px) needs more than half the ``available`` bytes; the message
-    gives the largest window that fits."""
+    gives the largest window that fits, if one from ``least`` (the model's least window)
+    does."""
     need = floats_per_px * FLOAT_BYTES * window * window
     if need <= available / 2:
         return
     fits = math.isqrt(int(available / 2 / (floats_per_px * FLOAT_BYTES))) // LATTICE * LATTICE
-    advice = f"take --window {fits} or less" if fits >= MIN_WINDOW else "no window fits"
+    advice = f"take --window {fits} or less" if fits >= least else "no window fits"
     raise InputError(
         f"--window {window}: a window through {model} needs about {need / 1e9:.1f} GB (its "
         f"layers' outputs), more than half the {available / 1e9:.1f} GB of memory available; "
