@@ -339,8 +339,11 @@ def _reach(model: tf.keras.Model, size: int, phase: int) -> list[int]:
     return [centre - rows[0], rows[-1] - centre, centre - cols[0], cols[-1] - centre]
 
 
-@pytest.mark.slow  # 32 gradients a model: ~2 s (tiny) to ~1.5 min (ResNet-50) on 2 cores
-@pytest.mark.parametrize("name", available_models())
+# ResNet-50's value is not measured here (32 gradients: ~2 min of CI's heavy tier): its
+# margin is proven where it matters, by tests/maps/test_scene_pixels.py's seam test (no
+# stored step moves past it; half of it moves 250 steps).
+@pytest.mark.slow  # 32 gradients a model: ~2 s (tiny), ~1 min (ResNet-18) on 2 cores
+@pytest.mark.parametrize("name", [n for n in available_models() if n != "resnet50"])
 def test_the_dense_context_is_the_receptive_fields_half_width(name):
     """DENSE_CONTEXT (what a 10 m map's margin follows, maps/scene/tiles.py) is the
     farthest the logits of a pixel reach, over the 32 positions of a pixel within the
