@@ -28,8 +28,8 @@ from viewer_checks import (
     View,
     check_map,
     cursor,
-    drag,
     hover,
+    pan_and_zoom,
     scale_bar,
     viewer_canvases,
 )
@@ -106,15 +106,7 @@ def test_the_viewer_shows_10m_cells_where_they_are(series):
         fit = min(size[0] / grid.width, size[1] / grid.height)
         view = View(grid.width / 2, grid.height / 2, fit)
         # Pan: drag the target to the centre (at the whole region's scale, whole px).
-        dx, dy = (-v for v in view.offset(*target))
-        drag(visit, canvases[0], dx, dy)
-        view.cx -= dx / view.scale
-        view.cy -= dy / view.scale
-        plus = visit.driver.find_element(By.ID, "zoom-in")
-        for _ in range(ZOOMS):
-            plus.click()
-        view.scale *= 2**ZOOMS
-        wait_until_drawn(visit)
+        pan_and_zoom(visit, canvases[0], view, target, ZOOMS)
         # What each map holds, where it holds it.
         for canvas, shown in zip(canvases, (raw, consistent, first_change)):
             assert check_map(canvas, shown, view, classes_rgb) > 300
@@ -161,7 +153,7 @@ def test_the_viewer_shows_10m_cells_where_they_are(series):
         Select(visit.driver.find_element(By.ID, "change-kind")).select_by_value("changes")
         visit.driver.find_element(By.ID, "zoom-fit").click()
         for _ in range(ZOOMS):
-            plus.click()
+            visit.driver.find_element(By.ID, "zoom-in").click()
         wait_until_drawn(visit)
         view = View(grid.width / 2, grid.height / 2, fit * 2**ZOOMS)
         last_raw = MapFile.read(series / region_folder.PERIODS / f"{last}.tif", classes)

@@ -17,7 +17,15 @@ import pytest
 import rasterio
 from browser import assert_self_contained, open_page, wait_until_drawn
 from pyproj import Transformer
-from viewer_checks import MapFile, View, check_map, drag, hover, scale_bar, viewer_canvases
+from viewer_checks import (
+    MapFile,
+    View,
+    check_map,
+    hover,
+    pan_and_zoom,
+    scale_bar,
+    viewer_canvases,
+)
 
 from bigearthnet.cli.map import main as map_main
 from bigearthnet.cli.report import main as report_main
@@ -89,15 +97,7 @@ def test_the_run_page_shows_its_10m_map_beside_the_600m_map(mapped_run: Path, tm
         view = View(120, 120, fit)
         # Pan: the cloud's corner to the centre; zoom in twice.
         target = (92, 62)
-        dx, dy = (-v for v in view.offset(*target))
-        drag(visit, canvases[0], dx, dy)
-        view.cx -= dx / view.scale
-        view.cy -= dy / view.scale
-        plus = visit.driver.find_element(By.ID, "zoom-in")
-        for _ in range(ZOOMS):
-            plus.click()
-        view.scale *= 2**ZOOMS
-        wait_until_drawn(visit)
+        pan_and_zoom(visit, canvases[0], view, target, ZOOMS)
         assert check_map(canvases[0], fine, view, classes_rgb) > 1000
         assert check_map(canvases[1], placed, view, classes_rgb) > 1000
         metres, px = scale_bar(visit)

@@ -99,6 +99,25 @@ def drag(visit: PageVisit, canvas, dx: int, dy: int) -> None:
     chain.move_by_offset(dx, dy).release().perform()
 
 
+def pan_and_zoom(
+    visit: PageVisit, canvas, view: View, target: tuple[float, float], zooms: int
+) -> None:
+    """Drag ``target`` (map px) to the canvas's centre, press "+" ``zooms`` times, and move
+    ``view`` as the page moved; returns once the maps are drawn again."""
+    from browser import wait_until_drawn
+    from selenium.webdriver.common.by import By
+
+    dx, dy = (-v for v in view.offset(*target))
+    drag(visit, canvas, dx, dy)
+    view.cx -= dx / view.scale
+    view.cy -= dy / view.scale
+    plus = visit.driver.find_element(By.ID, "zoom-in")
+    for _ in range(zooms):
+        plus.click()
+    view.scale *= 2**zooms
+    wait_until_drawn(visit)
+
+
 def hover(visit: PageVisit, canvas, offset: tuple[int, int]) -> dict:
     """The cursor line when pointing at ``offset`` px from the canvas's centre, parsed."""
     from selenium.webdriver.common.action_chains import ActionChains
