@@ -6,6 +6,7 @@ another run's folder finds this one too, and only the weights' digest tells them
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import lru_cache
 from pathlib import Path
 
 from bigearthnet.core.util import files_digest
@@ -58,8 +59,15 @@ def made_by_these_weights(path: Path, tags: Mapping[str, str]) -> bool:
                              lambda p: Path(f"{p}.index").is_file())  # fmt: skip
         files = checkpoints.weights_files(place) if place is not None else []
     digest = tags.get(WEIGHTS_DIGEST, "")
-    return (
-        bool(files and digest)
-        and all(f.is_file() for f in files)
-        and (files_digest(files) == digest)
-    )
+    if not (files and digest and all(f.is_file() for f in files)):
+        return False
+    stamps = tuple((f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    return _weights_digest(tuple(str(f) for f in files), stamps) == digest
+
+
+@lru_cache(maxsize=8)
+def _weights_digest(files: tuple[str, ...], stamps: tuple[tuple[int, int], ...]) -> str:
+    """The weights' digest, hashed once per page for every map the same weights made (a
+    ResNet-50 checkpoint is ~100 MB); ``stamps`` (size, mtime) key out a rewritten file."""
+    del stamps  # part of the cache key only
+    return files_digest(files)
