@@ -17,8 +17,9 @@ The model (per cell, independently), a chain with a Potts switching cost:
   - the dense head's softmax probabilities (exclusive classes, its 10 m maps and cells
     made of them): the probability itself, ``p_c``, as the model gives it. Taking them
     as sigmoid scores made a period's 0.38 against 0.09 worth 5.7 nats instead of 1.4:
-    a season's look-alike held for two periods outweighed a switch, and 9-11 % of the
-    stable cells of the 10-20 m series changed (docs/maps.md, "stable cells");
+    a season's look-alike held for two periods outweighed the switches, and 9-11 % of the
+    stable cells of the 10-20 m series changed (docs/maps.md, "Stable cells marked
+    changed at 10-20 m");
 
   either mixed with an observation error (:data:`ERROR_RATE`): any one observation may
   be wrong (a cloud edge SCL missed, misregistration, a model's over-confidence), so none
