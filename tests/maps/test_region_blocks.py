@@ -23,11 +23,12 @@ from rasterio.transform import Affine
 from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
 from bigearthnet.formats import region_folder
-from bigearthnet.formats.class_map import NODATA, write_class_map
+from bigearthnet.formats.class_map import DENSE_HEAD, HEAD_TAG, NODATA, write_class_map
 from bigearthnet.maps.region import blocks, grid, plan, products
 from bigearthnet.maps.region.grid import GridWindow, RegionGrid, map_resampling, warp_map
 from bigearthnet.maps.region.periods import from_product_name
 from bigearthnet.maps.region.plan import SceneMap
+from bigearthnet.maps.scene.options import MapKind
 from bigearthnet.synthetic.region_maps import write_truth_maps
 from bigearthnet.synthetic.region_score import score_series
 
@@ -38,6 +39,7 @@ def _maps(region: Path, folder: Path, cell: float) -> list[SceneMap]:
 
 
 CELL, TILE = 20.0, 64
+CLASSIFIER = MapKind(stride=60).tags()[HEAD_TAG]  # a classifier's cell maps' head tag
 
 
 @pytest.fixture(scope="module")
@@ -158,21 +160,22 @@ def test_maps_of_two_heads_in_one_series_are_refused(fine_maps, tmp_path, bad_in
     of the dense head make a plan that reads them so, under another digest."""
     import shutil
 
+    assert MapKind(stride=None).tags()[HEAD_TAG] == DENSE_HEAD  # the tag the maps carry
     copies = []
     for scene in fine_maps[:2]:
         for path in (scene.path, scene.probabilities):
             shutil.copy2(path, tmp_path / path.name)
         copies.append(SceneMap(scene.acquisition, tmp_path / scene.path.name))
-    untagged = plan.SeriesPlan.of(copies, **PLAN)
+    dense = plan.SeriesPlan.of(copies, **PLAN)  # the generator's maps: the dense head's
     with rasterio.open(copies[1].path, "r+", IGNORE_COG_LAYOUT_BREAK="YES") as dst:
-        dst.update_tags(head=plan.EXCLUSIVE_HEAD)
-    with pytest.raises(InputError, match=rf"{copies[1].path}: made by 'dense head.*one model"):
+        dst.update_tags(head=CLASSIFIER)
+    with pytest.raises(InputError, match=rf"{copies[1].path}: made by 'classifier.*one model"):
         _build(tmp_path / "out", copies)
     with rasterio.open(copies[0].path, "r+", IGNORE_COG_LAYOUT_BREAK="YES") as dst:
-        dst.update_tags(head=plan.EXCLUSIVE_HEAD)
-    dense = plan.SeriesPlan.of(copies, **PLAN)
-    assert dense.exclusive and not untagged.exclusive and dense.digest != untagged.digest
-    bad_input_row("a region's scene maps made by two heads (dense and untagged)",
+        dst.update_tags(head=CLASSIFIER)
+    classifier = plan.SeriesPlan.of(copies, **PLAN)
+    assert dense.exclusive and not classifier.exclusive and dense.digest != classifier.digest
+    bad_input_row("a region's scene maps made by two heads (dense head and classifier)",
                   "region products step", 2,
                   "refused naming the map and both heads")  # fmt: skip
 

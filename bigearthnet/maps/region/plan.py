@@ -22,7 +22,7 @@ from pathlib import Path
 from rasterio.warp import Resampling
 
 from bigearthnet.core.errors import InputError
-from bigearthnet.formats.class_map import probabilities_path, read_classes
+from bigearthnet.formats.class_map import DENSE_HEAD, HEAD_TAG, probabilities_path, read_classes
 from bigearthnet.maps.region.grid import (
     Footprint,
     GridWindow,
@@ -32,12 +32,8 @@ from bigearthnet.maps.region.grid import (
     window_of,
 )
 from bigearthnet.maps.region.periods import Acquisition, group_by_period
-from bigearthnet.maps.scene.options import MapKind
 
 LAYOUT = 1  # the blocks' files and figures; another layout is another digest
-HEAD_TAG = "head"  # a scene map's tag naming the head that made it (MapKind.tags)
-# The tag of the dense head's maps: their probabilities are a softmax's (exclusive classes).
-EXCLUSIVE_HEAD = MapKind(stride=None).tags()[HEAD_TAG]
 
 
 @dataclass(frozen=True)
@@ -159,7 +155,7 @@ def _exclusive(scenes: list[SceneMap], heads: dict[Path, str]) -> bool:
                              f"{heads[scene.path] or 'no head tag'!r}, "
                              f"{scenes[0].path.name} by {first or 'no head tag'!r}: map every "
                              "scene with one model and head")  # fmt: skip
-    return first == EXCLUSIVE_HEAD
+    return first == DENSE_HEAD
 
 
 def _identity(scene: SceneMap) -> list:
