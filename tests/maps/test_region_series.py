@@ -155,14 +155,16 @@ def test_the_smoother_removes_flicker_and_keeps_lasting_changes():
     assert (smooth >= 0).all()
 
 
-def test_a_never_observed_cell_stays_unknown_and_blocks_agree():
+@pytest.mark.parametrize("exclusive", [False, True])
+def test_a_never_observed_cell_stays_unknown_and_blocks_agree(exclusive):
     rng = np.random.default_rng(1)
     truth, _, _ = _truth(rng)
     scores = _observe(truth, rng)
     scores[:, 7] = np.nan
-    whole = series.viterbi(scores)
+    whole = series.viterbi(scores, exclusive=exclusive)
     assert (whole[:, 7] == -1).all()
-    halves = np.concatenate([series.viterbi(scores[:, :1000]), series.viterbi(scores[:, 1000:])], 1)
+    halves = np.concatenate([series.viterbi(scores[:, :1000], exclusive=exclusive),
+                             series.viterbi(scores[:, 1000:], exclusive=exclusive)], 1)  # fmt: skip
     np.testing.assert_array_equal(whole, halves)  # cells are independent: blocks are exact
 
 
