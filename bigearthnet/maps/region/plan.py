@@ -70,7 +70,7 @@ class SeriesPlan:
     persistence: float
     block_size: int
     digest: str
-    exclusive: bool = False  # the maps' probabilities are the dense head's softmax
+    exclusive: bool  # the maps' probabilities are the dense head's softmax
 
     @classmethod
     def of(

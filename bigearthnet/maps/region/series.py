@@ -73,7 +73,7 @@ def viterbi(
     return labels
 
 
-def _log_emissions(scores: np.ndarray, exclusive: bool = False) -> np.ndarray:
+def _log_emissions(scores: np.ndarray, exclusive: bool) -> np.ndarray:
     """Per class, the log-likelihood of the period's scores if the cell holds that class:
     the scores' posterior ``q`` mixed with an observation error,
     ``log((1 - ERROR_RATE) q_c + ERROR_RATE / C)``; 0 (flat) where unobserved. ``q`` is
@@ -81,7 +81,7 @@ def _log_emissions(scores: np.ndarray, exclusive: bool = False) -> np.ndarray:
     (renormalised: stored ones are rounded) when ``exclusive``."""
     periods, cells, classes = scores.shape
     observed = ~np.isnan(scores).any(axis=2)
-    if exclusive:  # in place: a block's chunk holds as many copies as the other branch
+    if exclusive:  # in place: a chunk holds fewer copies than in the other branch
         posterior = np.where(observed[..., None], scores, 1.0)
         np.clip(posterior, 0.0, None, out=posterior)
         total = posterior.sum(axis=2, keepdims=True)
