@@ -41,6 +41,12 @@ CLASSES_TAG = "classes"
 WEIGHTS_DIGEST = "weights_sha256"
 # The provenance tag naming the run whose weights made a map (from the run or its export).
 RUN_DIR_TAG = "run_dir"
+# The tag naming the head that made a map, and its value for the dense head's maps, whose
+# probabilities are a softmax (exclusive classes; a classifier's are independent sigmoid
+# scores): the region smoother reads the two differently. maps/scene/options.py's MapKind
+# writes it (tests/maps/test_region_blocks.py checks the two agree).
+HEAD_TAG = "head"
+DENSE_HEAD = "dense head (per pixel)"
 # Tags naming a file or folder (the scene, the model's run, checkpoint or export, a change
 # map's two maps): kept relative to the map (:func:`linked_tags`), never a path of the
 # machine that made it.

@@ -22,7 +22,13 @@ from rasterio.warp import transform
 
 from bigearthnet.core import constants
 from bigearthnet.formats import region_folder
-from bigearthnet.formats.class_map import NODATA, PROB_SCALE, write_class_map
+from bigearthnet.formats.class_map import (
+    DENSE_HEAD,
+    HEAD_TAG,
+    NODATA,
+    PROB_SCALE,
+    write_class_map,
+)
 from bigearthnet.synthetic.region import TRUTH_CRS, read_truth
 from bigearthnet.synthetic.region_truth import cover_at
 
@@ -63,8 +69,9 @@ def write_truth_maps(
             transform_ = Affine(cell, 0.0, tile["left"], 0.0, -cell, tile["top"])
             grid = {"crs": f"EPSG:{tile['epsg']}", "transform": transform_}
             top = np.where(stored[0] == NODATA, NODATA, stored.argmax(axis=0)).astype(np.uint8)
-            write_class_map(target, top, grid, constants.CLASSES_19, {"scene": scene_path},
-                            probabilities=stored)  # fmt: skip
+            # Tagged as the dense head's: the probabilities sum to 1, as its softmax's do.
+            tags = {"scene": scene_path, HEAD_TAG: DENSE_HEAD}
+            write_class_map(target, top, grid, constants.CLASSES_19, tags, probabilities=stored)
             written.append((scene_path, target))
     return written
 

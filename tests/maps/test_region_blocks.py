@@ -23,11 +23,12 @@ from rasterio.transform import Affine
 from bigearthnet.core import constants
 from bigearthnet.core.errors import InputError
 from bigearthnet.formats import region_folder
-from bigearthnet.formats.class_map import NODATA, write_class_map
-from bigearthnet.maps.region import blocks, grid, products
+from bigearthnet.formats.class_map import DENSE_HEAD, HEAD_TAG, NODATA, write_class_map
+from bigearthnet.maps.region import blocks, grid, plan, products
 from bigearthnet.maps.region.grid import GridWindow, RegionGrid, map_resampling, warp_map
 from bigearthnet.maps.region.periods import from_product_name
 from bigearthnet.maps.region.plan import SceneMap
+from bigearthnet.maps.scene.options import MapKind
 from bigearthnet.synthetic.region_maps import write_truth_maps
 from bigearthnet.synthetic.region_score import score_series
 
@@ -38,6 +39,7 @@ def _maps(region: Path, folder: Path, cell: float) -> list[SceneMap]:
 
 
 CELL, TILE = 20.0, 64
+CLASSIFIER = MapKind(stride=60).tags()[HEAD_TAG]  # a classifier's cell maps' head tag
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +57,12 @@ def whole(fine_maps, tmp_path_factory) -> Path:
     return out
 
 
+PLAN = dict(period="scene-date", crs="EPSG:3035", cell=CELL, persistence=0.99, block_size=1024)
+
+
 def _build(out: Path, maps: list[SceneMap], cell: float = CELL, **options):
     out.mkdir(exist_ok=True)
-    settings = dict(period="scene-date", crs="EPSG:3035", cell=cell, persistence=0.99,
-                    block_size=1024, tags={}, skipped=[])  # fmt: skip
+    settings = dict(PLAN, cell=cell, tags={}, skipped=[])
     return products.build_products(out, maps, **{**settings, **options})
 
 
@@ -146,6 +150,34 @@ def test_a_grid_finer_than_a_classifiers_maps_is_refused(fine_region, tmp_path, 
         _build(tmp_path / "b", coarse, cell=30.0)
     bad_input_row("600 m scene maps (a classifier's) for `--cell 30`", "region products step",
                   2, "refused naming --cell and the dense head; --cell 60 works")  # fmt: skip
+
+
+@pytest.mark.bad_input
+def test_maps_of_two_heads_in_one_series_are_refused(fine_maps, tmp_path, bad_input_row):
+    """The smoother reads the dense head's probabilities (a softmax) otherwise than a
+    classifier's sigmoid scores, as each map's ``head`` tag says, and a period's mean of
+    the two kinds is neither: maps of two heads are refused naming the first odd one. Maps
+    of the dense head make a plan that reads them so, under another digest."""
+    import shutil
+
+    assert MapKind(stride=None).tags()[HEAD_TAG] == DENSE_HEAD  # the tag the maps carry
+    copies = []
+    for scene in fine_maps[:2]:
+        for path in (scene.path, scene.probabilities):
+            shutil.copy2(path, tmp_path / path.name)
+        copies.append(SceneMap(scene.acquisition, tmp_path / scene.path.name))
+    dense = plan.SeriesPlan.of(copies, **PLAN)  # the generator's maps: the dense head's
+    with rasterio.open(copies[1].path, "r+", IGNORE_COG_LAYOUT_BREAK="YES") as dst:
+        dst.update_tags(head=CLASSIFIER)
+    with pytest.raises(InputError, match=rf"{copies[1].path}: made by 'classifier.*one model"):
+        _build(tmp_path / "out", copies)
+    with rasterio.open(copies[0].path, "r+", IGNORE_COG_LAYOUT_BREAK="YES") as dst:
+        dst.update_tags(head=CLASSIFIER)
+    classifier = plan.SeriesPlan.of(copies, **PLAN)
+    assert dense.exclusive and not classifier.exclusive and dense.digest != classifier.digest
+    bad_input_row("a region's scene maps made by two heads (dense head and classifier)",
+                  "region products step", 2,
+                  "refused naming the map and both heads")  # fmt: skip
 
 
 def test_fine_maps_are_averaged_into_coarse_cells(tmp_path):

@@ -158,7 +158,7 @@ def _series(plan: SeriesPlan, block: GridWindow, work: Path) -> BlockStats:
             window = Window(0, row, width, rows)
             chunk = np.stack([_read(work / probabilities_file(t), window) for t in range(periods)])
             cells = unscaled(chunk).transpose(0, 2, 3, 1).reshape(periods, rows * width, classes)
-            smooth = series.viterbi(cells, plan.persistence)
+            smooth = series.viterbi(cells, plan.persistence, exclusive=plan.exclusive)
             del chunk, cells
             with rasterio.open(work / RAW) as src:
                 raw = src.read(window=window).reshape(periods, rows * width).astype(np.int16)

@@ -4,9 +4,12 @@ map goes onto the grid, the blocks, and a digest of all of it. Block results are
 only under the digest they were made with, so a block computed by another process (a Slurm
 task's share) or before a kill is reused only when everything that made it still matches.
 
-Each scene map is taken as what it is, read from its file: its grid, its footprint and its
-cell (a classifier's cell map, 60 to 1,200 m; the dense head's map, 10 m). A grid finer than
-60 m takes only maps at least as fine (:func:`~.grid.check_map_cell`).
+Each scene map is taken as what it is, read from its file: its grid, its footprint, its
+cell (a classifier's cell map, 60 to 1,200 m; the dense head's map, 10 m) and what its
+probabilities are (its ``head`` tag: the dense head's softmax, exclusive classes, or a
+classifier's independent sigmoid scores; the smoother weighs the two differently,
+:func:`~.series.viterbi`). A grid finer than 60 m takes only maps at least as fine
+(:func:`~.grid.check_map_cell`); a series takes maps of one head only.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from pathlib import Path
 
 from rasterio.warp import Resampling
 
-from bigearthnet.formats.class_map import probabilities_path, read_classes
+from bigearthnet.core.errors import InputError
+from bigearthnet.formats.class_map import DENSE_HEAD, HEAD_TAG, probabilities_path, read_classes
 from bigearthnet.maps.region.grid import (
     Footprint,
     GridWindow,
@@ -66,6 +70,7 @@ class SeriesPlan:
     persistence: float
     block_size: int
     digest: str
+    exclusive: bool  # the maps' probabilities are the dense head's softmax
 
     @classmethod
     def of(
@@ -79,15 +84,17 @@ class SeriesPlan:
         block_size: int,
     ) -> SeriesPlan:
         """InputError naming the map when a scene map is coarser than a grid under 60 m
-        takes."""
+        takes, or made by another head than the first map."""
         import rasterio
 
-        footprints, cells = {}, {}
+        footprints, cells, heads = {}, {}, {}
         for scene in scenes:  # each map's grid read once
             with rasterio.open(scene.path) as src:
                 footprints[scene.path] = Footprint(str(src.crs), tuple(src.bounds))  # type: ignore[arg-type]
                 cells[scene.path] = abs(float(src.transform.a))
+                heads[scene.path] = src.tags().get(HEAD_TAG, "")
             check_map_cell(cells[scene.path], cell, f"the scene map {scene.path}")
+        exclusive = _exclusive(scenes, heads)
         with rasterio.open(scenes[0].probabilities) as src:
             classes = tuple(read_classes(src.tags(), scenes[0].probabilities))
         grid = RegionGrid.covering(list(footprints.values()), crs, cell)
@@ -114,10 +121,13 @@ class SeriesPlan:
         made_of = {
             "layout": LAYOUT, "grid": asdict(grid.record()), "classes": classes,
             "periods": labels, "persistence": persistence, "block_size": block_size,
+            "exclusive": exclusive,
             "maps": [[[_identity(m.scene) for m in date] for date in p] for p in periods],
         }  # fmt: skip
         digest = hashlib.sha256(json.dumps(made_of, default=str).encode()).hexdigest()[:16]
-        return cls(grid, classes, labels, tuple(periods), persistence, block_size, digest)
+        return cls(
+            grid, classes, labels, tuple(periods), persistence, block_size, digest, exclusive
+        )
 
     @property
     def maps(self) -> list[MapOnGrid]:
@@ -132,6 +142,20 @@ class SeriesPlan:
             return every
         k, n = share
         return every[k - 1 :: n]
+
+
+def _exclusive(scenes: list[SceneMap], heads: dict[Path, str]) -> bool:
+    """Whether the maps' probabilities are the dense head's softmax; InputError naming the
+    first map of another head than the first one's (their probabilities are not alike: a
+    mean of the two kinds is neither)."""
+    first = heads[scenes[0].path]
+    for scene in scenes:
+        if heads[scene.path] != first:
+            raise InputError(f"the scene map {scene.path}: made by "
+                             f"{heads[scene.path] or 'no head tag'!r}, "
+                             f"{scenes[0].path.name} by {first or 'no head tag'!r}: map every "
+                             "scene with one model and head")  # fmt: skip
+    return first == DENSE_HEAD
 
 
 def _identity(scene: SceneMap) -> list:

@@ -9,19 +9,31 @@ The model (per cell, independently), a chain with a Potts switching cost:
   one other class, whatever the number of classes (a Potts prior: nothing says which
   change is likelier, and 19 or 43 classes should not make a change dearer). A switch
   costs ``S = log(persistence / (1 - persistence))`` nats, 4.6 at the default 0.99;
-* emissions: with independent sigmoid scores, the likelihood that the cell holds class c
-  alone is ``s_c * prod(1 - s_other)``, i.e. ``logit(s_c)`` up to a term shared by all
-  classes of the period. Scores are clipped to ``[ERROR_FLOOR, 1 - ERROR_FLOOR]``: any
-  one observation may be wrong (a cloud edge SCL missed, misregistration, a model's
-  over-confidence), so none counts for more than ``2 logit(1 - ERROR_FLOOR)`` = 7.8 nats
-  between two classes. An unobserved period (clouds, no scene) emits the same for every
+* emissions, by what the scores are (``exclusive``):
+
+  - a classifier's independent sigmoid scores (its cell maps): the likelihood that the
+    cell holds class c alone is ``s_c * prod(1 - s_other)``, i.e. ``logit(s_c)`` up to a
+    term shared by all classes of the period, sharpened by :data:`TEMPERATURE`;
+  - the dense head's softmax probabilities (exclusive classes, its 10 m maps and cells
+    made of them): the probability itself, ``p_c``, as the model gives it. Taking them
+    as sigmoid scores made a period's 0.38 against 0.09 worth 5.7 nats instead of 1.4:
+    a season's look-alike held for two periods outweighed the switches, and 9-11 % of the
+    stable cells of the 10-20 m series changed (docs/maps.md, "Stable cells marked
+    changed at 10-20 m");
+
+  either mixed with an observation error (:data:`ERROR_RATE`): any one observation may
+  be wrong (a cloud edge SCL missed, misregistration, a model's over-confidence), so none
+  counts for more than ``log((1 - ERROR_RATE) C / ERROR_RATE + 1)`` nats between two
+  classes (5.9 for 19). An unobserved period (clouds, no scene) emits the same for every
   class, so the decoded series bridges it with the classes around it.
 
 So a one-period flicker A -> B -> A pays two switches and is kept only when B's evidence
 in that period exceeds ``2 S`` (9.2 nats: never at the default, as one observation carries
-at most 7.8; below persistence 0.98 a very confident one can), while a lasting change pays
-``S`` once and is kept when its new class outweighs the old by ``S`` summed over the
-periods it holds: about 2.3 nats a period over two periods, scores of 0.5 against 0.05.
+at most 5.9), while a lasting change pays ``S`` once and is kept when its new class
+outweighs the old by ``S`` summed over the periods it holds: about 2.3 nats a period over
+two periods: sigmoid scores of 0.5 against 0.05 (more than enough), probabilities of 0.55
+against 0.05 (4.7 nats; 0.5 against 0.05 falls just short, 4.5). A softmax look-alike at
+0.38 against 0.09 (1.4 nats) must hold four periods to be kept as a change.
 Cells are independent, so a region is decoded in blocks of cells (:func:`viterbi` takes any
 number) and the memory is that of one block; :func:`consistency` too, vectorised over cells.
 """
@@ -42,33 +54,46 @@ def switch_cost(persistence: float) -> float:
     return float(np.log(persistence) - np.log1p(-persistence))
 
 
-def viterbi(scores: np.ndarray, persistence: float = DEFAULT_PERSISTENCE) -> np.ndarray:
+def viterbi(
+    scores: np.ndarray, persistence: float = DEFAULT_PERSISTENCE, *, exclusive: bool = False
+) -> np.ndarray:
     """(T, N, C) class scores per period and cell, NaN where unobserved -> (T, N) int16 the
-    most probable class sequence. A cell never observed gets -1 in every period."""
+    most probable class sequence. A cell never observed gets -1 in every period.
+    ``exclusive``: the scores are a softmax's probabilities (the dense head's), not
+    independent sigmoid scores (a classifier's)."""
     periods, cells, classes = scores.shape
     if not 0.0 < persistence < 1.0:
         raise ValueError(f"persistence must be in (0, 1), got {persistence}")
     if classes == 1:
         labels = np.zeros((periods, cells), np.int16)
     else:
-        labels = _decode(_log_emissions(scores), switch_cost(persistence))
+        labels = _decode(_log_emissions(scores, exclusive), switch_cost(persistence))
     never = np.isnan(scores).all(axis=2).all(axis=0)
     labels[:, never] = -1
     return labels
 
 
-def _log_emissions(scores: np.ndarray) -> np.ndarray:
+def _log_emissions(scores: np.ndarray, exclusive: bool) -> np.ndarray:
     """Per class, the log-likelihood of the period's scores if the cell holds that class:
-    the scores' calibrated posterior ``q = softmax(logit(s) / TEMPERATURE)`` mixed with an
-    observation error, ``log((1 - ERROR_RATE) q_c + ERROR_RATE / C)``; 0 (flat) where
-    unobserved."""
+    the scores' posterior ``q`` mixed with an observation error,
+    ``log((1 - ERROR_RATE) q_c + ERROR_RATE / C)``; 0 (flat) where unobserved. ``q`` is
+    ``softmax(logit(s) / TEMPERATURE)`` of sigmoid scores, the probabilities themselves
+    (renormalised: stored ones are rounded) when ``exclusive``."""
     periods, cells, classes = scores.shape
     observed = ~np.isnan(scores).any(axis=2)
-    clipped = np.clip(np.where(observed[..., None], scores, 0.5), 1e-6, 1 - 1e-6)
-    sharp = (np.log(clipped) - np.log1p(-clipped)) / TEMPERATURE
-    sharp -= sharp.max(axis=2, keepdims=True)
-    posterior = np.exp(sharp)
-    posterior /= posterior.sum(axis=2, keepdims=True)
+    if exclusive:  # in place: a chunk holds fewer copies than in the other branch
+        posterior = np.where(observed[..., None], scores, 1.0)
+        np.clip(posterior, 0.0, None, out=posterior)
+        total = posterior.sum(axis=2, keepdims=True)
+        empty = total == 0  # nothing on any class: no evidence either way
+        posterior[np.broadcast_to(empty, posterior.shape)] = 1.0
+        posterior /= np.where(empty, classes, total)
+    else:
+        clipped = np.clip(np.where(observed[..., None], scores, 0.5), 1e-6, 1 - 1e-6)
+        sharp = (np.log(clipped) - np.log1p(-clipped)) / TEMPERATURE
+        sharp -= sharp.max(axis=2, keepdims=True)
+        posterior = np.exp(sharp)
+        posterior /= posterior.sum(axis=2, keepdims=True)
     logs = np.log((1.0 - ERROR_RATE) * posterior + ERROR_RATE / classes)
     logs[~observed] = 0.0
     return logs
