@@ -6,9 +6,9 @@
 #     (--pixel-loss-weight 0.1, the default on shards with maps) and without it (0), for each
 #     seed of $SEEDS;
 #   - ResNet-50, 1 rank passing 2 batches of 16 per update (the demo's global batch 32 and
-#     its LR schedule: 0.005 -> 0.01 over the warm-up epoch), $RESNET_EPOCHS epochs of at
-#     most $RESNET_STEPS batches (half as many updates), with and without the head
-#     (RESNET_EPOCHS=0 skips it);
+#     its LR schedule: 0.005 -> 0.01 over the warm-up epoch), $RESNET_EPOCHS epochs (8, as
+#     measured in docs/training.md; RESNET_STEPS=N cuts each to N batches: half as many
+#     updates), with and without the head, one after the other (RESNET_EPOCHS=0 skips it);
 #   - the tiny CNN without the head on an archive from the generator before issue 49's
 #     co-occurrence refit (commit $REFIT_BASE, `git archive`d to a folder of its own; the
 #     shards made by today's preprocessing), to tell the refit from the head
@@ -24,8 +24,8 @@ VENV=${VENV:-.venv}
 CAMPAIGN_DIR=${CAMPAIGN_DIR:-campaign}
 SEEDS=${SEEDS:-42 1}
 TINY_EPOCHS=${TINY_EPOCHS:-15}
-RESNET_EPOCHS=${RESNET_EPOCHS:-2}
-RESNET_STEPS=${RESNET_STEPS:-24}        # batches of 16 per epoch (12 updates; a whole epoch: 109)
+RESNET_EPOCHS=${RESNET_EPOCHS:-8}
+RESNET_STEPS=${RESNET_STEPS:-}          # batches of 16 per epoch; empty: whole epochs (109)
 RESNET_PRECISE_BN=${RESNET_PRECISE_BN:-512}
 REFIT_BASE=${REFIT_BASE-7833c2e}         # the parent of 34ef662, "Landscapes fitted to reBEN's pair correlations"
 bin="$VENV/bin"
@@ -70,7 +70,7 @@ if ((RESNET_EPOCHS > 0)); then
   for weight in 0.1 0; do
     train_and_score "$CAMPAIGN_DIR/resnet50-w$weight-s42" 1 "$shards" --config configs/demo.yaml \
       --model resnet50 --threads 1 --backward-passes-per-step 2 --epochs "$RESNET_EPOCHS" \
-      --max-steps-per-epoch "$RESNET_STEPS" --precise-bn-samples "$RESNET_PRECISE_BN" \
+      ${RESNET_STEPS:+--max-steps-per-epoch "$RESNET_STEPS"} --precise-bn-samples "$RESNET_PRECISE_BN" \
       --seed 42 --pixel-loss-weight "$weight"
   done
 fi
