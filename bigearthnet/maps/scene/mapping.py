@@ -19,6 +19,8 @@ from bigearthnet.maps.scene.output import write_scene_map
 from bigearthnet.maps.scene.pixels import (
     predict_pixels,
     remove_work,
+    scene_windows,
+    window_shape,
     work_folder,
     write_pixel_map,
 )
@@ -86,7 +88,8 @@ def map_scene(form: SceneForm, out: Path, opts: SceneMapOptions, loaded: Predict
             f"{source}: its model takes {constants.describe_bands(bands)}; "
             "scene maps read Sentinel-2 scenes only (a Sentinel-1 scene map is out of scope)"
         )
-    pixel_model = pixel_model_for(loaded, kind) if kind.pixels else None
+    if kind.pixels:  # --window fits in memory (any scene's windows are no larger): first
+        pixel_model_for(loaded, kind)
     scene = Scene(form, bbox=opts.bbox, band_order=opts.band_order, bands=bands,
                   mask_clouds=opts.mask_clouds, boa_offset=opts.boa_offset)  # fmt: skip
     method = opts.resampling or loaded.resampling  # as the model's training data was
@@ -97,8 +100,10 @@ def map_scene(form: SceneForm, out: Path, opts: SceneMapOptions, loaded: Predict
     if scene.radiometry.disputed and distributed.is_root():
         log.warning("%s: %s", form.ref, dispute(scene.radiometry.tags()))
     try:
-        if pixel_model is not None:
-            summary = _map_pixels(scene, out, opts, pixel_model, kind, method, tags, classes)
+        if kind.pixels:
+            tiling = Tiling(kind.window, margin=kind.margin)
+            pixel_model = loaded.pixel_model(window_shape(scene, tiling))
+            summary = _map_pixels(scene, out, opts, pixel_model, tiling, method, tags, classes)
         else:
             summary = _map_cells(scene, out, opts, loaded, kind, method, tags)
         if distributed.is_root():
@@ -116,23 +121,23 @@ def map_scene(form: SceneForm, out: Path, opts: SceneMapOptions, loaded: Predict
 
 
 def pixel_model_for(loaded: Predictor, kind: MapKind) -> PixelModel:
-    """The dense head at the map's window, once its activations are known to fit in half
-    the free memory (InputError naming ``--window`` otherwise: never an out-of-memory
-    kill halfway through a scene)."""
+    """The dense head at the map's ``--window``, once its activations are known to fit in
+    half the free memory (InputError naming ``--window`` otherwise: never an out-of-memory
+    kill halfway through a scene). A scene's windows are no larger
+    (:func:`.pixels.window_shape`): they fit too."""
     import psutil
 
     model = loaded.pixel_model(kind.window)
-    check_window_memory(kind.window, model.floats_per_px, psutil.virtual_memory().available,
-                        model.name, least_window(kind.margin))  # fmt: skip
+    check_window_memory((kind.window, kind.window), model.floats_per_px,
+                        psutil.virtual_memory().available, model.name,
+                        least_window(kind.margin))  # fmt: skip
     return model
 
 
 def _map_pixels(scene: Scene, out: Path, opts: SceneMapOptions, model: PixelModel,
-                kind: MapKind, method: str, tags: dict, classes: list[str]) -> dict:  # fmt: skip
+                tiling: Tiling, method: str, tags: dict, classes: list[str]) -> dict:  # fmt: skip
     """The 10 m map (:mod:`.pixels`): part files by all ranks, the map by rank 0."""
-    tiling = Tiling(kind.window, margin=kind.margin)
-    rows = tiling.windows(scene.row0, scene.height)
-    cols = tiling.windows(scene.col0, scene.width)
+    rows, cols = scene_windows(scene, tiling)
     total = len(rows[distributed.rank() :: distributed.size()]) * len(cols)
     times = StageTimes()
     work = work_folder(out)
