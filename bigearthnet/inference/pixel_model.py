@@ -43,16 +43,6 @@ class PixelModel:
         self._std = np.asarray(std, dtype=np.float32)
         self._run = tf.function(self._probabilities, reduce_retracing=True)
 
-    @property
-    def floats_per_px(self) -> float:
-        """The outputs of all its layers per input pixel: an upper bound of the
-        activations TensorFlow holds at once for one window."""
-        total = 0
-        for layer in self._pixels.layers:
-            for output in tf.nest.flatten(layer.output):
-                total += int(np.prod(output.shape[1:]))
-        return total / (self.shape[0] * self.shape[1])
-
     def _probabilities(self, images: tf.Tensor) -> tf.Tensor:
         x = normalize(images, self._mean, self._std)  # exactly the training normalisation
         return tf.nn.softmax(tf.cast(self._pixels(x, training=False), tf.float32))

@@ -24,7 +24,7 @@ from bigearthnet.maps.scene.pixels import (
     work_folder,
     write_pixel_map,
 )
-from bigearthnet.maps.scene.tiles import Tiling, check_window_memory, least_window
+from bigearthnet.maps.scene.tiles import Tiling, check_window_memory, window_allowance
 from bigearthnet.maps.scene.windows import StageTimes, predict_scene, window_origins
 
 if TYPE_CHECKING:
@@ -121,17 +121,15 @@ def map_scene(form: SceneForm, out: Path, opts: SceneMapOptions, loaded: Predict
 
 
 def pixel_model_for(loaded: Predictor, kind: MapKind) -> PixelModel:
-    """The dense head at the map's ``--window``, once its activations are known to fit in
-    half the free memory (InputError naming ``--window`` otherwise: never an out-of-memory
-    kill halfway through a scene). A scene's windows are no larger
+    """The dense head at the map's ``--window``, once the window is known to fit in memory
+    (:func:`~.tiles.check_window_memory`; InputError naming ``--window`` otherwise: never
+    an out-of-memory kill halfway through a scene). A scene's windows are no larger
     (:func:`.pixels.window_shape`): they fit too."""
     import psutil
 
-    model = loaded.pixel_model(kind.window)
-    check_window_memory((kind.window, kind.window), model.floats_per_px,
-                        psutil.virtual_memory().available, model.name,
-                        least_window(kind.margin))  # fmt: skip
-    return model
+    allowance = window_allowance(psutil.virtual_memory().available, distributed.local_size())
+    check_window_memory(kind.window, loaded.provenance["model"], allowance)
+    return loaded.pixel_model(kind.window)
 
 
 def _map_pixels(scene: Scene, out: Path, opts: SceneMapOptions, model: PixelModel,

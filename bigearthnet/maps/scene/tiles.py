@@ -7,8 +7,9 @@ scene without seams. Free of TensorFlow.
   stride of every registry encoder (ResNet stage 4), so each pixel lands at the same place
   of every feature map in any window, and 6, so the 60 m bands' pixels are read whole.
   Window sizes are multiples of it too, so the dense head's resizes are exact factors of
-  2 and a window's far edge is a lattice point. A pixel's prediction then depends on its context only, not on the tiling: a ``--bbox``
-  map equals the whole scene's map where they overlap.
+  2 and a window's far edge is a lattice point. A pixel's prediction then depends on its
+  context only, not on the tiling: a ``--bbox`` map equals the whole scene's map where
+  they overlap.
 * **The margin.** Each window's border is discarded: there the receptive field runs out of
   the window (zero padding, the upsampling's clamped edge). Its width is the model's:
   :func:`margin_for`, the dense head's context declared in the registry
@@ -43,11 +44,14 @@ scene without seams. Free of TensorFlow.
   computed 2.21x (2.48x at a fixed 1,728 px with the old far edge); 13 of 960 px for the
   tiny CNN (1.29x). A window below the model's :func:`least_window` (the ResNets: 672
   px) is refused naming it.
-* **Memory.** A window's activations: its layers' outputs, summed (an upper bound of what
-  TensorFlow holds at once), checked against half the free memory before the first
-  window: ResNet-50 ~843 floats a px, 3.1 GB at 960 px, 10.1 GB at its default 1,728 px
-  (a 24 GB machine takes it; a smaller one is told the largest window that fits, from
-  the model's least window).
+* **Memory.** A window takes the bytes per px its model declares
+  (:data:`bigearthnet.models.WINDOW_BYTES_PER_PX`: 1.5x the peak RSS measured, ResNet-50
+  1,000 B, 3.0 GB at 1,728 px), checked against half the free memory shared by the
+  node's ranks (:func:`window_allowance`) before the scene is read: a window that does
+  not fit is refused, naming the largest that does. Until 2026-11-28 the bound was every
+  layer's output summed (ResNet-50 ~843 floats a px, 10.1 GB at 1,728 px): 5-7x what
+  ResNet-50 takes, and below what the tiny CNN takes (its 19 probabilities a px at full
+  size, softmaxed and copied, are not layers' outputs).
 """
 
 from __future__ import annotations
@@ -64,7 +68,6 @@ MARGIN = MARGIN_STEP  # the least margin: the tiny CNN's (its context: 24 px)
 DEFAULT_WINDOW = 960  # the least default: 9.6 km, cores of 864 px at MARGIN (1.23x)
 CORE_SHARE = 2 / 3  # a default window's core: each pixel computed <= 1 / (2/3)^2 = 2.25x
 MIN_WINDOW = 2 * MARGIN + LATTICE  # the least window of any model (its own: least_window)
-FLOAT_BYTES = 4
 
 
 def margin_for(model: str) -> int:
@@ -187,20 +190,30 @@ def far_edge(extent: int) -> int:
     return math.ceil(extent / LATTICE) * LATTICE
 
 
-def check_window_memory(shape: tuple[int, int], floats_per_px: float, available: int,
-                        model: str, least: int = MIN_WINDOW) -> None:  # fmt: skip
-    """InputError naming ``--window`` when a window of ``shape`` (height, width) through
-    ``model`` (``floats_per_px``: its layers' outputs per input px) needs more than half
-    the ``available`` bytes; the message gives the largest square window that fits, if
-    one from ``least`` (the model's least window) does."""
-    need = floats_per_px * FLOAT_BYTES * shape[0] * shape[1]
-    if need <= available / 2:
+def window_allowance(available: int, ranks: int = 1) -> float:
+    """The bytes one rank's window may take: half the ``available`` memory, shared by the
+    ``ranks`` of the node."""
+    return available / 2 / ranks
+
+
+def largest_window(model: str, allowance: float) -> int:
+    """The largest multiple of :data:`LATTICE` whose square window through ``model``
+    (:data:`bigearthnet.models.WINDOW_BYTES_PER_PX`) takes at most ``allowance`` bytes."""
+    return math.isqrt(int(allowance / models.WINDOW_BYTES_PER_PX[model])) // LATTICE * LATTICE
+
+
+def check_window_memory(window: int, model: str, allowance: float) -> None:
+    """InputError naming ``--window`` when a square ``window`` through ``model`` takes more
+    than ``allowance`` bytes (:func:`window_allowance`); the message gives the largest
+    window that fits, if one from ``model``'s least window does."""
+    need = models.WINDOW_BYTES_PER_PX[model] * window * window
+    if need <= allowance:
         return
-    window = max(shape)
-    fits = math.isqrt(int(available / 2 / (floats_per_px * FLOAT_BYTES))) // LATTICE * LATTICE
+    fits = largest_window(model, allowance)
+    least = least_window(margin_for(model))
     advice = f"take --window {fits} or less" if fits >= least else "no window fits"
     raise InputError(
-        f"--window {window}: a window through {model} needs about {need / 1e9:.1f} GB (its "
-        f"layers' outputs), more than half the {available / 1e9:.1f} GB of memory available; "
-        f"{advice}"
+        f"--window {window}: a window through {model} needs about {need / 1e9:.1f} GB "
+        f"({models.WINDOW_BYTES_PER_PX[model]} bytes a px, measured), more than the "
+        f"{allowance / 1e9:.1f} GB a rank may take (half the memory available); {advice}"
     )
