@@ -24,10 +24,19 @@ from bigearthnet import models
 from bigearthnet.cli.export import main as export_main
 from bigearthnet.cli.map import main as map_main
 from bigearthnet.core import distributed
+from bigearthnet.core.errors import InputError
 from bigearthnet.formats.class_map import NODATA, probabilities_path
 from bigearthnet.maps.scene.input import Scene
 from bigearthnet.maps.scene.pixels import predict_pixels, window_shape
-from bigearthnet.maps.scene.tiles import LATTICE, Tiling, default_window, far_edge, margin_for
+from bigearthnet.maps.scene.tiles import (
+    LATTICE,
+    MAX_WINDOW,
+    Tiling,
+    default_window,
+    far_edge,
+    margin_for,
+    memory_window,
+)
 from bigearthnet.synthetic.scene import PRODUCT, SceneTruth, write_scene
 
 TRUTH = SceneTruth(size=480, block=240, border=24, classes=((0, 8), (11, 16)),
@@ -219,6 +228,18 @@ def test_each_models_default_tiling_keeps_its_context_and_covers_the_area(model)
             assert found == [(-start, 0, size)]
         if (phase, start, size) == (0, 0, 10980):  # the maps' tiling, a whole tile
             assert (len(found) * side / size) ** 2 <= 2.25
+
+
+def test_the_default_window_is_the_largest_that_fits_and_no_larger_than_the_scene() -> None:
+    """Sized to the memory (the bytes a px each model declares), up to MAX_WINDOW, on the
+    lattice; the windows of a scene no larger than it are the scene's far edges."""
+    assert memory_window("resnet50", 8.95e9) == 2976  # 17.9 GB free, one rank
+    assert memory_window("resnet50", 1e12) == MAX_WINDOW == memory_window("tiny", 1e12)
+    assert memory_window("resnet50", 1000 * 700**2) == 672  # its least window
+    with pytest.raises(InputError, match="least window of resnet50, 672 px"):
+        memory_window("resnet50", 1000 * 660**2)
+    tiling = Tiling(memory_window("resnet50", 8.95e9), margin=margin_for("resnet50"))
+    assert (tiling.side(1728), tiling.side(1830), tiling.side(10980)) == (1728, 1920, 2688)
 
 
 RESNET_BEYOND = 96  # the scene around the cut window on every side, on the lattice

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,12 @@ from bigearthnet.maps.scene.pixels import (
     work_folder,
     write_pixel_map,
 )
-from bigearthnet.maps.scene.tiles import Tiling, check_window_memory, window_allowance
+from bigearthnet.maps.scene.tiles import (
+    Tiling,
+    check_window_memory,
+    memory_window,
+    window_allowance,
+)
 from bigearthnet.maps.scene.windows import StageTimes, predict_scene, window_origins
 
 if TYPE_CHECKING:
@@ -88,8 +94,8 @@ def map_scene(form: SceneForm, out: Path, opts: SceneMapOptions, loaded: Predict
             f"{source}: its model takes {constants.describe_bands(bands)}; "
             "scene maps read Sentinel-2 scenes only (a Sentinel-1 scene map is out of scope)"
         )
-    if kind.pixels:  # --window fits in memory (any scene's windows are no larger): first
-        pixel_model_for(loaded, kind)
+    if kind.pixels:  # the window, fitting in memory (a scene's are no larger): first
+        kind = sized_kind(loaded, kind)
     scene = Scene(form, bbox=opts.bbox, band_order=opts.band_order, bands=bands,
                   mask_clouds=opts.mask_clouds, boa_offset=opts.boa_offset)  # fmt: skip
     method = opts.resampling or loaded.resampling  # as the model's training data was
@@ -121,15 +127,29 @@ def map_scene(form: SceneForm, out: Path, opts: SceneMapOptions, loaded: Predict
 
 
 def pixel_model_for(loaded: Predictor, kind: MapKind) -> PixelModel:
-    """The dense head at the map's ``--window``, once the window is known to fit in memory
-    (:func:`~.tiles.check_window_memory`; InputError naming ``--window`` otherwise: never
-    an out-of-memory kill halfway through a scene). A scene's windows are no larger
-    (:func:`.pixels.window_shape`): they fit too."""
+    """The dense head at the map's ``--window`` (or its model's default), once the window
+    is known to fit in memory (:func:`~.tiles.check_window_memory`; InputError naming
+    ``--window`` otherwise: never an out-of-memory kill halfway through a scene)."""
+    check_window_memory(kind.window, loaded.provenance["model"], _allowance())
+    return loaded.pixel_model(kind.window)
+
+
+def sized_kind(loaded: Predictor, kind: MapKind) -> MapKind:
+    """``kind`` with the window a scene map runs: ``--window`` once it is known to fit in
+    memory (as :func:`pixel_model_for`), else the largest that fits
+    (:func:`~.tiles.memory_window`); a scene's windows are no larger
+    (:func:`.pixels.window_shape`)."""
+    model = loaded.provenance["model"]
+    if kind.window_given:
+        check_window_memory(kind.window, model, _allowance())
+        return kind
+    return replace(kind, window=memory_window(model, _allowance()))
+
+
+def _allowance() -> float:
     import psutil
 
-    allowance = window_allowance(psutil.virtual_memory().available, distributed.local_size())
-    check_window_memory(kind.window, loaded.provenance["model"], allowance)
-    return loaded.pixel_model(kind.window)
+    return window_allowance(psutil.virtual_memory().available, distributed.local_size())
 
 
 def _map_pixels(scene: Scene, out: Path, opts: SceneMapOptions, model: PixelModel,

@@ -35,15 +35,20 @@ scene without seams. Free of TensorFlow.
   (tests/maps/test_scene_pixels.py: shifted tilings of the tiny CNN, with windows ending
   at a far edge on and off the lattice, and a cut ResNet-50 window against one with the
   scene around it).
-* **The window.** ``--window`` defaults to :func:`default_window`: 960 px for the tiny
-  CNN, and for the ResNets 1,728 px, whose core (1,152 px) is 2/3 of it. It is the
-  largest window: a scene takes as many windows along an axis as that window needs
-  (from its near edge to its far edge), each of the least lattice multiple that still
-  covers it in as many (:meth:`Tiling.side`), so the windows overlap no more than they
-  must. A 10,980 px tile: 10 windows of 1,632 px a side for the ResNets, each pixel
-  computed 2.21x (2.48x at a fixed 1,728 px with the old far edge); 13 of 960 px for the
-  tiny CNN (1.29x). A window below the model's :func:`least_window` (the ResNets: 672
-  px) is refused naming it.
+* **The window.** ``--window`` is the largest window; by default the largest multiple of
+  the lattice that fits the memory (below), up to :data:`MAX_WINDOW` (4,032 px: a 10,980
+  px tile in 4 x 4 windows of 3,264 px, each pixel computed 1.41x; the next step, 3 x 3,
+  would take 17 GB a rank for ResNet-50), so a big node maps with fewer, larger windows.
+  Before the memory is known (a region's first check, ``--help``) it is
+  :func:`default_window`: 960 px for the tiny CNN, 1,728 for the ResNets (core 1,152 px,
+  2/3 of it). A scene takes as many windows along an axis as that window needs (from its
+  near edge to its far edge), each of the least lattice multiple that still covers it in
+  as many (:meth:`Tiling.side`), so the windows overlap no more than they must, and a
+  scene that fits is one window of its own size. A 10,980 px tile at 1,728 px: 10
+  windows of 1,632 px a side for the ResNets, each pixel computed 2.21x (2.48x at a fixed
+  1,728 px with the old far edge); at 2,976 px (ResNet-50 with 17.9 GB free): 5 of 2,688
+  px, 1.50x. A window below the model's :func:`least_window` (the ResNets: 672 px) is
+  refused naming it.
 * **Memory.** A window takes the bytes per px its model declares
   (:data:`bigearthnet.models.WINDOW_BYTES_PER_PX`: 1.5x the peak RSS measured, ResNet-50
   1,000 B, 3.0 GB at 1,728 px), checked against half the free memory shared by the
@@ -68,6 +73,7 @@ MARGIN = MARGIN_STEP  # the least margin: the tiny CNN's (its context: 24 px)
 DEFAULT_WINDOW = 960  # the least default: 9.6 km, cores of 864 px at MARGIN (1.23x)
 CORE_SHARE = 2 / 3  # a default window's core: each pixel computed <= 1 / (2/3)^2 = 2.25x
 MIN_WINDOW = 2 * MARGIN + LATTICE  # the least window of any model (its own: least_window)
+MAX_WINDOW = 4032  # the largest default: a tile in 4 x 4 windows (1.41x); 3 x 3: 17 GB a rank
 
 
 def margin_for(model: str) -> int:
@@ -200,6 +206,22 @@ def largest_window(model: str, allowance: float) -> int:
     """The largest multiple of :data:`LATTICE` whose square window through ``model``
     (:data:`bigearthnet.models.WINDOW_BYTES_PER_PX`) takes at most ``allowance`` bytes."""
     return math.isqrt(int(allowance / models.WINDOW_BYTES_PER_PX[model])) // LATTICE * LATTICE
+
+
+def memory_window(model: str, allowance: float) -> int:
+    """The window ``--window`` defaults to when the memory is known: the largest that
+    takes at most ``allowance`` bytes (:func:`largest_window`), up to :data:`MAX_WINDOW`;
+    InputError when not even ``model``'s least window fits."""
+    fits = min(largest_window(model, allowance), MAX_WINDOW)
+    least = least_window(margin_for(model))
+    if fits < least:
+        raise InputError(
+            f"--window: not even the least window of {model}, {least} px, fits in the "
+            f"{allowance / 1e9:.2f} GB a rank may take (half the memory available; "
+            f"{models.WINDOW_BYTES_PER_PX[model]} bytes a px): free memory, or run fewer "
+            f"ranks on the node"
+        )
+    return fits
 
 
 def check_window_memory(window: int, model: str, allowance: float) -> None:
