@@ -135,15 +135,17 @@ def pixel_model_for(loaded: Predictor, kind: MapKind) -> PixelModel:
 
 
 def sized_kind(loaded: Predictor, kind: MapKind) -> MapKind:
-    """``kind`` with the window a scene map runs: ``--window`` once it is known to fit in
-    memory (as :func:`pixel_model_for`), else the largest that fits
+    """Collective: ``kind`` with the window a scene map runs: ``--window`` once it is known
+    to fit in memory (as :func:`pixel_model_for`), else the largest that fits
     (:func:`~.tiles.memory_window`); a scene's windows are no larger
-    (:func:`.pixels.window_shape`)."""
+    (:func:`.pixels.window_shape`). The ranks take the least allowance of them all: one
+    window, one tiling, one verdict on every rank."""
     model = loaded.provenance["model"]
+    allowance = min(distributed.allgather_object(_allowance(), "scene_map_window_allowance"))
     if kind.window_given:
-        check_window_memory(kind.window, model, _allowance())
+        check_window_memory(kind.window, model, allowance)
         return kind
-    return replace(kind, window=memory_window(model, _allowance()))
+    return replace(kind, window=memory_window(model, allowance))
 
 
 def _allowance() -> float:
