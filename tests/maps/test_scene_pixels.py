@@ -171,6 +171,10 @@ def test_every_form_a_bbox_and_an_export_give_the_same_10m_map(
     _assert_same_map(
         (top, scores), (whole_top[window], whole_scores[:, window[0], window[1]]), "--bbox"
     )
+    # --window 384: the area with its margins (cols 0-384, rows 96-480) is one window
+    one = _map(form_scenes["safe"], tmp_path / "bbox1.tif", *run[:2], "--window", "384",
+               "--bbox", bbox)  # fmt: skip
+    _assert_same_map(one, (top, scores), "--bbox in one window")
     export = tmp_path / "export"
     assert export_main([str(trained_head_run), "--out", str(export)]) == 0
     exported = _map(form_scenes["tif"], tmp_path / "export.tif", "--model", str(export),
@@ -203,12 +207,13 @@ def test_two_ranks_give_the_10m_map_of_one(trained_head_run, tif_scene, tmp_path
 @pytest.mark.parametrize("model", models.available_models())
 def test_each_models_default_tiling_keeps_its_context_and_covers_the_area(model) -> None:
     """At each model's margin and default window, on the lattice and shifted, for a whole
-    tile, a part of it, a scene off the lattice and one smaller than the window: the kept
-    parts cover the area, every window on the lattice and of the same size, each kept
-    pixel at least the model's margin from its window's borders, or its window at the
-    scene's edge (the far edge: the scene's extent rounded up to the lattice); a scene
-    that fits in the window is one window; a whole tile computes each pixel at most
-    2.25 times (the ResNets: 10 windows of 1,632 px a side, 2.21x)."""
+    tile, a part of it, a scene off the lattice and one smaller than the window, a --bbox
+    area that fits in one window with its context: the kept parts cover the area, every
+    window on the lattice and of the same size, each kept pixel at least the model's
+    margin from its window's borders, or its window at the scene's edge (the far edge:
+    the scene's extent rounded up to the lattice); a scene or an area that fits in the
+    window with its context is one window; a whole tile computes each pixel at most 2.25
+    times (the ResNets: 10 windows of 1,632 px a side, 2.21x)."""
     margin = margin_for(model)
     assert margin >= models.DENSE_CONTEXT[model] and margin % (LATTICE // 2) == 0
     window = default_window(margin)
@@ -216,7 +221,7 @@ def test_each_models_default_tiling_keeps_its_context_and_covers_the_area(model)
              (600, 1230, 1830), (0, 444, 444))  # fmt: skip
     for phase, (start, size, extent) in itertools.product((0, LATTICE), areas):
         tiling = Tiling(window, phase=phase, margin=margin)
-        side, edge = tiling.side(extent), far_edge(extent)
+        side, edge = tiling.side(start, size, extent), far_edge(extent)
         found = tiling.windows(start, size, extent)
         assert found[0][1] == 0 and found[-1][2] == size and side <= window
         assert all(a[2] == b[1] for a, b in zip(found, found[1:], strict=False))
@@ -224,8 +229,8 @@ def test_each_models_default_tiling_keeps_its_context_and_covers_the_area(model)
             assert (start + origin) % LATTICE == 0 and 0 <= start + origin <= edge - side
             assert start + origin == 0 or begin - origin >= margin
             assert start + origin + side == edge or origin + side - end >= margin
-        if edge <= window:  # the scene fits in one window
-            assert found == [(-start, 0, size)]
+        if edge <= window or (start, size, margin) == (600, 1230, 288):  # one window fits
+            assert len(found) == 1 and tiling.one_window(start, size, extent) is not None
         if (phase, start, size) == (0, 0, 10980):  # the maps' tiling, a whole tile
             assert (len(found) * side / size) ** 2 <= 2.25
 
@@ -239,7 +244,9 @@ def test_the_default_window_is_the_largest_that_fits_and_no_larger_than_the_scen
     with pytest.raises(InputError, match="least window of resnet50, 672 px"):
         memory_window("resnet50", 1000 * 660**2)
     tiling = Tiling(memory_window("resnet50", 8.95e9), margin=margin_for("resnet50"))
-    assert (tiling.side(1728), tiling.side(1830), tiling.side(10980)) == (1728, 1920, 2688)
+    sides = [tiling.side(0, extent, extent) for extent in (1728, 1830, 10980)]
+    assert sides == [1728, 1920, 2688]
+    assert tiling.side(5000, 1500, 10980) == 2112  # a --bbox area: one window, its context
 
 
 RESNET_BEYOND = 96  # the scene around the cut window on every side, on the lattice

@@ -102,7 +102,8 @@ def scene_windows(scene: Scene, tiling: Tiling) -> tuple[list, list]:
 
 def window_shape(scene: Scene, tiling: Tiling) -> tuple[int, int]:
     """(height, width) of every window of ``tiling`` on ``scene`` (:meth:`Tiling.side`)."""
-    return tiling.side(scene.extent[0]), tiling.side(scene.extent[1])
+    return (tiling.side(scene.row0, scene.height, scene.extent[0]),
+            tiling.side(scene.col0, scene.width, scene.extent[1]))  # fmt: skip
 
 
 def _window(scene: Scene, model: PixelModel, size: tuple[int, int], origin: tuple[int, int],

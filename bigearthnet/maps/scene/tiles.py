@@ -27,7 +27,8 @@ scene without seams. Free of TensorFlow.
   the 1,728 px of P12 and every multiple of 96), then the model's padding. A window that
   would end past it is moved back to end there: its origin (the far edge less the side,
   both multiples of 96) stays on the lattice. A scene no larger than the window is one
-  window of the far edges' size (a 1,728 px scene: one 1,728 px window). Before
+  window of the far edges' size (a 1,728 px scene: one 1,728 px window), and so is a
+  ``--bbox`` area whose margins around it fit (:meth:`Tiling.one_window`). Before
   2026-11-28 the windows kept only their cores at the far edge, reading 0 a margin past
   it: the 1,728 px scene took 2 x 2 windows of 1,728 px (4.0x its pixels).
 * **Invariance.** A pixel's prediction then depends on its context and the scene's edges
@@ -145,18 +146,28 @@ class Tiling:
     def core(self) -> int:
         return self.window - 2 * self.margin
 
-    def side(self, extent: int) -> int:
-        """The windows' size along an axis of a scene of ``extent`` px: the least multiple
-        of :data:`LATTICE` up to the window that tiles the scene in as few windows as the
-        window does (one window where the scene is smaller than it: :func:`far_edge`)."""
+    def side(self, start: int, size: int, extent: int) -> int:
+        """The windows' size along an axis, for the area of ``size`` px from ``start`` of a
+        scene of ``extent`` px: one window's where the area with its context fits in the
+        window (:meth:`one_window`), else the least multiple of :data:`LATTICE` up to the
+        window that tiles the scene in as few windows as the window does."""
+        one = self.one_window(start, size, extent)
+        if one is not None:
+            return one[1] - one[0]
         edge = far_edge(extent)
-        if self.window >= edge:
-            return edge
         count = 1 + math.ceil((edge - self.window) / self.core)  # the window's, from 0
         # count windows of side s, from 0 to the far edge, keep it all: (count - 1)
         # cores of (s - 2 margin) and the last window's s reach the edge
         least = math.ceil((edge + 2 * self.margin * (count - 1)) / count / LATTICE) * LATTICE
         return max(least, least_window(self.margin))
+
+    def one_window(self, start: int, size: int, extent: int) -> tuple[int, int] | None:
+        """[begin, end) in scene px of the one window that maps the area of ``size`` px
+        from ``start``, if it fits in the window: from the margin before the area (or the
+        scene's edge) to the margin after it (or :func:`far_edge`), on the lattice."""
+        begin = 0 if start <= self.margin else (start - self.margin) // LATTICE * LATTICE
+        end = min(far_edge(extent), math.ceil((start + size + self.margin) / LATTICE) * LATTICE)
+        return (begin, end) if end - begin <= self.window else None
 
     def windows(self, start: int, size: int, extent: int) -> list[tuple[int, int, int]]:
         """(origin, begin, end) of each window along an axis of a scene of ``extent`` px,
@@ -164,17 +175,20 @@ class Tiling:
         (negative: it reads context before the area) and the part [begin, end) of the area
         it keeps. The kept parts tile [0, size); every window is :meth:`side` px.
 
-        A window keeps its core, and past it up to the scene's edge where it reaches one:
-        a window that would start before the scene starts at its edge (origin 0), one that
-        would end past :func:`far_edge` ends there (its origin, the edge less the side, is
-        on the lattice too), so every window that computes a pixel near an edge sees the
-        same there: the model's own padding at the near edge, 0 up to the far edge and the
-        model's padding past it. Windows go in the order of the lattice, from the phase;
-        one whose kept part the ones before it already hold is not run."""
-        margin, side = self.margin, self.side(extent)
+        An area that fits in one window with its context is one window
+        (:meth:`one_window`). Otherwise a window keeps its core, and past it up to the
+        scene's edge where it reaches one: a window that would start before the scene
+        starts at its edge (origin 0), one that would end past :func:`far_edge` ends there
+        (its origin, the edge less the side, is on the lattice too), so every window that
+        computes a pixel near an edge sees the same there: the model's own padding at the
+        near edge, 0 up to the far edge and the model's padding past it. Windows go in the
+        order of the lattice, from the phase; one whose kept part the ones before it
+        already hold is not run."""
+        one = self.one_window(start, size, extent)
+        if one is not None:
+            return [(one[0] - start, 0, size)]
+        margin, side = self.margin, self.side(start, size, extent)
         edge = far_edge(extent)
-        if side == edge:  # the whole scene in one window
-            return [(-start, 0, size)]
         core = side - 2 * margin  # of these windows (self.core: of the window's)
         first = math.floor((start - self.phase - margin) / core) - 1
         last = math.ceil((start + size - self.phase) / core)
