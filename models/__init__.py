@@ -80,15 +80,15 @@ each window's border (``maps/scene/tiles.py``). Add one with each model of the r
 
 WINDOW_BYTES_PER_PX: dict[str, int] = {"resnet18": 950, "resnet50": 1000, "tiny": 650}
 """Registry name -> the memory one 10 m map window through the dense head takes, bytes per
-input px: 1.5x the peak RSS growth of a forward pass measured (one rank, one thread; the
-second call, the model built; psutil and ``ru_maxrss``) at 480-960 px, where it was
-largest per px (2026-11-28: ResNet-50 652 B at 480 px, 553 at 960, 468 at 1,344;
-ResNet-18 629 at 480, 474 at 960; the tiny CNN 419 at 480, 398 at 960: the 19 classes'
-probabilities at every px, their softmax and copy, weigh as much as a small encoder). The
-headroom holds the map's own buffers of a window (the bands read, the stored bytes: ~150
-B a px) and the allocator's rounding. ``maps/scene/tiles.py`` checks and sizes windows
-by it; ``tests/inference/test_pixel_model.py`` measures it again. Add one with each
-model of the registry."""
+input px: the peak RSS (VmHWM, reset before the calls) over the RSS with the model built,
+through two forward passes, one rank, one thread, measured 2026-11-28 at 480-1,344 px and
+taken about 1.7-1.9x over its largest per px (ResNet-50 575 B at 480 px, 459 at 960, 391
+at 1,344; ResNet-18 509 at 480, 383 at 960; the tiny CNN 344 at 480, 322 at 960: the 19
+classes' probabilities at every px, their softmax and copy, weigh as much as a small
+encoder). The headroom holds the map's own buffers of a window (the bands read, the
+stored bytes: ~150 B a px) and the allocator's moods. ``maps/scene/tiles.py`` checks and
+sizes windows by it; ``tests/inference/test_pixel_model.py`` measures it again. Add one
+with each model of the registry."""
 
 
 def available_models() -> list[str]:

@@ -51,11 +51,11 @@ scene without seams. Free of TensorFlow.
   px, 1.50x. A window below the model's :func:`least_window` (the ResNets: 672 px) is
   refused naming it.
 * **Memory.** A window takes the bytes per px its model declares
-  (:data:`bigearthnet.models.WINDOW_BYTES_PER_PX`: 1.5x the peak RSS measured, ResNet-50
-  1,000 B, 3.0 GB at 1,728 px), checked against half the free memory shared by the
+  (:data:`bigearthnet.models.WINDOW_BYTES_PER_PX`: ~1.7-1.9x the peak RSS measured,
+  ResNet-50 1,000 B, 3.0 GB at 1,728 px), checked against half the free memory shared by the
   node's ranks (:func:`window_allowance`) before the scene is read: a window that does
   not fit is refused, naming the largest that does. Until 2026-11-28 the bound was every
-  layer's output summed (ResNet-50 ~843 floats a px, 10.1 GB at 1,728 px): 5-7x what
+  layer's output summed (ResNet-50 ~843 floats a px, 10.1 GB at 1,728 px): 6-9x what
   ResNet-50 takes, and below what the tiny CNN takes (its 19 probabilities a px at full
   size, softmaxed and copied, are not layers' outputs).
 """
