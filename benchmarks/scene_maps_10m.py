@@ -14,9 +14,11 @@ of the process: core-seconds):
   Dynamic World's ~0.017.
 
 The default size, 1,728 px, was two 864 px window cores a side at the old 48 px margin
-(1.23x the pixels computed, as a full tile's). ResNet-50's margin is 288 px now
-(``maps/scene/tiles.py``): its default 1,728 px windows take 2 x 2 here, 4.0x the pixels
-(a 10,980 px tile: 2.48x); not re-measured.
+(1.23x the pixels computed, as a full tile's). ResNet-50's margin is 288 px
+(``maps/scene/tiles.py``), and since 2026-11-28 windows keep their pixels up to the
+scene's edges and the default window is sized to the memory: this scene is one 1,728 px
+window, each pixel computed once (before: 2 x 2 windows, 4.0x; a 10,980 px tile: 5 x 5
+windows of 2,688 px, 1.50x, with 17.9 GB free).
 """
 
 from __future__ import annotations
@@ -100,8 +102,9 @@ def figures(size: int, measured: dict[str, list[dict]]) -> list[Figure]:
         Figure("P12-10m", "core-s per km² of the 10 m map (dense head, default windows) / of "
                "the 600 m map (--stride 60), ResNet-50, 1 rank x 1 thread, the same JPEG 2000 "
                "scene, reading + model + writing", common.paired_ratio(fine, coarse), "x",
-               "<=", 0.3, "the model: ResNet-50's encoder over every pixel 4.0x (its 288 px "
-               "margins, 1,728 px windows) against 4 times at stride 60, plus the decoder",
+               "<=", 0.3, "the model: ResNet-50's encoder over every pixel once (one window: "
+               "the scene fits) against 4 times at stride 60, plus the decoder; reading "
+               "JPEG 2000 and writing the COGs",
                {"size_px": size, "runs": stages}),
         Figure("P12-10m-abs", "core-s per km² of the 10 m map (Dynamic World: ~0.017)",
                fine_abs, "core-s/km2", limited_by=f"{fine_abs / DYNAMIC_WORLD:.1f}x Dynamic "

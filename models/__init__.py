@@ -33,6 +33,7 @@ __all__ = [
     "MODELS",
     "PATCH_HEAD",
     "PIXEL_HEAD",
+    "WINDOW_BYTES_PER_PX",
     "available_models",
     "count_parameters",
     "get_model",
@@ -76,6 +77,18 @@ side: the half-width of its receptive field, the largest over the 32 positions o
 within the encoders' stride (the extent of the input gradient of one pixel's logits;
 ``tests/models/test_models.py`` measures it). A 10 m map discards at least this much of
 each window's border (``maps/scene/tiles.py``). Add one with each model of the registry."""
+
+WINDOW_BYTES_PER_PX: dict[str, int] = {"resnet18": 950, "resnet50": 1000, "tiny": 650}
+"""Registry name -> the memory one 10 m map window through the dense head takes, bytes per
+input px: the peak RSS (VmHWM, reset before the calls) over the RSS with the model built,
+through two forward passes, one rank, one thread, measured 2026-11-28 at 480-1,344 px and
+taken about 1.7-1.9x over its largest per px (ResNet-50 575 B at 480 px, 459 at 960, 391
+at 1,344; ResNet-18 509 at 480, 383 at 960; the tiny CNN 344 at 480, 322 at 960: the 19
+classes' probabilities at every px, their softmax and copy, weigh as much as a small
+encoder). The headroom holds the map's own buffers of a window (the bands read, the
+stored bytes: ~150 B a px) and the allocator's moods. ``maps/scene/tiles.py`` checks and
+sizes windows by it; ``tests/inference/test_pixel_model.py`` measures it again. Add one
+with each model of the registry."""
 
 
 def available_models() -> list[str]:

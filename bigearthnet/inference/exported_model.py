@@ -25,7 +25,7 @@ from bigearthnet.formats.exported import (
     read_export_info,
     weights_files,
 )
-from bigearthnet.inference.pixel_model import PixelModel, rebuilt
+from bigearthnet.inference.pixel_model import PixelModel, Window, rebuilt, window_shape
 from bigearthnet.inference.trained_run import NoDenseHead
 
 
@@ -40,7 +40,7 @@ class ExportedModel:
             raise ExportError(f"{saved}: no saved_model.pb: the export is incomplete")
         self._saved = tf.saved_model.load(str(saved))
         self._serve = self._saved.signatures[SIGNATURE]
-        self._pixel_models: dict[int, PixelModel] = {}
+        self._pixel_models: dict[tuple[int, int], PixelModel] = {}
         outputs = self._serve.structured_outputs
         if outputs[OUTPUT_NAME].shape[-1] != self.num_classes:  # maps name every output so
             raise ExportError(
@@ -96,13 +96,14 @@ class ExportedModel:
         batch = tf.convert_to_tensor(np.asarray(images, dtype=np.uint16))
         return self._serve(**{INPUT_NAME: batch})[OUTPUT_NAME].numpy()
 
-    def pixel_model(self, window: int) -> PixelModel:
-        """The dense head at ``window`` px (:mod:`~bigearthnet.inference.pixel_model`): the
-        registry's model rebuilt, its weights read from the SavedModel's variables (the
-        serving module tracks the Keras model as ``classifier``), the export's
-        normalisation."""
+    def pixel_model(self, window: Window) -> PixelModel:
+        """The dense head at ``window`` px (a side, or (height, width);
+        :mod:`~bigearthnet.inference.pixel_model`): the registry's model rebuilt, its
+        weights read from the SavedModel's variables (the serving module tracks the Keras
+        model as ``classifier``), the export's normalisation."""
         if not self.has_dense_head:
             raise NoDenseHead(f"the model of {self.folder} has no dense head")
+        window = window_shape(window)
         if window not in self._pixel_models:  # built once for a region's scenes
             model = rebuilt(self.info.model, window, self.info.input_shape[-1],
                             self.num_classes, self._restore)  # fmt: skip

@@ -25,30 +25,23 @@ import tensorflow as tf
 from bigearthnet import models
 from bigearthnet.data.normalization import normalize
 
+Window = int | tuple[int, int]  # a window's side, or its (height, width) in px
+
 
 class PixelModel:
-    """``model`` (a registry model with the dense head, built at ``window``) as a map's
-    model: (N, window, window, bands) uint16 -> (N, window, window, 19) float32."""
+    """``model`` (a registry model with the dense head, built at ``window``: a side, or
+    (height, width)) as a map's model: (N, height, width, bands) uint16 -> (N, height,
+    width, 19) float32."""
 
     def __init__(self, model: tf.keras.Model, mean: Sequence[float] | np.ndarray,
-                 std: Sequence[float] | np.ndarray, window: int) -> None:  # fmt: skip
+                 std: Sequence[float] | np.ndarray, window: Window) -> None:  # fmt: skip
         self.name = model.name
-        self.window = window
+        self.shape = window_shape(window)
         self.classes = models.PIXEL_CLASSES
         self._pixels = tf.keras.Model(model.input, model.get_layer(models.PIXEL_HEAD).output)
         self._mean = np.asarray(mean, dtype=np.float32)
         self._std = np.asarray(std, dtype=np.float32)
         self._run = tf.function(self._probabilities, reduce_retracing=True)
-
-    @property
-    def floats_per_px(self) -> float:
-        """The outputs of all its layers per input pixel: an upper bound of the
-        activations TensorFlow holds at once for one window."""
-        total = 0
-        for layer in self._pixels.layers:
-            for output in tf.nest.flatten(layer.output):
-                total += int(np.prod(output.shape[1:]))
-        return total / self.window**2
 
     def _probabilities(self, images: tf.Tensor) -> tf.Tensor:
         x = normalize(images, self._mean, self._std)  # exactly the training normalisation
@@ -58,12 +51,19 @@ class PixelModel:
         return self._run(tf.convert_to_tensor(images)).numpy()
 
 
-def rebuilt(name: str, window: int, channels: int, num_classes: int,
+def window_shape(window: Window) -> tuple[int, int]:
+    """(height, width) of ``window``: a square's side, or (height, width) already."""
+    return (window, window) if isinstance(window, int) else (int(window[0]), int(window[1]))
+
+
+def rebuilt(name: str, window: Window, channels: int, num_classes: int,
             restore: Callable[[tf.keras.Model], None]) -> tf.keras.Model:  # fmt: skip
-    """The registry model ``name`` with the dense head at ``window`` px, its weights set by
-    ``restore``; computed in float32 whatever the process's policy."""
+    """The registry model ``name`` with the dense head at ``window`` px (a side, or
+    (height, width)), its weights set by ``restore``; computed in float32 whatever the
+    process's policy."""
+    height, width = window_shape(window)
     with float32_layers():
-        model = models.get_model(name, (window, window, channels), num_classes, dense_head=True)
+        model = models.get_model(name, (height, width, channels), num_classes, dense_head=True)
     restore(model)
     return model
 

@@ -34,7 +34,13 @@ from bigearthnet.formats.class_map import RUN_DIR_TAG, WEIGHTS_DIGEST
 from bigearthnet.formats.manifest import Manifest, read_manifest
 from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import ShardError
-from bigearthnet.inference.pixel_model import PixelModel, float32_layers, rebuilt
+from bigearthnet.inference.pixel_model import (
+    PixelModel,
+    Window,
+    float32_layers,
+    rebuilt,
+    window_shape,
+)
 from bigearthnet.inference.run_checkpoint import run_checkpoint
 
 log = distributed.log
@@ -56,7 +62,9 @@ class LoadedModel:
     run_dir: Path | None = None  # the folder it was loaded from (config.run_dir: trained in)
     _predict: Any = field(init=False, repr=False)
     _predict_pixels: Any = field(init=False, repr=False)
-    _pixel_models: dict[int, PixelModel] = field(init=False, repr=False, default_factory=dict)
+    _pixel_models: dict[tuple[int, int], PixelModel] = field(
+        init=False, repr=False, default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         # Batches of different sizes (the last one) should not each trace a new graph.
@@ -153,11 +161,12 @@ class LoadedModel:
             return np.zeros((0, self.num_classes), dtype=np.float32)
         return self._predict(tf.convert_to_tensor(images)).numpy()
 
-    def pixel_model(self, window: int) -> PixelModel:
-        """The dense head at ``window`` px (:mod:`.pixel_model`), this model's weights;
-        NoDenseHead for a model without one."""
+    def pixel_model(self, window: Window) -> PixelModel:
+        """The dense head at ``window`` px (a side, or (height, width); :mod:`.pixel_model`),
+        this model's weights; NoDenseHead for a model without one."""
         if not self.has_dense_head:
             raise NoDenseHead(f"the model of {self.run_dir or self.prefix} has no dense head")
+        window = window_shape(window)
         if window not in self._pixel_models:  # built once for a region's scenes
             weights = self.model.get_weights()
             model = rebuilt(self.record.model, window, self.record.input_shape[-1],

@@ -50,16 +50,17 @@ def assemble(
     resampling: str,
     bands: tuple[str, ...] = constants.BANDS,
     out: np.ndarray | None = None,
-    size: int = constants.PATCH_SIZE,
+    size: int | tuple[int, int] = constants.PATCH_SIZE,
 ) -> np.ndarray:
     """(120, 120, len(bands)) uint16, channels in ``bands`` order: S2 10 m bands copied
     bit-exact, 20/60 m upsampled, S1 dB encoded (formats/shards.encode_db).
 
     ``out`` (a row of a block being assembled) is filled in place instead of a new array.
     ``size``: another square of 10 m px (a scene map's large window; its bands' native
-    squares of ``size`` / factor px).
+    squares of ``size`` / factor px), or (height, width) (such a window at a scene's edge).
     """
-    image = np.empty((size, size, len(bands)), dtype=np.uint16) if out is None else out
+    height, width = (size, size) if isinstance(size, int) else size
+    image = np.empty((height, width, len(bands)), dtype=np.uint16) if out is None else out
     for _res, indices in _resolution_groups(bands):
         stack = np.stack([patch.bands[bands[i]] for i in indices])
         image[:, :, indices] = upsample(stack, size, resampling).transpose(1, 2, 0)

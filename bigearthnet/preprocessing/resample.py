@@ -59,21 +59,25 @@ def _keys_cubic(x: np.ndarray, a: float = -0.5) -> np.ndarray:
     return np.where(x <= 1, near, np.where(x < 2, far, 0.0))
 
 
-def upsample(bands: np.ndarray, size: int, method: str = "bilinear") -> np.ndarray:
-    """Resample square bands (k, n, n) of any dtype to (k, size, size) uint16.
+def upsample(
+    bands: np.ndarray, size: int | tuple[int, int], method: str = "bilinear"
+) -> np.ndarray:
+    """Resample bands (k, n, m) of any dtype to (k, size, size) uint16, or (k, height,
+    width) for ``size`` (height, width) (a scene map's window at a scene's edge).
 
     Values are computed in float32, rounded to the nearest integer and clipped to the
     uint16 range (bicubic can overshoot).
     """
-    n_in = bands.shape[-1]
-    if n_in == size:
+    height, width = (size, size) if isinstance(size, int) else size
+    if bands.shape[-2:] == (height, width):
         return bands.astype(np.uint16, copy=False)
-    w = weight_matrix(n_in, size, method)
+    w_rows = weight_matrix(bands.shape[-2], height, method)
+    w_cols = weight_matrix(bands.shape[-1], width, method)
     if method == "nearest":
         # Pure replication: an index gather is exact and avoids float round trips.
-        idx = np.argmax(w, axis=1)
-        return bands[:, idx][:, :, idx].astype(np.uint16, copy=False)
-    out = w @ bands.astype(np.float32) @ w.T  # (size, n) @ (k, n, n) @ (n, size)
+        rows, cols = np.argmax(w_rows, axis=1), np.argmax(w_cols, axis=1)
+        return bands[:, rows][:, :, cols].astype(np.uint16, copy=False)
+    out = w_rows @ bands.astype(np.float32) @ w_cols.T  # (h, n) @ (k, n, m) @ (m, w)
     np.rint(out, out=out)  # in place: these temporaries cost as much as the products
     # Bilinear weights are >= 0 and sum to 1: uint8/uint16 input cannot leave the range.
     # Only bicubic (negative lobes) or other input dtypes need the clip.

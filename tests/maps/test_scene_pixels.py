@@ -24,10 +24,19 @@ from bigearthnet import models
 from bigearthnet.cli.export import main as export_main
 from bigearthnet.cli.map import main as map_main
 from bigearthnet.core import distributed
+from bigearthnet.core.errors import InputError
 from bigearthnet.formats.class_map import NODATA, probabilities_path
 from bigearthnet.maps.scene.input import Scene
-from bigearthnet.maps.scene.pixels import predict_pixels
-from bigearthnet.maps.scene.tiles import LATTICE, Tiling, default_window, margin_for
+from bigearthnet.maps.scene.pixels import predict_pixels, window_shape
+from bigearthnet.maps.scene.tiles import (
+    LATTICE,
+    MAX_WINDOW,
+    Tiling,
+    default_window,
+    far_edge,
+    margin_for,
+    memory_window,
+)
 from bigearthnet.synthetic.scene import PRODUCT, SceneTruth, write_scene
 
 TRUTH = SceneTruth(size=480, block=240, border=24, classes=((0, 8), (11, 16)),
@@ -85,27 +94,53 @@ def _mosaic(parts, height: int, width: int) -> tuple[np.ndarray, np.ndarray]:
     return top, scores.astype(int)
 
 
-def test_a_shifted_tiling_gives_the_same_map(trained_head_run, tif_scene, tmp_path) -> None:
-    """Windows of 192 px and of 288 px shifted by 96: other windows, other seams, the same
-    pixels (module docstring: the tolerance); clouds and the border are nodata."""
+TILINGS = (Tiling(192), Tiling(288, phase=96), Tiling(960))  # the last: one window
+
+
+def _same_map_from_every_tiling(run: Path, scene_path: Path, work: Path) -> np.ndarray:
+    """The top class of ``scene_path`` mapped with each of :data:`TILINGS` (other windows,
+    other seams, the same pixels: the module docstring's tolerance)."""
     from bigearthnet.inference.trained_run import load_model
 
     distributed.init()
-    loaded = load_model(trained_head_run)
+    loaded = load_model(run)
     maps, seams = [], []
-    for i, tiling in enumerate((Tiling(192), Tiling(288, phase=96))):
-        work = tmp_path / str(i)
-        work.mkdir()
-        with Scene(tif_scene, bands=loaded.bands, mask_clouds=True) as scene:
-            made = predict_pixels(scene, loaded.pixel_model(tiling.window), tiling,
-                                  resampling=loaded.resampling, work=work)  # fmt: skip
+    for i, tiling in enumerate(TILINGS):
+        (work / str(i)).mkdir(parents=True)
+        with Scene(scene_path, bands=loaded.bands, mask_clouds=True) as scene:
+            model = loaded.pixel_model(window_shape(scene, tiling))
+            made = predict_pixels(scene, model, tiling, resampling=loaded.resampling,
+                                  work=work / str(i))  # fmt: skip
             maps.append(_mosaic(made.parts, scene.height, scene.width))
         seams.append({part.row for part in made.parts})
-    assert seams[0] != seams[1]
-    _assert_same_map(*maps, "shifted tiling")
-    top = maps[0][0]
+    assert seams[0] != seams[1] and seams[2] == {0}
+    for found, tiling in zip(maps[1:], TILINGS[1:], strict=True):
+        _assert_same_map(maps[0], found, f"tiling of {tiling.window} px, phase {tiling.phase}")
+    return maps[0][0]
+
+
+def test_a_shifted_tiling_gives_the_same_map(trained_head_run, tif_scene, tmp_path) -> None:
+    """Windows of 192 px, of 288 px shifted by 96, and the whole scene in one (a window of
+    960 px, cut to the scene's 480): other windows, other seams, windows that end at the
+    scene's far edge at other places, the same pixels (module docstring: the tolerance);
+    clouds and the border are nodata."""
+    top = _same_map_from_every_tiling(trained_head_run, tif_scene, tmp_path)
     assert top.shape == (480, 480) and top[0, 0] == NODATA and top[120, 360] == NODATA  # cloud
     assert (top != NODATA).mean() > 0.6
+
+
+@pytest.mark.slow  # a scene of its own: ~15 s
+def test_windows_at_a_far_edge_off_the_lattice_give_the_same_map(
+    trained_head_run, tmp_path
+) -> None:
+    """A 474 px scene without a nodata border (its far edge 6 px short of the lattice's
+    480: 0 there, then the model's padding): windows of 192 px, of 288 px shifted by 96,
+    and the whole scene in one window of 480 px (the cores of the first two end at other
+    places, their last windows at 480 like the third's): the same pixels up to the edge."""
+    truth = SceneTruth(size=474, block=237, border=0, classes=((0, 8), (11, 16)))
+    scene = write_scene(tmp_path / "scene", truth, seed=4, layout="tif", difficulty="simple")
+    top = _same_map_from_every_tiling(trained_head_run, scene, tmp_path / "maps")
+    assert top.shape == (474, 474) and (top != NODATA).all()  # up to the far edge
 
 
 @pytest.mark.slow  # four forms, an export, two --bbox maps: ~60 s
@@ -136,6 +171,10 @@ def test_every_form_a_bbox_and_an_export_give_the_same_10m_map(
     _assert_same_map(
         (top, scores), (whole_top[window], whole_scores[:, window[0], window[1]]), "--bbox"
     )
+    # --window 384: the area with its margins (cols 0-384, rows 96-480) is one window
+    one = _map(form_scenes["safe"], tmp_path / "bbox1.tif", *run[:2], "--window", "384",
+               "--bbox", bbox)  # fmt: skip
+    _assert_same_map(one, (top, scores), "--bbox in one window")
     export = tmp_path / "export"
     assert export_main([str(trained_head_run), "--out", str(export)]) == 0
     exported = _map(form_scenes["tif"], tmp_path / "export.tif", "--model", str(export),
@@ -167,22 +206,47 @@ def test_two_ranks_give_the_10m_map_of_one(trained_head_run, tif_scene, tmp_path
 
 @pytest.mark.parametrize("model", models.available_models())
 def test_each_models_default_tiling_keeps_its_context_and_covers_the_area(model) -> None:
-    """At each model's margin and default window, on the lattice and shifted: the cores
-    cover the area, each kept pixel at least the model's context from its window's
-    borders (or the scene's edge); a whole tile computes each pixel at most 2.5 times."""
+    """At each model's margin and default window, on the lattice and shifted, for a whole
+    tile, a part of it, a scene off the lattice and one smaller than the window, a --bbox
+    area that fits in one window with its context: the kept parts cover the area, every
+    window on the lattice and of the same size, each kept pixel at least the model's
+    margin from its window's borders, or its window at the scene's edge (the far edge:
+    the scene's extent rounded up to the lattice); a scene or an area that fits in the
+    window with its context is one window; a whole tile computes each pixel at most 2.25
+    times (the ResNets: 10 windows of 1,632 px a side, 2.21x)."""
     margin = margin_for(model)
     assert margin >= models.DENSE_CONTEXT[model] and margin % (LATTICE // 2) == 0
     window = default_window(margin)
-    for phase, (start, size) in itertools.product((0, LATTICE), ((0, 10980), (960, 1728))):
-        found = Tiling(window, phase=phase, margin=margin).windows(start, size)
-        assert found[0][1] == 0 and found[-1][2] == size
+    areas = ((0, 10980, 10980), (960, 1728, 10980), (0, 1830, 1830), (0, 1728, 1728),
+             (600, 1230, 1830), (0, 444, 444))  # fmt: skip
+    for phase, (start, size, extent) in itertools.product((0, LATTICE), areas):
+        tiling = Tiling(window, phase=phase, margin=margin)
+        side, edge = tiling.side(start, size, extent), far_edge(extent)
+        found = tiling.windows(start, size, extent)
+        assert found[0][1] == 0 and found[-1][2] == size and side <= window
         assert all(a[2] == b[1] for a, b in zip(found, found[1:], strict=False))
         for origin, begin, end in found:
-            assert (start + origin) % LATTICE == 0
+            assert (start + origin) % LATTICE == 0 and 0 <= start + origin <= edge - side
             assert start + origin == 0 or begin - origin >= margin
-            assert origin + window - end >= margin
-        if (phase, size) == (0, 10980):  # the maps' tiling, a whole tile
-            assert (len(found) * window / size) ** 2 <= 2.5
+            assert start + origin + side == edge or origin + side - end >= margin
+        if edge <= window or (start, size, margin) == (600, 1230, 288):  # one window fits
+            assert len(found) == 1 and tiling.one_window(start, size, extent) is not None
+        if (phase, start, size) == (0, 0, 10980):  # the maps' tiling, a whole tile
+            assert (len(found) * side / size) ** 2 <= 2.25
+
+
+def test_the_default_window_is_the_largest_that_fits_and_no_larger_than_the_scene() -> None:
+    """Sized to the memory (the bytes a px each model declares), up to MAX_WINDOW, on the
+    lattice; the windows of a scene no larger than it are the scene's far edges."""
+    assert memory_window("resnet50", 8.95e9) == 2976  # 17.9 GB free, one rank
+    assert memory_window("resnet50", 1e12) == MAX_WINDOW == memory_window("tiny", 1e12)
+    assert memory_window("resnet50", 1000 * 700**2) == 672  # its least window
+    with pytest.raises(InputError, match="least window of resnet50, 672 px"):
+        memory_window("resnet50", 1000 * 660**2)
+    tiling = Tiling(memory_window("resnet50", 8.95e9), margin=margin_for("resnet50"))
+    sides = [tiling.side(0, extent, extent) for extent in (1728, 1830, 10980)]
+    assert sides == [1728, 1920, 2688]
+    assert tiling.side(5000, 1500, 10980) == 2112  # a --bbox area: one window, its context
 
 
 RESNET_BEYOND = 96  # the scene around the cut window on every side, on the lattice

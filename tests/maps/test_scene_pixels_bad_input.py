@@ -1,6 +1,7 @@
 """Bad inputs of 10 m scene maps (issue 50): a window that is no window, or that does not fit
-in memory; a 10 m map asked of a classifier-only model; both kinds of map at once; a region
-rerun into the same --out after the model's head changed."""
+in memory (given, or the default sized to the memory); a 10 m map asked of a
+classifier-only model; both kinds of map at once; a region rerun into the same --out after
+the model's head changed."""
 
 from __future__ import annotations
 
@@ -74,6 +75,26 @@ def test_a_window_that_does_not_fit_in_memory_is_refused_before_reading(
     assert "--window 960000" in line and "GB" in line and "take --window" in line, line
     bad_input_row("a `--window` that does not fit in memory", "bigearthnet-map scene", code,
                   "refused before the scene is read, naming a window that fits")  # fmt: skip
+
+
+def test_a_machine_without_memory_for_the_least_window_is_refused_before_reading(
+    scene, trained_head_run, tmp_path, monkeypatch, reported_errors, bad_input_row
+) -> None:
+    """Without --window the window is the largest that fits in memory; where not even the
+    model's least window fits, one line says so before the scene is read. The free memory
+    is the one thing faked (psutil's reading, 10 MB): a machine that short cannot run
+    the test itself."""
+    import psutil
+
+    real = psutil.virtual_memory()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(available=10_000_000))
+    code = _scene_map(scene, trained_head_run, tmp_path / "m.tif")
+    assert code == 2 and not list(tmp_path.iterdir())
+    line = reported_errors()[-1]
+    assert "--window" in line and "tiny" in line and "192 px" in line, line
+    bad_input_row("no `--window`, and not even the model's least window fits in memory",
+                  "bigearthnet-map scene", code,
+                  "refused before the scene is read, one line")  # fmt: skip
 
 
 def test_a_10m_map_of_a_classifier_only_model_is_refused(

@@ -78,7 +78,8 @@ def parse_bbox(text: str) -> tuple[float, float, float, float]:
 
 class Scene:
     """The Sentinel-2 ``bands`` of a scene (optionally a bbox of it), open for reading by
-    strips. ``height`` and ``width`` are 10 m px of the area read, ``transform`` its grid.
+    strips. ``height`` and ``width`` are 10 m px of the area read, ``transform`` its grid,
+    ``extent`` the whole scene's (height, width).
     ``scene``: identified (:func:`~bigearthnet.maps.inputs.identify`), or a path to
     identify."""
 
@@ -107,6 +108,7 @@ class Scene:
             self.scl = self.source.scl
             self.crs = reference.crs
             self.row0, self.col0, self.height, self.width = self._area(bbox, reference)
+            self.extent = (reference.height, reference.width)  # the whole scene's, 10 m px
             self.transform = reference.transform @ Affine.translation(self.col0, self.row0)
             if self.height < WINDOW or self.width < WINDOW:
                 raise SceneError(

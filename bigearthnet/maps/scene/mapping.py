@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,10 +20,17 @@ from bigearthnet.maps.scene.output import write_scene_map
 from bigearthnet.maps.scene.pixels import (
     predict_pixels,
     remove_work,
+    scene_windows,
+    window_shape,
     work_folder,
     write_pixel_map,
 )
-from bigearthnet.maps.scene.tiles import Tiling, check_window_memory, least_window
+from bigearthnet.maps.scene.tiles import (
+    Tiling,
+    check_window_memory,
+    memory_window,
+    window_allowance,
+)
 from bigearthnet.maps.scene.windows import StageTimes, predict_scene, window_origins
 
 if TYPE_CHECKING:
@@ -86,7 +94,8 @@ def map_scene(form: SceneForm, out: Path, opts: SceneMapOptions, loaded: Predict
             f"{source}: its model takes {constants.describe_bands(bands)}; "
             "scene maps read Sentinel-2 scenes only (a Sentinel-1 scene map is out of scope)"
         )
-    pixel_model = pixel_model_for(loaded, kind) if kind.pixels else None
+    if kind.pixels:  # the window, fitting in memory (a scene's are no larger): first
+        kind = sized_kind(loaded, kind)
     scene = Scene(form, bbox=opts.bbox, band_order=opts.band_order, bands=bands,
                   mask_clouds=opts.mask_clouds, boa_offset=opts.boa_offset)  # fmt: skip
     method = opts.resampling or loaded.resampling  # as the model's training data was
@@ -97,8 +106,10 @@ def map_scene(form: SceneForm, out: Path, opts: SceneMapOptions, loaded: Predict
     if scene.radiometry.disputed and distributed.is_root():
         log.warning("%s: %s", form.ref, dispute(scene.radiometry.tags()))
     try:
-        if pixel_model is not None:
-            summary = _map_pixels(scene, out, opts, pixel_model, kind, method, tags, classes)
+        if kind.pixels:
+            tiling = Tiling(kind.window, margin=kind.margin)
+            pixel_model = loaded.pixel_model(window_shape(scene, tiling))
+            summary = _map_pixels(scene, out, opts, pixel_model, tiling, method, tags, classes)
         else:
             summary = _map_cells(scene, out, opts, loaded, kind, method, tags)
         if distributed.is_root():
@@ -116,23 +127,37 @@ def map_scene(form: SceneForm, out: Path, opts: SceneMapOptions, loaded: Predict
 
 
 def pixel_model_for(loaded: Predictor, kind: MapKind) -> PixelModel:
-    """The dense head at the map's window, once its activations are known to fit in half
-    the free memory (InputError naming ``--window`` otherwise: never an out-of-memory
-    kill halfway through a scene)."""
+    """The dense head at the map's ``--window`` (or its model's default), once the window
+    is known to fit in memory (:func:`~.tiles.check_window_memory`; InputError naming
+    ``--window`` otherwise: never an out-of-memory kill halfway through a scene)."""
+    check_window_memory(kind.window, loaded.provenance["model"], _allowance())
+    return loaded.pixel_model(kind.window)
+
+
+def sized_kind(loaded: Predictor, kind: MapKind) -> MapKind:
+    """Collective: ``kind`` with the window a scene map runs: ``--window`` once it is known
+    to fit in memory (as :func:`pixel_model_for`), else the largest that fits
+    (:func:`~.tiles.memory_window`); a scene's windows are no larger
+    (:func:`.pixels.window_shape`). The ranks take the least allowance of them all: one
+    window, one tiling, one verdict on every rank."""
+    model = loaded.provenance["model"]
+    allowance = min(distributed.allgather_object(_allowance(), "scene_map_window_allowance"))
+    if kind.window_given:
+        check_window_memory(kind.window, model, allowance)
+        return kind
+    return replace(kind, window=memory_window(model, allowance))
+
+
+def _allowance() -> float:
     import psutil
 
-    model = loaded.pixel_model(kind.window)
-    check_window_memory(kind.window, model.floats_per_px, psutil.virtual_memory().available,
-                        model.name, least_window(kind.margin))  # fmt: skip
-    return model
+    return window_allowance(psutil.virtual_memory().available, distributed.local_size())
 
 
 def _map_pixels(scene: Scene, out: Path, opts: SceneMapOptions, model: PixelModel,
-                kind: MapKind, method: str, tags: dict, classes: list[str]) -> dict:  # fmt: skip
+                tiling: Tiling, method: str, tags: dict, classes: list[str]) -> dict:  # fmt: skip
     """The 10 m map (:mod:`.pixels`): part files by all ranks, the map by rank 0."""
-    tiling = Tiling(kind.window, margin=kind.margin)
-    rows = tiling.windows(scene.row0, scene.height)
-    cols = tiling.windows(scene.col0, scene.width)
+    rows, cols = scene_windows(scene, tiling)
     total = len(rows[distributed.rank() :: distributed.size()]) * len(cols)
     times = StageTimes()
     work = work_folder(out)

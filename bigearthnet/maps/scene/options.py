@@ -14,6 +14,7 @@ from bigearthnet.maps.scene.input import WINDOW, band_list, parse_bbox
 from bigearthnet.maps.scene.tiles import (
     DEFAULT_WINDOW,
     LATTICE,
+    MAX_WINDOW,
     default_window,
     margin_for,
     require_window,
@@ -36,6 +37,7 @@ class MapKind:
     stride: int | None
     window: int = DEFAULT_WINDOW
     margin: int = 0
+    window_given: bool = False  # --window; else the largest that fits (mapping.sized_kind)
 
     @property
     def pixels(self) -> bool:
@@ -67,7 +69,8 @@ def map_kind(opts: SceneMapping, has_dense_head: bool, source: object, model: st
     """The map ``opts`` ask of the registry model ``model`` (``source``: its folder, for
     messages): 10 m from the dense head unless ``--stride`` asks for the classifier's cell
     map, at the model's margin and ``--window`` (default: the margin's,
-    :func:`~.tiles.default_window`; one too small for the margin: InputError naming it); a
+    :func:`~.tiles.default_window`, until the map sizes it to the memory:
+    :func:`~.mapping.sized_kind`; one too small for the margin: InputError naming it); a
     model without the dense head makes cell maps, and refuses ``--window`` (InputError)."""
     if opts.stride is not None:
         if opts.window is not None:
@@ -78,7 +81,7 @@ def map_kind(opts: SceneMapping, has_dense_head: bool, source: object, model: st
         margin = margin_for(model)
         if opts.window is None:
             return MapKind(None, default_window(margin), margin)
-        return MapKind(None, require_window_for(opts.window, model), margin)
+        return MapKind(None, require_window_for(opts.window, model), margin, window_given=True)
     if opts.window is not None:
         raise InputError(
             f"--window {opts.window}: the model of {source} has no dense head, so it makes no "
@@ -102,8 +105,9 @@ class SceneMapping:
         None, f"10 m maps (a model with the dense head): the square window run through the "
         f"model at once, a multiple of {LATTICE} px; its border is discarded, as wide as "
         f"the model's context (tiny: {margin_for('tiny')} px, the ResNets: "
-        f"{margin_for('resnet50')}); default {DEFAULT_WINDOW}, for the ResNets "
-        f"{default_window(margin_for('resnet50'))}; memory grows with its square",
+        f"{margin_for('resnet50')}); default: the largest that fits in half the free "
+        f"memory, up to {MAX_WINDOW} px and no larger than the scene needs; memory grows "
+        f"with its square",
         check=require_window, metavar="PX",
     )  # fmt: skip
     batch_size: int = option(64, "windows per model call", check=require_positive_int,

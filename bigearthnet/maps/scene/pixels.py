@@ -62,8 +62,8 @@ def predict_pixels(
     parts and counts of all ranks, on all ranks."""
     from rasterio.windows import Window
 
-    rows = tiling.windows(scene.row0, scene.height)
-    cols = tiling.windows(scene.col0, scene.width)
+    rows, cols = scene_windows(scene, tiling)
+    shape = window_shape(scene, tiling)
     times = StageTimes() if times is None else times
     classes = model.classes
     counts = np.zeros(classes + 1)
@@ -77,8 +77,8 @@ def predict_pixels(
                        NODATA) as dst:  # fmt: skip
             for col, left, right in cols:
                 keep = (slice(top - row, bottom - row), slice(left - col, right - col))
-                bands, ran = _window(scene, model, tiling.window, (row, col), keep,
-                                     resampling, times)  # fmt: skip
+                bands, ran = _window(scene, model, shape, (row, col), keep, resampling,
+                                     times)  # fmt: skip
                 windows += ran
                 counts += np.bincount(bands[0].ravel(), minlength=NODATA + 1)[
                     [*range(classes), NODATA]
@@ -93,14 +93,28 @@ def predict_pixels(
     return PixelMap(everything, counts[:-1].astype(np.int64), int(counts[-1]))
 
 
-def _window(scene: Scene, model: PixelModel, size: int, origin: tuple[int, int],
+def scene_windows(scene: Scene, tiling: Tiling) -> tuple[list, list]:
+    """The windows of ``tiling`` along the area's rows and columns
+    (:meth:`Tiling.windows`: at the whole scene's edges they keep up to the edge)."""
+    return (tiling.windows(scene.row0, scene.height, scene.extent[0]),
+            tiling.windows(scene.col0, scene.width, scene.extent[1]))  # fmt: skip
+
+
+def window_shape(scene: Scene, tiling: Tiling) -> tuple[int, int]:
+    """(height, width) of every window of ``tiling`` on ``scene`` (:meth:`Tiling.side`)."""
+    return (tiling.side(scene.row0, scene.height, scene.extent[0]),
+            tiling.side(scene.col0, scene.width, scene.extent[1]))  # fmt: skip
+
+
+def _window(scene: Scene, model: PixelModel, size: tuple[int, int], origin: tuple[int, int],
             keep: tuple[slice, slice], resampling: str,
             times: StageTimes) -> tuple[np.ndarray, int]:  # fmt: skip
-    """(1 + C, rows, cols) uint8 of the ``keep`` part of the window of ``size`` px at
+    """(1 + C, rows, cols) uint8 of the ``keep`` part of the window of ``size`` (height,
+    width) px at
     ``origin`` (top class, then the stored probabilities; NODATA where no usable data),
     and 1 if the model ran."""
     started = time.perf_counter()
-    rect = scene.rect(*origin, size, size)
+    rect = scene.rect(*origin, *size)
     invalid = rect.invalid[keep]
     if invalid.all():
         times.read += time.perf_counter() - started
