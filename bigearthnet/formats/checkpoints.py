@@ -10,8 +10,8 @@ pointer moved.
 
 A checkpoint is a ``tf.train.Checkpoint`` of the model and the optimizer (slots, iteration
 count - hence the LR schedule position). The pointer carries where training stood
-(:class:`Position`) and what ``evaluate.py`` needs to rebuild the model: its name, class
-count, input shape and whether it has the dense head, and
+(:class:`~bigearthnet.formats.position.Position`) and what ``evaluate.py`` needs to rebuild
+the model: its name, class count, input shape and whether it has the dense head, and
 (:class:`~bigearthnet.formats.model_inputs.ModelInputs`) the channels, normalisation,
 resampling and classes it was trained with, so a run predicts the same after its training
 data is gone.
@@ -35,6 +35,7 @@ from bigearthnet.core.swap import replace_folder, restore_aside
 from bigearthnet.core.util import atomic_write_json, first_line, fsync_tree, sha256_file
 from bigearthnet.formats import run_folder
 from bigearthnet.formats.model_inputs import ModelInputs
+from bigearthnet.formats.position import Position
 
 CKPT_DIR = run_folder.CHECKPOINTS
 TAGS = ("latest", "best")
@@ -63,45 +64,6 @@ class CheckpointWriteError(RunFailed):
 
 
 ORDERS = ("partition", "global")  # how the epoch was cut: fixed-size ranks' parts, elastic order
-
-
-@dataclass(frozen=True)
-class Position:
-    """Where training stands: the epoch it is in (= epochs completed) and, inside it, the
-    steps taken, the samples consumed over all ranks and their losses (so a resumed epoch
-    reports its whole mean). The replica's driver, the checkpoint and the elastic state all
-    carry this one record."""
-
-    epoch: int = 0
-    step: int = 0
-    consumed: int = 0
-    loss_sum: float = 0.0
-    loss_steps: int = 0
-
-    @property
-    def mid_epoch(self) -> bool:
-        return self.step > 0 or self.consumed > 0
-
-    @property
-    def mean_loss(self) -> float:
-        return self.loss_sum / self.loss_steps if self.loss_steps else float("nan")
-
-    def after_step(self, *, taken: int, loss: float) -> Position:
-        """The position after one more step of ``taken`` samples (over all ranks)."""
-        return dataclasses.replace(
-            self,
-            step=self.step + 1,
-            consumed=self.consumed + taken,
-            loss_sum=self.loss_sum + loss,
-            loss_steps=self.loss_steps + 1,
-        )
-
-    def epoch_start(self) -> Position:
-        """The start of this position's epoch (a position that cannot be mapped)."""
-        return Position(epoch=self.epoch)
-
-    def next_epoch(self) -> Position:
-        return Position(epoch=self.epoch + 1)
 
 
 @dataclass(frozen=True)
@@ -160,7 +122,7 @@ class CheckpointRecord:
     def from_json(cls, raw: dict) -> CheckpointRecord:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in raw.items() if k in known}
-        values["position"] = _position_of(raw)
+        values["position"] = Position.from_record(raw)
         if raw.get("elastic"):
             values["order"] = "global"
         if raw.get("input_shape"):
@@ -170,19 +132,6 @@ class CheckpointRecord:
         if raw.get("inputs") is not None:
             values["inputs"] = ModelInputs.from_json(raw["inputs"])
         return cls(**values)
-
-
-def _position_of(raw: dict) -> Position:
-    """The record's position; pointers of elastic runs written before Position (theirs in
-    ``elastic``) still resume."""
-    elastic = raw.get("elastic") or {}
-    return Position(
-        epoch=int(raw.get("epoch", 0)),
-        step=int(elastic.get("batch", raw.get("step") or 0)),
-        consumed=int(elastic.get("consumed", raw.get("consumed") or 0)),
-        loss_sum=float(elastic.get("loss_sum", raw.get("loss_sum") or 0.0)),
-        loss_steps=int(elastic.get("loss_steps", raw.get("loss_steps") or 0)),
-    )
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:

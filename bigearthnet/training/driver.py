@@ -1,7 +1,7 @@
 """The one epoch driver: the loop over epochs that fixed-size and elastic training both run.
 
 Given a replica, an epoch source (:mod:`bigearthnet.training.sources`: the rank partition,
-or the elastic global order) and a :class:`~bigearthnet.formats.checkpoints.Position`, it
+or the elastic global order) and a :class:`~bigearthnet.formats.position.Position`, it
 runs epochs of :func:`~bigearthnet.training.loop.train_epoch` and
 :class:`~bigearthnet.training.epoch_end.EpochEnd` until ``--epochs``, ``--target-f1`` or
 ``--early-stopping-patience`` or stop votes end it. Per epoch:
@@ -29,8 +29,8 @@ from bigearthnet.core import distributed
 from bigearthnet.core.config import TrainConfig
 from bigearthnet.core.errors import RequeueRequested
 from bigearthnet.core.progress import progress_bar
-from bigearthnet.formats.checkpoints import Position
 from bigearthnet.formats.history import HistoryRow
+from bigearthnet.formats.position import Position
 from bigearthnet.formats.run_status import RunStatus
 from bigearthnet.training.epoch_end import EpochEnd
 from bigearthnet.training.loop import EpochOutcome, train_epoch

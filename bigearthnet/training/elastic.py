@@ -10,7 +10,7 @@ fed by the global order (:class:`~bigearthnet.training.sources.GlobalOrderSource
 module adds
 
 * **the state** Horovod keeps: model, optimizer, the :class:`~bigearthnet.formats.
-  checkpoints.Position` and the noise monitor's averages, committed every
+  position.Position` and the noise monitor's averages, committed every
   ``--commit-every`` steps and at each epoch end (the driver's hooks). A lost worker rolls
   every survivor back to the last commit; a new worker receives the state by broadcast;
 * **the LR for the new size**: the schedule is rebuilt (peak LR = base LR x size, warm-up in
@@ -36,10 +36,10 @@ from bigearthnet.core.config import TrainConfig
 from bigearthnet.core.dense_head import with_pixel_head
 from bigearthnet.core.errors import InputError
 from bigearthnet.core.util import first_line
-from bigearthnet.formats.checkpoints import Position
 from bigearthnet.formats.history import HistoryRow
 from bigearthnet.formats.manifest import read_manifest
 from bigearthnet.formats.model_inputs import ModelInputs
+from bigearthnet.formats.position import Position
 from bigearthnet.training.driver import EpochDriver, RunHooks
 from bigearthnet.training.initial import keep_start
 from bigearthnet.training.outputs import RunOutputs

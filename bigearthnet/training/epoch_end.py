@@ -16,8 +16,9 @@ import numpy as np
 from bigearthnet.core import distributed
 from bigearthnet.core.config import TrainConfig
 from bigearthnet.core.errors import RunFailed
-from bigearthnet.formats.checkpoints import CheckpointRecord, CheckpointWriteError, Position
+from bigearthnet.formats.checkpoints import CheckpointRecord, CheckpointWriteError
 from bigearthnet.formats.history import HistoryRow
+from bigearthnet.formats.position import Position
 from bigearthnet.training.efficiency import efficiency_line, efficiency_report
 from bigearthnet.training.gns import noise_report, verdict
 from bigearthnet.training.loop import EpochOutcome, Validation, validate

@@ -2,7 +2,7 @@
 (:mod:`bigearthnet.training.driver`) runs for fixed-size and elastic training alike.
 
 :func:`train_epoch` trains on the batches an epoch source yields, from a
-:class:`~bigearthnet.formats.checkpoints.Position`, and advances it step by step; the
+:class:`~bigearthnet.formats.position.Position`, and advances it step by step; the
 timing, the finite-loss check, the stop vote and the augmentation seed live here once.
 ``after_step`` sees every new position (elastic training commits its state there).
 """
@@ -25,7 +25,7 @@ from bigearthnet.data.batching import StepBatch
 from bigearthnet.data.rank_data import Batch
 from bigearthnet.evaluation import metrics
 from bigearthnet.evaluation.pixel_metrics import PixelScores, pixel_scores
-from bigearthnet.formats.checkpoints import Position
+from bigearthnet.formats.position import Position
 from bigearthnet.training.replica import Replica, StepResult
 
 log = distributed.log

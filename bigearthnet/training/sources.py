@@ -27,8 +27,9 @@ from bigearthnet.data.batching import GlobalOrder, RankPartition, StepBatch, val
 from bigearthnet.data.cache import choose_rank_cache
 from bigearthnet.data.loader import loader_threads
 from bigearthnet.data.rank_data import Batch, RankData
-from bigearthnet.formats.checkpoints import CheckpointRecord, Position
+from bigearthnet.formats.checkpoints import CheckpointRecord
 from bigearthnet.formats.manifest import Manifest
+from bigearthnet.formats.position import Position
 from bigearthnet.formats.shards import ShardError
 from bigearthnet.training.precise_bn import per_rank, sample_positions
 

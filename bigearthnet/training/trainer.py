@@ -6,7 +6,7 @@ step (:mod:`bigearthnet.training.replica`), the epochs run by the one epoch driv
 
 A run folder with checkpoints resumes: rank 0 restores the newest readable checkpoint,
 every rank receives its weights by broadcast and its :class:`~bigearthnet.formats.
-checkpoints.Position` (epoch, step, losses so far), so model, optimizer (the LR schedule
+position.Position` (epoch, step, losses so far), so model, optimizer (the LR schedule
 position), epoch, step and history all continue. A stop requested by Slurm's warning is
 voted on in the step's allreduce: every rank stops after the same step, rank 0 checkpoints,
 and :class:`~bigearthnet.core.errors.RequeueRequested` tells the command to exit 3.
@@ -23,9 +23,10 @@ from bigearthnet.core.config import TrainConfig
 from bigearthnet.core.dense_head import with_pixel_head
 from bigearthnet.core.errors import InputError
 from bigearthnet.data.normalization import model_inputs
-from bigearthnet.formats.checkpoints import CheckpointRecord, Position
+from bigearthnet.formats.checkpoints import CheckpointRecord
 from bigearthnet.formats.history import HistoryRow
 from bigearthnet.formats.manifest import Manifest, read_manifest
+from bigearthnet.formats.position import Position
 from bigearthnet.training.driver import EpochDriver
 from bigearthnet.training.initial import initial_weights, keep_start
 from bigearthnet.training.outputs import RunOutputs

@@ -12,7 +12,8 @@ import pytest
 from helpers import Killed, kill_swap_at
 
 from bigearthnet.formats import checkpoints
-from bigearthnet.formats.checkpoints import CheckpointError, CheckpointRecord, Position
+from bigearthnet.formats.checkpoints import CheckpointError, CheckpointRecord
+from bigearthnet.formats.position import Position
 
 
 def _save(run: Path, value: float) -> None:

@@ -14,8 +14,9 @@ import pytest
 from helpers import REPO, elastic_command, train_argv
 
 import train
-from bigearthnet.formats.checkpoints import CheckpointRecord, Position
+from bigearthnet.formats.checkpoints import CheckpointRecord
 from bigearthnet.formats.history import read_history
+from bigearthnet.formats.position import Position
 from bigearthnet.formats.run_status import read_status
 
 TARGET = 0.3  # the tiny model passes it within a few epochs on the synthetic archive
