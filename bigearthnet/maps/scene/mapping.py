@@ -34,7 +34,7 @@ from bigearthnet.maps.scene.tiles import (
 from bigearthnet.maps.scene.windows import StageTimes, predict_scene, window_origins
 
 if TYPE_CHECKING:
-    from bigearthnet.inference.pixel_model import PixelModel
+    from bigearthnet.inference.pixel_model import PixelRunner
     from bigearthnet.inference.predictor import Predictor
     from bigearthnet.maps.inputs import SceneForm
 
@@ -159,7 +159,7 @@ def _allowance() -> float:
     return window_allowance(psutil.virtual_memory().available, distributed.local_size())
 
 
-def _map_pixels(scene: Scene, out: Path, opts: SceneMapOptions, model: PixelModel,
+def _map_pixels(scene: Scene, out: Path, opts: SceneMapOptions, model: PixelRunner,
                 tiling: Tiling, method: str, tags: dict, classes: list[str]) -> dict:  # fmt: skip
     """The 10 m map (:mod:`.pixels`): part files by all ranks, the map by rank 0."""
     rows, cols = scene_windows(scene, tiling)
