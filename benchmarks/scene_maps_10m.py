@@ -3,7 +3,9 @@
 One ResNet-50 with the dense head (trained one epoch on the benchmark's v2 shards: the
 weights do not change the cost), one synthetic L2A product (``--size`` px square, JPEG 2000
 bands, the project's scene generator), one rank with one TensorFlow thread. In one worker
-process, after a warm-up of each (the model rebuilt at the window, graphs traced), the
+process, after a warm-up of each (the model rebuilt at the window, graphs traced; the 10 m
+map's pixel model converted to ONNX there unless ``$BIGEARTHNET_CACHE`` already holds it:
+~28 s once, outside the pairs, ``inference/onnx_pixels.py``), the
 two maps are made alternately, each through ``map_scene`` whole (reading, the model,
 writing the COGs and companions), and each is timed in process CPU seconds (every thread
 of the process: core-seconds):

@@ -47,6 +47,15 @@ def reported_errors(capsys, rank_log):
     return lines
 
 
+@pytest.fixture(scope="session", autouse=True)
+def onnx_cache(tmp_path_factory) -> Path:
+    """The session's own cache of converted pixel models (bigearthnet/inference/
+    onnx_pixels.py): no test writes to the home folder, none reuses another run's."""
+    folder = tmp_path_factory.mktemp("cache")
+    os.environ["BIGEARTHNET_CACHE"] = str(folder)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     path = _shared_dir()

@@ -25,7 +25,14 @@ from bigearthnet.formats.exported import (
     read_export_info,
     weights_files,
 )
-from bigearthnet.inference.pixel_model import PixelModel, Window, rebuilt, window_shape
+from bigearthnet.inference.onnx_pixels import fastest
+from bigearthnet.inference.pixel_model import (
+    PixelModel,
+    PixelRunner,
+    Window,
+    rebuilt,
+    window_shape,
+)
 from bigearthnet.inference.trained_run import NoDenseHead
 
 
@@ -40,7 +47,7 @@ class ExportedModel:
             raise ExportError(f"{saved}: no saved_model.pb: the export is incomplete")
         self._saved = tf.saved_model.load(str(saved))
         self._serve = self._saved.signatures[SIGNATURE]
-        self._pixel_models: dict[tuple[int, int], PixelModel] = {}
+        self._pixel_models: dict[tuple[int, int], PixelRunner] = {}
         outputs = self._serve.structured_outputs
         if outputs[OUTPUT_NAME].shape[-1] != self.num_classes:  # maps name every output so
             raise ExportError(
@@ -96,7 +103,7 @@ class ExportedModel:
         batch = tf.convert_to_tensor(np.asarray(images, dtype=np.uint16))
         return self._serve(**{INPUT_NAME: batch})[OUTPUT_NAME].numpy()
 
-    def pixel_model(self, window: Window) -> PixelModel:
+    def pixel_model(self, window: Window) -> PixelRunner:
         """The dense head at ``window`` px (a side, or (height, width);
         :mod:`~bigearthnet.inference.pixel_model`): the registry's model rebuilt, its
         weights read from the SavedModel's variables (the serving module tracks the Keras
@@ -107,8 +114,8 @@ class ExportedModel:
         if window not in self._pixel_models:  # built once for a region's scenes
             model = rebuilt(self.info.model, window, self.info.input_shape[-1],
                             self.num_classes, self._restore)  # fmt: skip
-            self._pixel_models[window] = PixelModel(model, self.info.band_mean,
-                                                    self.info.band_std, window)  # fmt: skip
+            tf_model = PixelModel(model, self.info.band_mean, self.info.band_std, window)
+            self._pixel_models[window] = fastest(tf_model, self.provenance)
         return self._pixel_models[window]
 
     def _restore(self, model: tf.keras.Model) -> None:

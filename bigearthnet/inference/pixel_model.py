@@ -8,16 +8,15 @@ copied from the run's model (``set_weights``: layer by layer, whatever the input
 read from an export's SavedModel variables (the export's module tracks the Keras model as
 ``classifier``). Only the per-pixel output is computed.
 
-TensorFlow runs it from exports too: on this CPU (2 cores, AVX-512) onnxruntime 1.17 took
-0.48 s for a 480 px ResNet-50 window against TensorFlow's 0.35 s (tf2onnx conversion at the
-window's size: 23 s more), so onnxruntime is not used for 10 m maps (docs/maps.md, 10 m
-against 600 m).
+A map runs it in onnxruntime where it can (:mod:`~bigearthnet.inference.onnx_pixels`:
+converted once per window shape and cached), this TensorFlow model otherwise.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -26,6 +25,18 @@ from bigearthnet import models
 from bigearthnet.data.normalization import normalize
 
 Window = int | tuple[int, int]  # a window's side, or its (height, width) in px
+
+
+class PixelRunner(Protocol):
+    """What a map needs of a pixel model, whichever runtime computes it (TensorFlow:
+    :class:`PixelModel`; onnxruntime: :class:`~.onnx_pixels.OnnxPixelModel`): (N, height,
+    width, bands) uint16 -> (N, height, width, ``classes``) float32 probabilities."""
+
+    name: str
+    shape: tuple[int, int]
+    classes: int
+
+    def __call__(self, images: np.ndarray) -> np.ndarray: ...
 
 
 class PixelModel:
@@ -38,17 +49,23 @@ class PixelModel:
         self.name = model.name
         self.shape = window_shape(window)
         self.classes = models.PIXEL_CLASSES
+        self.channels = int(model.input.shape[-1])
         self._pixels = tf.keras.Model(model.input, model.get_layer(models.PIXEL_HEAD).output)
-        self._mean = np.asarray(mean, dtype=np.float32)
-        self._std = np.asarray(std, dtype=np.float32)
+        self.mean = np.asarray(mean, dtype=np.float32)
+        self.std = np.asarray(std, dtype=np.float32)
         self._run = tf.function(self._probabilities, reduce_retracing=True)
 
     def _probabilities(self, images: tf.Tensor) -> tf.Tensor:
-        x = normalize(images, self._mean, self._std)  # exactly the training normalisation
+        x = normalize(images, self.mean, self.std)  # exactly the training normalisation
         return tf.nn.softmax(tf.cast(self._pixels(x, training=False), tf.float32))
 
     def __call__(self, images: np.ndarray) -> np.ndarray:
         return self._run(tf.convert_to_tensor(images)).numpy()
+
+    def function(self) -> tf.types.experimental.GenericFunction:
+        """The whole computation at this window's shape (any batch), for a converter."""
+        spec = tf.TensorSpec((None, *self.shape, self.channels), tf.uint16, name="images")
+        return tf.function(self._probabilities, input_signature=[spec])
 
 
 def window_shape(window: Window) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from bigearthnet.formats.exported import read_export_info
 from bigearthnet.inference.run_checkpoint import RunCheckpoint, run_checkpoint
 
 if TYPE_CHECKING:  # TensorFlow: the options here answer --help without it
-    from bigearthnet.inference.pixel_model import PixelModel, Window
+    from bigearthnet.inference.pixel_model import PixelRunner, Window
 
 
 class Predictor(Protocol):
@@ -52,7 +52,7 @@ class Predictor(Protocol):
 
     def predict_pixels(self, images: np.ndarray) -> np.ndarray: ...
 
-    def pixel_model(self, window: Window) -> PixelModel: ...
+    def pixel_model(self, window: Window) -> PixelRunner: ...
 
 
 class BandMismatch(InputError):

@@ -34,8 +34,10 @@ from bigearthnet.formats.class_map import RUN_DIR_TAG, WEIGHTS_DIGEST
 from bigearthnet.formats.manifest import Manifest, read_manifest
 from bigearthnet.formats.model_inputs import ModelInputs
 from bigearthnet.formats.shards import ShardError
+from bigearthnet.inference.onnx_pixels import fastest
 from bigearthnet.inference.pixel_model import (
     PixelModel,
+    PixelRunner,
     Window,
     float32_layers,
     rebuilt,
@@ -62,7 +64,7 @@ class LoadedModel:
     run_dir: Path | None = None  # the folder it was loaded from (config.run_dir: trained in)
     _predict: Any = field(init=False, repr=False)
     _predict_pixels: Any = field(init=False, repr=False)
-    _pixel_models: dict[tuple[int, int], PixelModel] = field(
+    _pixel_models: dict[tuple[int, int], PixelRunner] = field(
         init=False, repr=False, default_factory=dict
     )
 
@@ -161,7 +163,7 @@ class LoadedModel:
             return np.zeros((0, self.num_classes), dtype=np.float32)
         return self._predict(tf.convert_to_tensor(images)).numpy()
 
-    def pixel_model(self, window: Window) -> PixelModel:
+    def pixel_model(self, window: Window) -> PixelRunner:
         """The dense head at ``window`` px (a side, or (height, width); :mod:`.pixel_model`),
         this model's weights; NoDenseHead for a model without one."""
         if not self.has_dense_head:
@@ -171,7 +173,8 @@ class LoadedModel:
             weights = self.model.get_weights()
             model = rebuilt(self.record.model, window, self.record.input_shape[-1],
                             self.num_classes, lambda m: m.set_weights(weights))  # fmt: skip
-            self._pixel_models[window] = PixelModel(model, self.mean, self.std, window)
+            tf_model = PixelModel(model, self.mean, self.std, window)
+            self._pixel_models[window] = fastest(tf_model, self.provenance)
         return self._pixel_models[window]
 
     def predict_pixels(self, images: np.ndarray) -> np.ndarray:

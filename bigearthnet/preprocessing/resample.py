@@ -12,7 +12,9 @@ upsampled patch covers exactly the same 1200 m square as the source, and averagi
 * ``nearest``: each output pixel copies the source pixel it lies in (pure replication).
 
 1-D interpolation is a matrix ``W`` (n_out x n_in), so a band is ``W @ band @ W.T``:
-two small matrix products per band, far cheaper than generic warping. 10 m bands are
+two matrix products per band, far cheaper than generic warping; bilinear's, two taps an
+output pixel, are computed as gathers of those two terms (the same values, without the
+dense products' zeros: 5x cheaper at a 10 m map's 1,728 px windows). 10 m bands are
 never resampled: they are copied bit-exact.
 """
 
@@ -77,10 +79,43 @@ def upsample(
         # Pure replication: an index gather is exact and avoids float round trips.
         rows, cols = np.argmax(w_rows, axis=1), np.argmax(w_cols, axis=1)
         return bands[:, rows][:, :, cols].astype(np.uint16, copy=False)
-    out = w_rows @ bands.astype(np.float32) @ w_cols.T  # (h, n) @ (k, n, m) @ (m, w)
+    if method == "bilinear":  # two taps an output pixel: gathers, not dense products
+        out = _two_taps(_two_taps(bands.astype(np.float32), height, 1), width, 2)
+    else:
+        out = w_rows @ bands.astype(np.float32) @ w_cols.T  # (h, n) @ (k, n, m) @ (m, w)
     np.rint(out, out=out)  # in place: these temporaries cost as much as the products
     # Bilinear weights are >= 0 and sum to 1: uint8/uint16 input cannot leave the range.
     # Only bicubic (negative lobes) or other input dtypes need the clip.
     if method == "bicubic" or bands.dtype not in (np.uint8, np.uint16):
         np.clip(out, 0, 65535, out=out)
     return out.astype(np.uint16)
+
+
+def _two_taps(bands: np.ndarray, n_out: int, axis: int) -> np.ndarray:
+    """Bilinear resampling of float32 ``bands`` along ``axis`` to ``n_out``: the product
+    ``W @ band`` (:func:`weight_matrix`) without its zeros. Each output is w_low * x_low +
+    w_high * x_high, the only terms the dense product sums (a zero term adds nothing), so
+    the values are the dense product's (tested bit for bit); a 1,728 px window's six 20 m
+    bands took 2.0 s of dense products on one core, 0.36 s so."""
+    low, high, w_low, w_high = bilinear_taps(bands.shape[axis], n_out)
+    shape = [1] * bands.ndim
+    shape[axis] = n_out
+    low_terms = w_low.reshape(shape) * np.take(bands, low, axis=axis)
+    return low_terms + w_high.reshape(shape) * np.take(bands, high, axis=axis)
+
+
+@functools.cache
+def bilinear_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The two source indices and weights of each output of :func:`weight_matrix` (n_in,
+    n_out, bilinear): (low, high, w_low, w_high); where a row has one non-zero weight (at
+    the clamped edges), high is low and w_high is 0."""
+    weights = weight_matrix(n_in, n_out, "bilinear")
+    nonzero = weights != 0
+    if int(nonzero.sum(axis=1).max()) > 2:
+        raise ValueError(f"bilinear weights of {n_in} -> {n_out} with more than two taps")
+    rows = np.arange(n_out)
+    low = np.argmax(nonzero, axis=1)
+    high = n_in - 1 - np.argmax(nonzero[:, ::-1], axis=1)
+    w_low = weights[rows, low]
+    w_high = np.where(high != low, weights[rows, high], 0).astype(np.float32)
+    return low, high, w_low, w_high

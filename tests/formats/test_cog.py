@@ -16,7 +16,14 @@ from rio_cogeo.cogeo import cog_validate
 
 from bigearthnet.core import constants
 from bigearthnet.formats.class_map import probabilities_path, write_class_map
-from bigearthnet.formats.cog import COPY_CACHE_BYTES, Mosaic, Part, open_part
+from bigearthnet.formats.cog import (
+    COPY_CACHE_BYTES,
+    Mosaic,
+    Part,
+    open_part,
+    overview_factors,
+    write_cog,
+)
 
 GRID = {"crs": "EPSG:3035", "transform": Affine(10.0, 0, 4_000_000.0, 0, -10.0, 3_000_000.0)}
 CLASSES = constants.CLASSES_19
@@ -59,6 +66,12 @@ def test_a_mosaic_is_the_cog_of_its_bands_written_whole(tmp_path):
             assert made.scales == expected.scales
             assert made.descriptions == expected.descriptions
             assert made.overviews(1) == [2, 4]  # 1,100 px down to 275: under one tile
+            for level in range(2):  # the whole one's, built before the copy: the driver's
+                with (
+                    rasterio.open(path, overview_level=level) as a,
+                    rasterio.open(whole, overview_level=level) as b,
+                ):
+                    np.testing.assert_array_equal(a.read(), b.read())
             if made.count == 1:
                 assert made.colormap(1) == expected.colormap(1)
                 assert made.tags(1) == expected.tags(1)
@@ -66,6 +79,38 @@ def test_a_mosaic_is_the_cog_of_its_bands_written_whole(tmp_path):
         tmp_path / "whole.tif.aux.xml"
     ).read_text()
     assert not list(tmp_path.glob(".*"))  # no VRT left behind
+
+
+@pytest.mark.parametrize(
+    "height, width", [(512, 512), (513, 40), (300, 2049), (300, 2048), (1728, 1824), (4100, 9)]
+)
+def test_a_cogs_own_overviews_are_the_drivers(tmp_path, height, width):
+    """The overviews a scene map's source is given (:func:`overview_factors`, built before
+    the copy) are those the COG driver builds itself: as many, of the same sizes within a
+    pixel and, at even sizes (a 1,728 px scene's), the same pixels."""
+    from rasterio.shutil import copy as copy_dataset
+
+    bands = np.random.default_rng(height).integers(0, 19, (1, height, width)).astype(np.uint8)
+    write_cog(tmp_path / "own.tif", bands, GRID, {}, lambda dst: None, nodata=255)
+    plain = tmp_path / "plain.tif"
+    profile = dict(GRID, driver="GTiff", height=height, width=width, count=1, dtype="uint8")
+    with rasterio.open(plain, "w", **profile) as dst:
+        dst.write(bands)
+    copy_dataset(plain, tmp_path / "driver.tif", driver="COG", overview_resampling="nearest")
+    levels = len(overview_factors(height, width))
+    for name in ("own.tif", "driver.tif"):
+        with rasterio.open(tmp_path / name) as made:
+            assert len(made.overviews(1)) == levels, name
+    for level in range(levels):
+        with (
+            rasterio.open(tmp_path / "own.tif", overview_level=level) as own,
+            rasterio.open(tmp_path / "driver.tif", overview_level=level) as driver,
+        ):
+            # GDAL's overviews round a halving up, the COG driver's down: a 513 px raster's
+            # first is 257 px here, 256 there; where the sizes agree, so do the pixels.
+            assert all(0 <= a - b <= 1 for a, b in zip(own.shape, driver.shape))
+            if own.shape == driver.shape:
+                np.testing.assert_array_equal(own.read(), driver.read())
 
 
 # The peak is the process's own (VmHWM, reset by execve), not ru_maxrss: Linux carries

@@ -1,8 +1,8 @@
 """bigearthnet-map region's grid given bad input (rows of `make bad-input`): ``--cell``
 finer than the model's maps, a rerun at another ``--cell``, scenes of one UTM zone on 10 m
-grids a fraction of a pixel apart, a block too large for the memory, products too large for
-the disk, and ``--blocks-only`` with ``--scenes-only``. Each is refused before the first
-scene is mapped, in one line saying what to do; a rerun reuses only what still matches."""
+grids a fraction of a pixel apart, a block or a window too large for the memory, products
+too large for the disk, and ``--blocks-only`` with ``--scenes-only``. Each is refused before
+the first scene is mapped, in one line saying what to do; a rerun reuses only what still matches."""
 
 from __future__ import annotations
 
@@ -43,6 +43,22 @@ def test_a_block_too_large_for_memory_is_refused_before_mapping(
     assert "--block-size 16384" in line and "GB" in line and "take --block-size" in line, line
     bad_input_row("`--block-size 16384` (a block of ~100 GB)", "bigearthnet-map region", code,
                   "refused before mapping: the memory a block needs, a size that fits")  # fmt: skip
+
+
+def test_a_window_too_large_for_memory_is_refused_before_mapping(
+    simple_region, trained_head_run, tmp_path, reported_errors, bad_input_row
+) -> None:
+    """A 10 m region's ``--window 960000`` (terabytes of activations) is refused from the
+    model's measured bytes a px, before any scene is mapped and without building the model
+    at that window (a square model of 960,000 px could not be built)."""
+    out = tmp_path / "out"
+    code = map_region(out, trained_head_run, *scenes_of(simple_region),
+                      extra=("--cell", "20", "--window", "960000"))  # fmt: skip
+    assert code == 2 and not list(out.glob(f"{region_folder.SCENES}/*.tif"))
+    line = reported_errors()[-1]
+    assert "--window 960000" in line and "GB" in line and "take --window" in line, line
+    bad_input_row("`--window 960000` for a region at `--cell 20`", "bigearthnet-map region",
+                  code, "refused before mapping, no model built: a window that fits")  # fmt: skip
 
 
 def test_products_larger_than_the_disk_are_refused_before_mapping(

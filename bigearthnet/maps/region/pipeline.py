@@ -124,14 +124,14 @@ def _check_scenes(
 
     from bigearthnet.maps.radiometry import RadiometryError
     from bigearthnet.maps.scene.input import Scene
-    from bigearthnet.maps.scene.mapping import pixel_model_for, scene_map_tags
+    from bigearthnet.maps.scene.mapping import check_window_fits, scene_map_tags
 
     kind = map_kind(
         opts, predictor.has_dense_head, opts.model.folder, predictor.provenance["model"]
     )
     _check_map_cell(opts, kind)
     if kind.pixels:
-        pixel_model_for(predictor, kind)  # the window fits in memory: before any scene
+        check_window_fits(predictor, kind)  # before any scene, no model built
     footprints: dict[str, Footprint] = {}
     phases: dict[str, dict[tuple[float, float], str]] = {}  # CRS -> 10 m grid phase -> a scene
     made_as: dict[str, dict[str, str]] = {}

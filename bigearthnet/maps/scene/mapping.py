@@ -34,7 +34,7 @@ from bigearthnet.maps.scene.tiles import (
 from bigearthnet.maps.scene.windows import StageTimes, predict_scene, window_origins
 
 if TYPE_CHECKING:
-    from bigearthnet.inference.pixel_model import PixelModel
+    from bigearthnet.inference.pixel_model import PixelRunner
     from bigearthnet.inference.predictor import Predictor
     from bigearthnet.maps.inputs import SceneForm
 
@@ -126,17 +126,22 @@ def map_scene(form: SceneForm, out: Path, opts: SceneMapOptions, loaded: Predict
     return summary
 
 
-def pixel_model_for(loaded: Predictor, kind: MapKind) -> PixelModel:
-    """The dense head at the map's ``--window`` (or its model's default), once the window
-    is known to fit in memory (:func:`~.tiles.check_window_memory`; InputError naming
-    ``--window`` otherwise: never an out-of-memory kill halfway through a scene)."""
-    check_window_memory(kind.window, loaded.provenance["model"], _allowance())
-    return loaded.pixel_model(kind.window)
+def check_window_fits(loaded: Predictor, kind: MapKind) -> None:
+    """InputError naming ``--window`` unless the map's window fits in memory: ``--window``
+    as given (:func:`~.tiles.check_window_memory`), else the model's least one
+    (:func:`~.tiles.memory_window`); from the model's measured bytes a px
+    (:data:`bigearthnet.models.WINDOW_BYTES_PER_PX`), no model built (a region's pre-check
+    had built a square ResNet-50 for it). Not collective: each rank checks its own."""
+    model = loaded.provenance["model"]
+    if kind.window_given:
+        check_window_memory(kind.window, model, _allowance())
+    else:
+        memory_window(model, _allowance())
 
 
 def sized_kind(loaded: Predictor, kind: MapKind) -> MapKind:
     """Collective: ``kind`` with the window a scene map runs: ``--window`` once it is known
-    to fit in memory (as :func:`pixel_model_for`), else the largest that fits
+    to fit in memory (as :func:`check_window_fits`), else the largest that fits
     (:func:`~.tiles.memory_window`); a scene's windows are no larger
     (:func:`.pixels.window_shape`). The ranks take the least allowance of them all: one
     window, one tiling, one verdict on every rank."""
@@ -154,7 +159,7 @@ def _allowance() -> float:
     return window_allowance(psutil.virtual_memory().available, distributed.local_size())
 
 
-def _map_pixels(scene: Scene, out: Path, opts: SceneMapOptions, model: PixelModel,
+def _map_pixels(scene: Scene, out: Path, opts: SceneMapOptions, model: PixelRunner,
                 tiling: Tiling, method: str, tags: dict, classes: list[str]) -> dict:  # fmt: skip
     """The 10 m map (:mod:`.pixels`): part files by all ranks, the map by rank 0."""
     rows, cols = scene_windows(scene, tiling)

@@ -39,7 +39,7 @@ from bigearthnet.maps.scene.windows import StageTimes, WindowBands
 from bigearthnet.preprocessing.assembly import assemble, one_blas_thread
 
 if TYPE_CHECKING:
-    from bigearthnet.inference.pixel_model import PixelModel
+    from bigearthnet.inference.pixel_model import PixelRunner
 
 PREVIEW_PX = 2048  # the preview's longest side at most: a full tile's map is 10,980 px
 
@@ -55,7 +55,7 @@ class PixelMap:
 
 
 def predict_pixels(
-    scene: Scene, model: PixelModel, tiling: Tiling, *, resampling: str, work: Path,
+    scene: Scene, model: PixelRunner, tiling: Tiling, *, resampling: str, work: Path,
     progress=None, times: StageTimes | None = None,
 ) -> PixelMap:  # fmt: skip
     """Collective: every rank maps its rows of windows into part files in ``work``; the
@@ -106,7 +106,7 @@ def window_shape(scene: Scene, tiling: Tiling) -> tuple[int, int]:
             tiling.side(scene.col0, scene.width, scene.extent[1]))  # fmt: skip
 
 
-def _window(scene: Scene, model: PixelModel, size: tuple[int, int], origin: tuple[int, int],
+def _window(scene: Scene, model: PixelRunner, size: tuple[int, int], origin: tuple[int, int],
             keep: tuple[slice, slice], resampling: str,
             times: StageTimes) -> tuple[np.ndarray, int]:  # fmt: skip
     """(1 + C, rows, cols) uint8 of the ``keep`` part of the window of ``size`` (height,
