@@ -286,6 +286,13 @@ TIERS = ("bad_input", "fault", "reference", "slow")
 PASSED_BY_TIER: dict[str, int] = {}
 
 
+def pytest_configure(config) -> None:
+    """pytest-xdist registers its xdist_group marker only when it is loaded: without this,
+    ``-p no:xdist`` (the Makefile's WORKERS=0) failed --strict-markers on every module that
+    holds a group (tests/slurm, the scene and region maps, export...)."""
+    config.addinivalue_line("markers", "xdist_group(name): run in one pytest-xdist worker")
+
+
 def tier_of(keywords) -> str:
     return next((tier for tier in TIERS if tier in keywords), "fast")
 
