@@ -158,7 +158,8 @@ def _onnx_model(model: PixelModel, identity: Mapping[str, str]) -> OnnxPixelMode
     finally:
         Path(temporary).unlink(missing_ok=True)
     log.info("pixel model converted to ONNX at %d x %d px: %s", *model.shape, path)
-    return OnnxPixelModel(path, model)
+    converted.path = path  # the session checked above holds the graph: not loaded again
+    return converted
 
 
 def _convert(model: PixelModel, path: Path) -> None:
