@@ -6,6 +6,10 @@ images to ``(batch, num_classes)`` float32 logits; apply a sigmoid for probabili
 
 >>> model = get_model("resnet50", num_classes=43, dropout=0.2, weight_decay=1e-4)
 
+The model's layers compute under ``policy`` (a Keras mixed-precision policy name, default
+"float32"), whatever the process's global policy, which is left as it was: a training with
+``--amp bf16`` earlier in the same process must not make a later model compute in bfloat16.
+
 Common keyword arguments: ``dropout`` (before the head, default 0), ``weight_decay`` (L2 on
 conv/dense kernels, default 0) and ``dense_head`` (default False). With ``dense_head=True``
 a decoder over the encoder's features (``models/dense.py``) adds per-pixel logits of the
@@ -100,9 +104,12 @@ def get_model(
     name: str,
     input_shape: Sequence[int] = DEFAULT_INPUT_SHAPE,
     num_classes: int = 19,
+    *,
+    policy: str = "float32",
     **kwargs: Any,
 ) -> KerasModel:
-    """Build the registered model ``name``; ``model.name`` is set to ``name``.
+    """Build the registered model ``name``; ``model.name`` is set to ``name``. Its layers
+    compute under the Keras mixed-precision ``policy``; the global policy is left as it was.
 
     Raises:
         ValueError: ``name`` is not registered; the one-line message lists the valid names.
@@ -112,7 +119,9 @@ def get_model(
     except KeyError:
         valid = ", ".join(available_models())
         raise ValueError(f"unknown model {name!r}; available models: {valid}") from None
-    return builder(input_shape=input_shape, num_classes=num_classes, name=name, **kwargs)
+    # Imported when built, like the builders: the registry's names are read without TensorFlow.
+    with importlib.import_module("bigearthnet.models.precision").precision_policy(policy):
+        return builder(input_shape=input_shape, num_classes=num_classes, name=name, **kwargs)
 
 
 def count_parameters(model: KerasModel) -> int:

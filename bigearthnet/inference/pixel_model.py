@@ -14,8 +14,7 @@ converted once per window shape and cached), this TensorFlow model otherwise.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -79,20 +78,6 @@ def rebuilt(name: str, window: Window, channels: int, num_classes: int,
     (height, width)), its weights set by ``restore``; computed in float32 whatever the
     process's policy."""
     height, width = window_shape(window)
-    with float32_layers():
-        model = models.get_model(name, (height, width, channels), num_classes, dense_head=True)
+    model = models.get_model(name, (height, width, channels), num_classes, dense_head=True)
     restore(model)
     return model
-
-
-@contextlib.contextmanager
-def float32_layers() -> Iterator[None]:
-    """Layers built inside compute in float32, whatever the process's global policy: a
-    training with --amp bf16 earlier in the same process left mixed_bfloat16 behind, and an
-    evaluation's scores moved by ~1e-3 (CI, TF 2.18 stack: 1 rank in-process vs 2 ranks)."""
-    previous = tf.keras.mixed_precision.global_policy()
-    tf.keras.mixed_precision.set_global_policy("float32")
-    try:
-        yield
-    finally:
-        tf.keras.mixed_precision.set_global_policy(previous)

@@ -39,7 +39,6 @@ from bigearthnet.inference.pixel_model import (
     PixelModel,
     PixelRunner,
     Window,
-    float32_layers,
     rebuilt,
     window_shape,
 )
@@ -261,10 +260,9 @@ def load_model(
     run_dir = Path(run_dir)
     config, prefix, record = run_checkpoint(run_dir, checkpoint)
     inputs = recorded_inputs(config, record, prefix, stats_from)
-    with float32_layers():
-        model = models.get_model(
-            record.model, record.input_shape, record.num_classes, dense_head=record.dense_head
-        )
+    model = models.get_model(
+        record.model, record.input_shape, record.num_classes, dense_head=record.dense_head
+    )
     # partial: the checkpoint also holds the optimizer and epoch, which inference ignores.
     checkpoints.restore_path(prefix, {"model": model}, partial=True)
     return LoadedModel(model, record, prefix, config, inputs, run_dir)

@@ -99,7 +99,6 @@ class Replica:
             np.asarray(inputs.mean, np.float32), trainable=False, name="band_mean"
         )
         self.std = tf.Variable(np.asarray(inputs.std, np.float32), trainable=False, name="band_std")
-        tf.keras.mixed_precision.set_global_policy(PRECISION_POLICY[cfg.amp])
         self.loss_scaling = cfg.amp == "fp16"  # bfloat16 has float32's range: no scaling
         tf.keras.utils.set_random_seed(cfg.seed)
         # The per-pixel loss's weight, resolved from the shards (0: no dense head).
@@ -111,6 +110,7 @@ class Replica:
             weight_decay=cfg.weight_decay if optimizers.decay_in_loss(cfg.optimizer) else 0.0,
             dropout=cfg.dropout,
             dense_head=self.dense_head,
+            policy=PRECISION_POLICY[cfg.amp],
         )
         # Before the optimizer: --freeze-backbone sets what trains.
         start_from(self.model, start, cfg)

@@ -31,16 +31,6 @@ def _clear_keras_session():
     tf.keras.backend.clear_session()
 
 
-@pytest.fixture
-def mixed_float16():
-    """Run a test under the mixed_float16 policy and always restore float32 afterwards."""
-    tf.keras.mixed_precision.set_global_policy("mixed_float16")
-    try:
-        yield
-    finally:
-        tf.keras.mixed_precision.set_global_policy("float32")
-
-
 # --- registry ---------------------------------------------------------------------------------
 
 
@@ -180,13 +170,29 @@ def test_model_trains_one_step(name):
 
 
 @pytest.mark.parametrize("name", available_models())
-def test_logits_stay_float32_under_mixed_precision(mixed_float16, name):
+def test_logits_stay_float32_under_mixed_precision(name):
     # A small input keeps float16 convolutions (slow on CPU) cheap; the dtypes do not depend on it.
-    model = get_model(name, input_shape=(64, 64, N_BANDS), num_classes=19)
+    model = get_model(name, input_shape=(64, 64, N_BANDS), num_classes=19, policy="mixed_float16")
     assert model.get_layer("conv1_conv").compute_dtype == "float16"  # the policy is in effect
     logits = model(np.zeros((1, 64, 64, N_BANDS), "float32"), training=False)
     assert logits.dtype == tf.float32
     assert model.output.dtype == tf.float32
+
+
+def test_a_policy_applies_to_its_model_only():
+    """The process's global policy neither leaks into a model nor is changed by building one:
+    a --amp bf16 training in-process once made later models compute in bfloat16."""
+    tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        plain = get_model("tiny", input_shape=(32, 32, N_BANDS), num_classes=19)
+        assert {layer.compute_dtype for layer in plain.layers} == {"float32"}
+        half = get_model(
+            "tiny", input_shape=(32, 32, N_BANDS), num_classes=19, policy="mixed_float16"
+        )
+        assert "float16" in {layer.compute_dtype for layer in half.layers}
+        assert tf.keras.mixed_precision.global_policy().name == "mixed_bfloat16"
+    finally:
+        tf.keras.mixed_precision.set_global_policy("float32")
 
 
 # --- the dense head ---------------------------------------------------------------------------
@@ -262,8 +268,10 @@ def test_the_dense_head_learns_where_each_class_is():
 
 
 @pytest.mark.parametrize("name", ["tiny", "resnet18"])
-def test_pixel_logits_stay_float32_under_mixed_precision(mixed_float16, name):
-    model = get_model(name, input_shape=(64, 64, N_BANDS), num_classes=19, dense_head=True)
+def test_pixel_logits_stay_float32_under_mixed_precision(name):
+    model = get_model(
+        name, input_shape=(64, 64, N_BANDS), num_classes=19, dense_head=True, policy="mixed_float16"
+    )
     assert model.get_layer("decoder_smooth").compute_dtype == "float16"
     logits, pixels = split_outputs(model(np.zeros((1, 64, 64, N_BANDS), "float32")))
     assert logits.dtype == tf.float32 and pixels.dtype == tf.float32

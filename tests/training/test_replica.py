@@ -82,3 +82,13 @@ def test_the_evaluation_step_counts_labelled_pixels() -> None:
     assert out.pixel_confusion.shape == (19, 19) and out.pixel_confusion.sum() == labelled
     assert out.pixel_weight == labelled and out.pixel_loss_sum > 0
     assert _replica().eval_step(batch, threshold=0.5).pixel_confusion is None
+
+
+def test_amp_sets_the_models_policy_and_leaves_the_process_alone() -> None:
+    """--amp bf16 computes the model in bfloat16 (its logits in float32), and a model built
+    after it in the same process is float32 again: the policy once leaked into every later
+    model (CI, TF 2.18: imported weights off timm's logits by ~10 %)."""
+    replica = _replica(amp="bf16")
+    assert "bfloat16" in {layer.compute_dtype for layer in replica.model.layers}
+    assert tf.keras.mixed_precision.global_policy().name == "float32"
+    assert {layer.compute_dtype for layer in _replica().model.layers} == {"float32"}
