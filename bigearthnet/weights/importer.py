@@ -155,19 +155,21 @@ def check_out(src: str | Path, out: str | Path, overwrite: bool, owner: Owner) -
 
 def keras_model(converted: Converted):  # -> tf.keras.Model (TensorFlow imported here only)
     """The converted network as a Keras model with its weights set (no head without one)."""
+    from bigearthnet.models.precision import precision_policy
     from bigearthnet.models.resnet import build_resnet
 
     record, layout = converted.record, converted.layout
-    model = build_resnet(
-        layout.blocks,
-        layout.bottleneck,
-        input_shape=(constants.PATCH_SIZE, constants.PATCH_SIZE, len(record.bands)),
-        num_classes=max(len(record.classes), 1),
-        name=record.model,
-        stem_width=layout.stem_width,
-        widths=layout.widths,
-        head=record.has_head,
-    )
+    with precision_policy("float32"):  # whatever policy the process has set
+        model = build_resnet(
+            layout.blocks,
+            layout.bottleneck,
+            input_shape=(constants.PATCH_SIZE, constants.PATCH_SIZE, len(record.bands)),
+            num_classes=max(len(record.classes), 1),
+            name=record.model,
+            stem_width=layout.stem_width,
+            widths=layout.widths,
+            head=record.has_head,
+        )
     for name, weights in converted.layers.items():
         layer = model.get_layer(name)
         expected = [tuple(w.shape) for w in layer.get_weights()]
@@ -184,20 +186,22 @@ def load_folder(folder: str | Path, record: WeightsRecord | None = None):  # -> 
     """An imported weights folder as the network its record (``record``: already read)
     describes, every layer loaded: InputError naming ``weights.h5`` when it is damaged or
     holds another network."""
+    from bigearthnet.models.precision import precision_policy
     from bigearthnet.models.resnet import build_resnet
 
     record = record or weights_record.read(folder)
     blocks, bottleneck = convert.blocks_of(record.model, folder)
-    model = build_resnet(
-        blocks,
-        bottleneck,
-        input_shape=(constants.PATCH_SIZE, constants.PATCH_SIZE, len(record.bands)),
-        num_classes=max(record.num_classes, 1),
-        name=record.model,
-        stem_width=record.stem_width,
-        widths=record.widths,
-        head=record.has_head,
-    )
+    with precision_policy("float32"):  # whatever policy the process has set
+        model = build_resnet(
+            blocks,
+            bottleneck,
+            input_shape=(constants.PATCH_SIZE, constants.PATCH_SIZE, len(record.bands)),
+            num_classes=max(record.num_classes, 1),
+            name=record.model,
+            stem_width=record.stem_width,
+            widths=record.widths,
+            head=record.has_head,
+        )
     path = Path(folder) / weights_record.WEIGHTS_FILE
     try:
         model.load_weights(str(path))  # by topology: every layer, every shape, or an error
