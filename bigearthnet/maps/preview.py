@@ -14,6 +14,11 @@ from bigearthnet.core.constants import hex_colour
 from bigearthnet.evaluation.plots import save_figure
 
 MAX_LEGEND = 24  # a legend longer than this is cut (the CSV beside the map has them all)
+FIGURE_INCHES = (10.0, 7.0)
+# The longest side a map is drawn from. The figure's axes take at most 853 x 593 px of it
+# (10 x 7 in at plots.png_bytes's 110 dpi), and matplotlib resamples any larger image down
+# to them: a 1,728 px 10 m map drawn whole cost 1.3 s of the preview's 2.0, at 864 px 0.6 s.
+DRAWN_PX = 1024
 UNCHANGED = (225, 225, 225)  # light grey: no change, in change maps and their styles
 
 
@@ -50,16 +55,18 @@ def write_preview(
     path: Path, rgb: np.ndarray, *, transform, title: str, legend: list[LegendEntry]
 ) -> None:
     """Draw ``rgb`` ((rows, cols, 3) uint8) on the grid ``transform`` (metres) with a legend
-    and a scale bar; written atomically."""
+    and a scale bar; written atomically. A map larger than :data:`DRAWN_PX` is drawn from
+    every ``step``-th pixel (:func:`drawn_step`), over its whole extent."""
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
     rows, cols = rgb.shape[:2]
     left, top = transform.c / 1000, transform.f / 1000
     right, bottom = left + cols * transform.a / 1000, top + rows * transform.e / 1000
-    fig = Figure(figsize=(10, 7))
+    step = drawn_step(rows, cols)
+    fig = Figure(figsize=FIGURE_INCHES)
     ax = fig.add_subplot()
-    ax.imshow(rgb, extent=(left, right, bottom, top), interpolation="nearest")
+    ax.imshow(rgb[::step, ::step], extent=(left, right, bottom, top), interpolation="nearest")
     ax.set(xlabel="easting (km)", ylabel="northing (km)", title=title)
     _scale_bar(ax, left=left, bottom=bottom, width_km=right - left, height_km=top - bottom)
     handles = [
@@ -72,6 +79,12 @@ def write_preview(
     if handles:
         ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7)
     save_figure(fig, path)
+
+
+def drawn_step(rows: int, cols: int) -> int:
+    """Every how many pixels a ``rows`` x ``cols`` map is drawn (nearest): 1 up to
+    :data:`DRAWN_PX` a side."""
+    return max(1, math.ceil(max(rows, cols) / DRAWN_PX))
 
 
 def _scale_bar(ax, *, left: float, bottom: float, width_km: float, height_km: float) -> None:

@@ -32,6 +32,7 @@ from bigearthnet.core import distributed
 from bigearthnet.core.util import temp_sibling, write_csv
 from bigearthnet.formats.class_map import NODATA, areas_path, scaled_pixels, write_class_map
 from bigearthnet.formats.cog import Mosaic, Part, open_part
+from bigearthnet.maps.preview import drawn_step
 from bigearthnet.maps.scene.input import Scene
 from bigearthnet.maps.scene.output import preview, preview_path
 from bigearthnet.maps.scene.tiles import Tiling
@@ -40,8 +41,6 @@ from bigearthnet.preprocessing.assembly import assemble, one_blas_thread
 
 if TYPE_CHECKING:
     from bigearthnet.inference.pixel_model import PixelRunner
-
-PREVIEW_PX = 2048  # the preview's longest side at most: a full tile's map is 10,980 px
 
 
 @dataclass(frozen=True)
@@ -158,10 +157,11 @@ def write_pixel_map(path: Path, made: PixelMap, scene: Scene, classes: list[str]
 
 
 def _preview_top(parts: tuple[Part, ...], height: int, width: int) -> tuple[np.ndarray, float]:
-    """The top class every ``step`` px (nearest), read from the parts: the preview's."""
+    """The top class every ``step`` px (nearest), read from the parts: what the preview
+    draws (:func:`~bigearthnet.maps.preview.drawn_step`), not the whole map."""
     import rasterio
 
-    step = max(1, math.ceil(max(height, width) / PREVIEW_PX))
+    step = drawn_step(height, width)
     top = np.full((math.ceil(height / step), math.ceil(width / step)), NODATA, np.uint8)
     rows = np.arange(0, height, step)
     cols = np.arange(0, width, step)
