@@ -35,6 +35,7 @@ from bigearthnet.formats.qgis_style import StyleEntry, style_path, write_style
 
 PROB_SCALE = 250  # probability p is stored as round(p * 250): 0..250, 250 = certain
 NODATA = 255  # nothing seen at this cell (the top class and the probability bands alike)
+PIXEL_CHUNK = 1 << 21  # float32 values :func:`scaled_pixels` scales at a time (8 MB)
 CLASSES_TAG = "classes"
 # The provenance tag holding a digest of the model's weight files: what says two maps were
 # made by one model whatever the paths (a run retrained in its folder keeps them).
@@ -104,11 +105,22 @@ def scaled(probabilities: np.ndarray) -> np.ndarray:
 
 
 def scaled_pixels(probabilities: np.ndarray, unseen: np.ndarray) -> np.ndarray:
-    """A softmax's (rows, cols, C) probabilities (in [0, 1], no NaN) as stored, NODATA at
-    the ``unseen`` (rows, cols) pixels: :func:`scaled` in two passes instead of nine (a
-    10 m map's windows: 1.2 -> 0.2 s a scene of 1,728 px)."""
-    stored = _stored(probabilities).astype(np.uint8)
-    stored[unseen] = NODATA
+    """A softmax's (rows, cols, C) probabilities (in [0, 1], no NaN) as stored, band first
+    ((C, rows, cols) uint8, as a map's file holds them), NODATA at the ``unseen`` (rows,
+    cols) pixels: :func:`scaled`'s values, quantised a few rows at a time (the scaled
+    floats stay in the CPU's cache: 0.5-0.9 -> 0.27 s a 1,728 px scene's 19 classes; nine
+    whole-array passes took 1.2 s)."""
+    rows, cols, count = probabilities.shape
+    stored = np.empty((count, rows, cols), np.uint8)
+    chunk = max(1, PIXEL_CHUNK // max(cols * count, 1))
+    scaled_rows = np.empty((chunk, cols, count), np.float32)
+    for row in range(0, rows, chunk):
+        part = probabilities[row : row + chunk]
+        values = scaled_rows[: len(part)]
+        np.multiply(part, np.float32(PROB_SCALE), out=values)
+        np.rint(values, out=values)
+        stored[:, row : row + chunk] = values.transpose(2, 0, 1)
+    stored[:, unseen] = NODATA
     return stored
 
 

@@ -126,7 +126,7 @@ def _window(scene: Scene, model: PixelRunner, size: tuple[int, int], origin: tup
     times.predict += time.perf_counter() - started
     bands = np.empty((1 + model.classes, *invalid.shape), np.uint8)
     bands[0] = np.where(invalid, NODATA, probabilities.argmax(axis=-1))
-    bands[1:] = scaled_pixels(probabilities, invalid).transpose(2, 0, 1)
+    bands[1:] = scaled_pixels(probabilities, invalid)
     return bands, 1
 
 
