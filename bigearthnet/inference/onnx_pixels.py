@@ -8,18 +8,24 @@ resizes are sized when the model is built, so an ONNX graph holds one window sha
 shape is converted once (tf2onnx: ~20-40 s for ResNet-50) and cached on disk, keyed by
 everything that made the file (the model and its weights' digest, the normalisation, the
 shape, the bands, the opset and the converters' versions): a changed model never reuses it.
-A conversion is checked against TensorFlow on one window before it is kept. Where tf2onnx or
+A conversion is checked against TensorFlow on one window before it is kept, and the cache
+is then pruned to ``$BIGEARTHNET_CACHE_GB`` (the least recently used files first: each is
+the model's weights again, 95 MB for ResNet-50 with the head). Where tf2onnx or
 onnxruntime cannot (not installed, a graph it cannot convert, a cache it cannot write), the
 map runs TensorFlow, with one warning line.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import math
 import os
+import re
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,6 +46,10 @@ OPSET = 17  # as the export's ONNX model (export/onnx_model.py)
 CACHE_ENV = "BIGEARTHNET_CACHE"  # the cache's folder; else $XDG_CACHE_HOME/bigearthnet
 RUNTIME_ENV = "BIGEARTHNET_PIXEL_RUNTIME"  # onnxruntime (the default) or tensorflow
 RUNTIMES = ("onnxruntime", "tensorflow")
+CACHE_SIZE_ENV = "BIGEARTHNET_CACHE_GB"  # the cache's size at most, GB
+DEFAULT_CACHE_GB = 2.0  # ~20 window shapes of ResNet-50 with the head
+STALE_PART_S = 86_400  # a .part this old is a killed conversion's (one takes ~30 s)
+CACHED_NAME = re.compile(r".+-\d+x\d+-[0-9a-f]{32}\.onnx")  # what _onnx_model names
 TOLERANCE = 1e-3
 """Largest |onnxruntime - TensorFlow| probability accepted when a conversion is checked. A
 ResNet-50's logits at a 1,728 px window come from sums of ~10^4 float32 terms a layer,
@@ -79,8 +89,9 @@ def fastest(model: PixelModel, identity: Mapping[str, str]) -> PixelModel | Onnx
     another value."""
     if chosen_runtime() == "tensorflow":
         return model
+    limit = cache_limit_bytes()
     try:
-        return _onnx_model(model, identity)
+        return _onnx_model(model, identity, limit)
     except Exception as err:  # tf2onnx and onnxruntime raise anything: TensorFlow maps
         reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
         log.warning("the 10 m map runs TensorFlow, not onnxruntime: %s", reason)
@@ -94,6 +105,46 @@ def chosen_runtime() -> str:
     if runtime not in RUNTIMES:
         raise InputError(f"{RUNTIME_ENV}={runtime!r}: give {' or '.join(RUNTIMES)}")
     return runtime
+
+
+def cache_limit_bytes() -> int:
+    """``$BIGEARTHNET_CACHE_GB`` in bytes (:data:`DEFAULT_CACHE_GB` unless set); InputError
+    for what is not a finite number of GB above 0."""
+    raw = os.environ.get(CACHE_SIZE_ENV) or str(DEFAULT_CACHE_GB)
+    try:
+        gigabytes = float(raw)
+    except ValueError:
+        gigabytes = math.nan
+    if not (math.isfinite(gigabytes) and gigabytes > 0):
+        raise InputError(f"{CACHE_SIZE_ENV}={raw!r}: give the converted pixel models' cache "
+                         "size in GB, a number above 0")  # fmt: skip
+    return int(gigabytes * 1e9)
+
+
+def prune_cache(folder: Path, keep: Path, limit: int) -> list[Path]:
+    """Remove the least recently used converted models of ``folder`` (by modification time:
+    a cache hit touches its file) until they hold at most ``limit`` bytes, never ``keep``,
+    and the ``.part`` files of conversions killed over a day ago; other files stay. Returns
+    what was removed."""
+    removed = []
+    now = time.time()
+    for part in folder.glob("*.onnx.part"):
+        if now - part.stat().st_mtime > STALE_PART_S:
+            part.unlink(missing_ok=True)
+            removed.append(part)
+    cached = [p for p in folder.iterdir() if CACHED_NAME.fullmatch(p.name) and p.is_file()]
+    sizes = {p: p.stat().st_size for p in cached}
+    held = sum(sizes.values())
+    for path in sorted(cached, key=lambda p: p.stat().st_mtime):
+        if held <= limit:
+            break
+        if path != keep:
+            path.unlink(missing_ok=True)
+            held -= sizes[path]
+            removed.append(path)
+    for path in removed:
+        log.info("pixel model cache over %s GB: removed %s", f"{limit / 1e9:g}", path.name)
+    return removed
 
 
 def cache_folder() -> Path:
@@ -137,14 +188,18 @@ def _code_digest() -> str:
     return files_digest(files)
 
 
-def _onnx_model(model: PixelModel, identity: Mapping[str, str]) -> OnnxPixelModel:
+def _onnx_model(model: PixelModel, identity: Mapping[str, str], limit: int) -> OnnxPixelModel:
     folder = cache_folder()
     path = (
         folder / f"{model.name}-{model.shape[0]}x{model.shape[1]}-{cache_key(model, identity)}.onnx"
     )
     if path.is_file():
         try:
-            return OnnxPixelModel(path, model)
+            loaded = OnnxPixelModel(path, model)
+            # Recently used: pruned last (a cache shared read-only keeps its owner's order).
+            with contextlib.suppress(OSError):
+                os.utime(path)
+            return loaded
         except Exception as err:  # a truncated or foreign file under the key: made again
             log.warning("%s: unreadable (%s): converting again", path, str(err).splitlines()[0])
     folder.mkdir(parents=True, exist_ok=True)
@@ -157,6 +212,7 @@ def _onnx_model(model: PixelModel, identity: Mapping[str, str]) -> OnnxPixelMode
         os.replace(temporary, path)  # whole or not at all: a killed conversion leaves a .part
     finally:
         Path(temporary).unlink(missing_ok=True)
+    prune_cache(folder, path, limit)
     log.info("pixel model converted to ONNX at %d x %d px: %s", *model.shape, path)
     converted.path = path  # the session checked above holds the graph: not loaded again
     return converted

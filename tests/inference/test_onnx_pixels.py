@@ -1,11 +1,14 @@
 """The pixel model in onnxruntime (bigearthnet/inference/onnx_pixels.py): its agreement with
 TensorFlow's, and its cache of converted graphs (reused only for the same model, window and
-code; a truncated file converted again; a cache that cannot be written, or another runtime
-asked for, leaves TensorFlow)."""
+code; pruned to its size, the least recently used first; a truncated file converted again;
+a cache that cannot be written, or another runtime asked for, leaves TensorFlow)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -73,22 +76,46 @@ def test_onnxruntime_gives_tensorflows_probabilities(trained_head_run, cache) ->
     assert (ours.argmax(-1) == theirs.argmax(-1))[decided].all()
 
 
-def test_a_conversion_is_reused_only_for_the_same_model(cache) -> None:
-    """The same model, window and identity: the cached file, untouched; other weights (their
-    digest) or another window: a file of their own."""
+def test_a_conversion_is_reused_only_for_the_same_model(cache, monkeypatch) -> None:
+    """The same model, window and identity: the cached file, not written again (a hit marks
+    it used); other weights (their digest) or another window: a file of their own, after
+    which the cache is pruned to its size, the least recently used file first."""
     model = _tiny()
     first = fastest(model, IDENTITY)
     assert isinstance(first, OnnxPixelModel)
-    made = first.path.stat().st_mtime_ns
-    again = fastest(model, IDENTITY)
-    assert isinstance(again, OnnxPixelModel)
-    assert again.path == first.path and again.path.stat().st_mtime_ns == made
+    made = first.path.stat().st_ino, first.path.read_bytes()
     retrained = fastest(model, {**IDENTITY, "weights_digest": "b"})
     assert isinstance(retrained, OnnxPixelModel) and retrained.path != first.path
+    now = time.time()
+    os.utime(first.path, (now - 200, now - 200))  # converted first, then used again:
+    os.utime(retrained.path, (now - 100, now - 100))
+    again = fastest(model, IDENTITY)
+    assert isinstance(again, OnnxPixelModel) and again.path == first.path
+    assert (again.path.stat().st_ino, again.path.read_bytes()) == made
+    assert again.path.stat().st_mtime > now - 100  # ... the retrained one is the least used
+    size_gb = first.path.stat().st_size / 1e9
+    monkeypatch.setenv(onnx_pixels.CACHE_SIZE_ENV, f"{2.5 * size_gb:.12f}")  # 2 files fit
     other_window = fastest(_tiny((192, 192)), IDENTITY)
     assert isinstance(other_window, OnnxPixelModel)
-    assert len({first.path, retrained.path, other_window.path}) == 3
-    assert sorted(p.suffix for p in cache.iterdir()) == [".onnx"] * 3  # no .part left
+    assert sorted(cache.iterdir()) == sorted([first.path, other_window.path])  # no .part left
+
+
+def test_pruning_spares_the_new_file_live_conversions_and_other_files(tmp_path) -> None:
+    def entry(name: str, size: int, age_s: float) -> Path:
+        path = tmp_path / name
+        path.write_bytes(b"0" * size)
+        os.utime(path, (time.time() - age_s,) * 2)
+        return path
+
+    new = entry(f"tiny-8x8-{'a' * 32}.onnx", 500, 10_000)  # oldest, but just converted
+    old = entry(f"tiny-9x9-{'b' * 32}.onnx", 500, 2_000)
+    recent = entry(f"resnet50-9x9-{'c' * 32}.onnx", 500, 1_000)
+    killed = entry("tmpabc.onnx.part", 500, 2 * onnx_pixels.STALE_PART_S)
+    live = entry("tmpdef.onnx.part", 500, 5)
+    foreign = entry("notes.onnx", 5_000, 50_000)
+    assert onnx_pixels.prune_cache(tmp_path, new, limit=1_000) == [killed, old]
+    assert sorted(tmp_path.iterdir()) == sorted([new, recent, live, foreign])
+    assert onnx_pixels.prune_cache(tmp_path, new, limit=1) == [recent]
 
 
 @pytest.mark.bad_input
@@ -133,6 +160,19 @@ def test_an_unknown_runtime_is_refused(value, monkeypatch, bad_input_row) -> Non
         fastest(model, IDENTITY)
     bad_input_row(f"`BIGEARTHNET_PIXEL_RUNTIME={value}`", "bigearthnet-map scene", 2,
                   "refused naming the variable and its values")  # fmt: skip
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "two"])
+def test_a_cache_size_that_is_not_a_positive_number_is_refused(
+    value, cache, monkeypatch, bad_input_row
+) -> None:
+    monkeypatch.setenv(onnx_pixels.CACHE_SIZE_ENV, value)
+    with pytest.raises(InputError, match=f"BIGEARTHNET_CACHE_GB='{value}': give"):
+        fastest(_tiny(), IDENTITY)
+    assert not cache.exists()  # refused before converting anything
+    bad_input_row(f"`BIGEARTHNET_CACHE_GB={value}`", "bigearthnet-map scene", 2,
+                  "refused naming the variable, before any conversion")  # fmt: skip
 
 
 def test_tensorflow_when_asked(monkeypatch) -> None:
