@@ -26,7 +26,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -125,26 +125,36 @@ def prune_cache(folder: Path, keep: Path, limit: int) -> list[Path]:
     """Remove the least recently used converted models of ``folder`` (by modification time:
     a cache hit touches its file) until they hold at most ``limit`` bytes, never ``keep``,
     and the ``.part`` files of conversions killed over a day ago; other files stay. Returns
-    what was removed."""
+    what was removed. Files another process removes meanwhile are passed over."""
     removed = []
     now = time.time()
-    for part in folder.glob("*.onnx.part"):
-        if now - part.stat().st_mtime > STALE_PART_S:
+    for part, stat in _stats(folder.glob("*.onnx.part")):
+        if now - stat.st_mtime > STALE_PART_S:
             part.unlink(missing_ok=True)
             removed.append(part)
-    cached = [p for p in folder.iterdir() if CACHED_NAME.fullmatch(p.name) and p.is_file()]
-    sizes = {p: p.stat().st_size for p in cached}
-    held = sum(sizes.values())
-    for path in sorted(cached, key=lambda p: p.stat().st_mtime):
+    cached = _stats(p for p in folder.iterdir() if CACHED_NAME.fullmatch(p.name))
+    held = sum(stat.st_size for _, stat in cached)
+    for path, stat in sorted(cached, key=lambda entry: entry[1].st_mtime):
         if held <= limit:
             break
         if path != keep:
             path.unlink(missing_ok=True)
-            held -= sizes[path]
+            held -= stat.st_size
             removed.append(path)
     for path in removed:
         log.info("pixel model cache over %s GB: removed %s", f"{limit / 1e9:g}", path.name)
     return removed
+
+
+def _stats(paths: Iterable[Path]) -> list[tuple[Path, os.stat_result]]:
+    """Each file of ``paths`` with its stat, those gone meanwhile left out."""
+    found = []
+    for path in paths:
+        try:
+            found.append((path, path.stat()))
+        except FileNotFoundError:  # pruned or renamed by another process
+            continue
+    return found
 
 
 def cache_folder() -> Path:
