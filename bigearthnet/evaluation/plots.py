@@ -43,19 +43,21 @@ def write_plots(out_dir: Path, plots: dict[str, bytes]) -> None:
             tmp.write_bytes(png)
 
 
-def save_figure(fig, path: Path) -> None:
-    """Render a matplotlib Figure with the Agg canvas (no pyplot, no GUI) atomically."""
+def save_figure(fig, path: Path, *, title: str | None = None) -> None:
+    """Render a matplotlib Figure with the Agg canvas (no pyplot, no GUI) atomically;
+    ``title`` also goes in the PNG's Title text field."""
     with atomic_path(path) as tmp:
-        tmp.write_bytes(png_bytes(fig))
+        tmp.write_bytes(png_bytes(fig, title=title))
 
 
-def png_bytes(fig) -> bytes:
+def png_bytes(fig, *, title: str | None = None) -> bytes:
     """A matplotlib Figure rendered to PNG with the Agg canvas (no pyplot, no GUI)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    metadata = {"Title": title} if title else None
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata=metadata)
     return buf.getvalue()
 
 

@@ -78,7 +78,7 @@ def write_preview(
         )
     if handles:
         ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.02, 0.5), fontsize=7)
-    save_figure(fig, path)
+    save_figure(fig, path, title=title)
 
 
 def drawn_step(rows: int, cols: int) -> int:

@@ -78,20 +78,27 @@ def write_scene_map(
     return bands
 
 
-def preview(path: Path, top: np.ndarray, *, transform, classes: list[str], tags: dict) -> None:
-    """The top class in CORINE colours (white: nodata), the classes present by area."""
+def preview(path: Path, top: np.ndarray, *, transform, classes: list[str], tags: dict,
+            step: int = 1) -> None:  # fmt: skip
+    """The top class in CORINE colours (white: nodata), the classes present by area. ``top``
+    holds every ``step``-th pixel of the map on the grid ``transform`` (a large map is read
+    no further than it is drawn): the title gives the map's cells, the legend's km² are
+    estimated from the pixels drawn (the areas CSV counts them all)."""
+    from rasterio.transform import Affine
+
+    drawn = transform @ Affine.scale(step)
     colours = constants.class_colours(len(classes))
     valid = top != NODATA
     rgb = np.full((*top.shape, 3), 255, dtype=np.uint8)
     rgb[valid] = colours[top[valid]]
-    cell_km2 = abs(transform.a * transform.e) / 1e6
+    drawn_km2 = abs(drawn.a * drawn.e) / 1e6
     present, cells = np.unique(top[valid], return_counts=True)
     legend = [
-        LegendEntry(tuple(int(v) for v in colours[c]), f"{classes[c]} ({n * cell_km2:,.1f} km²)")
+        LegendEntry(tuple(int(v) for v in colours[c]), f"{classes[c]} ({n * drawn_km2:,.1f} km²)")
         for n, c in sorted(zip(cells, present), reverse=True)
     ]
     title = f"{Path(tags.get('scene', path.stem)).name}: {abs(transform.a):g} m cells"
-    write_preview(path, rgb, transform=transform, title=title, legend=legend)
+    write_preview(path, rgb, transform=drawn, title=title, legend=legend)
 
 
 def area_rows(top: np.ndarray, classes: list[str], cell_km2: float) -> list[list]:

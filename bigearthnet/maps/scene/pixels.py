@@ -142,10 +142,7 @@ def write_pixel_map(path: Path, made: PixelMap, scene: Scene, classes: list[str]
             zip([*classes, "nodata"], made.counts)]  # fmt: skip
     write_csv(areas_path(path), ("class", "cells", "km2"), rows)
     top, step = _preview_top(made.parts, scene.height, scene.width)
-    from rasterio.transform import Affine
-
-    preview(preview_path(path), top, transform=transform @ Affine.scale(step), classes=classes,
-            tags=tags)  # fmt: skip
+    preview(preview_path(path), top, transform=transform, classes=classes, tags=tags, step=step)
     count = len(classes)
     on_one = [Part(p.path, (1,), p.row, p.col, p.height, p.width) for p in made.parts]
     on_rest = [Part(p.path, tuple(range(2, count + 2)), p.row, p.col, p.height, p.width)
@@ -156,7 +153,7 @@ def write_pixel_map(path: Path, made: PixelMap, scene: Scene, classes: list[str]
                     probabilities=Mosaic(count, *size, "uint8", tuple(on_rest)))  # fmt: skip
 
 
-def _preview_top(parts: tuple[Part, ...], height: int, width: int) -> tuple[np.ndarray, float]:
+def _preview_top(parts: tuple[Part, ...], height: int, width: int) -> tuple[np.ndarray, int]:
     """The top class every ``step`` px (nearest), read from the parts: what the preview
     draws (:func:`~bigearthnet.maps.preview.drawn_step`), not the whole map."""
     import rasterio
@@ -171,7 +168,7 @@ def _preview_top(parts: tuple[Part, ...], height: int, width: int) -> tuple[np.n
             with rasterio.open(part.path) as src:
                 band = src.read(1)
             top[inside // step] = band[inside - part.row][:, cols]
-    return top, float(step)
+    return top, step
 
 
 def work_folder(out: Path) -> Path:
