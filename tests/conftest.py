@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -114,6 +115,36 @@ def trained_run(shards_v1: Path, tmp_path_factory) -> Path:
 
     run = tmp_path_factory.mktemp("runs") / "tiny"
     assert train.main(train_argv(shards_v1, run, 6)) == 0
+    return run
+
+
+# ResNet-50 trained a few steps: the precise-BN test's recipe (Adam at 1e-3: at 1e-2 the run
+# diverged once the archive's landscape changed; tests/training/test_precise_bn.py).
+RESNET50_RECIPE = [
+    *("--model", "resnet50", "--optimizer", "adam", "--lr", "0.001", "--batch-size", "16"),
+    *("--epochs", "1", "--max-steps-per-epoch", "10", "--warmup-epochs", "0", "--threads", "2"),
+    *("--no-progress", "--no-eval-test"),
+]
+
+
+@pytest.fixture(scope="session")
+def resnet50_run(shards_v1: Path, tmp_path_factory) -> Callable[[int], Path]:
+    """ResNet-50 runs of :data:`RESNET50_RECIPE` on ``shards_v1`` by their
+    ``--precise-bn-samples``, each trained when a test first asks for it (~40 s): the tests
+    that share them are in the xdist group "export". Tests that write into a run copy it."""
+    import train
+
+    root = tmp_path_factory.mktemp("resnet50")
+    made: dict[int, Path] = {}
+
+    def run(samples: int) -> Path:
+        if samples not in made:
+            path = root / f"precise-bn-{samples}"
+            argv = ["--data", str(shards_v1), "--run-dir", str(path), *RESNET50_RECIPE]
+            assert train.main([*argv, "--precise-bn-samples", str(samples)]) == 0
+            made[samples] = path
+        return made[samples]
+
     return run
 
 

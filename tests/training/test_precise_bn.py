@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import train
 from bigearthnet import models
 from bigearthnet.core import distributed
 from bigearthnet.formats.history import read_history
@@ -56,26 +55,22 @@ def test_samples_are_dealt_out_without_overlap():
 
 
 @pytest.mark.slow
-def test_short_resnet_run_validates_with_its_own_statistics(tmp_path, shards_v1):
-    """The issue's run, shortened (ResNet-50, batch 16, 1 epoch of 10 steps): with precise
-    BN the validation loss is of the order of the training loss; with the moving averages
-    (momentum 0.99, 10 updates: 90 % of their start left) it is orders of magnitude off.
-    Adam at 1e-3: at 1e-2 the run diverged once the archive's landscape changed (validation
-    7x the training loss with exact statistics: the weights, not BN, were off); at 1e-3,
-    after the first epoch, it is 0.44 against 0.58, and 220,000 with the moving averages
-    (after the second: 0.26 against 0.38, and 165,000; the second epoch was dropped)."""
-    argv = [
-        "--data", str(shards_v1), "--model", "resnet50", "--optimizer", "adam", "--lr", "0.001",
-        "--batch-size", "16", "--epochs", "1", "--max-steps-per-epoch", "10",
-        "--warmup-epochs", "0", "--threads", "2", "--no-progress", "--no-eval-test",
-    ]  # fmt: skip
+# In the export tests' xdist group: its runs are shared with the ResNet-50 export test.
+@pytest.mark.xdist_group("export")
+def test_short_resnet_run_validates_with_its_own_statistics(resnet50_run):
+    """The issue's run, shortened (ResNet-50, batch 16, 1 epoch of 10 steps: conftest's
+    RESNET50_RECIPE): with precise BN the validation loss is of the order of the training
+    loss; with the moving averages (momentum 0.99, 10 updates: 90 % of their start left) it
+    is orders of magnitude off. Adam at 1e-3: at 1e-2 the run diverged once the archive's
+    landscape changed (validation 7x the training loss with exact statistics: the weights,
+    not BN, were off); at 1e-3, after the first epoch, it is 0.44 against 0.58, and 220,000
+    with the moving averages (after the second: 0.26 against 0.38, and 165,000; the second
+    epoch was dropped)."""
     losses = {}
-    for samples in ("0", "4096"):
-        run = tmp_path / samples
-        assert train.main([*argv, "--run-dir", str(run), "--precise-bn-samples", samples]) == 0
-        last = read_history(run)[-1]
+    for samples in (0, 4096):
+        last = read_history(resnet50_run(samples))[-1]
         losses[samples] = (last.loss, last.val_loss)
-    loss, val_loss = losses["4096"]
+    loss, val_loss = losses[4096]
     assert val_loss < 3 * loss, losses
-    stale_loss, stale_val_loss = losses["0"]
+    stale_loss, stale_val_loss = losses[0]
     assert stale_val_loss > 100 * stale_loss, losses
