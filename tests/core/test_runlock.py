@@ -67,7 +67,8 @@ def test_a_live_lease_elsewhere_waits_for_staleness_or_force_unlock(
     }
     (run / runlock.LEASE_FILE).write_text(json.dumps({**lease, "heartbeat": time.time()}))
     assert _train(shards_v1, run) == 2  # alive for all we know: its heartbeat is fresh
-    assert _train(shards_v1, run, "--force-unlock") == 0
+    # One step shows the takeover: the lock is taken before any training.
+    assert _train(shards_v1, run, "--force-unlock", "--max-steps-per-epoch", "1") == 0
     stale = time.time() - runlock.STALE_AFTER_S - 1
     (run / runlock.LEASE_FILE).write_text(json.dumps({**lease, "heartbeat": stale}))
     # A stale lease is taken over: train.py takes the folder through this same acquire (the

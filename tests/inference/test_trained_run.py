@@ -42,7 +42,8 @@ def moved_world(shards_v1: Path, synth_v2: Path, tmp_path_factory) -> dict[str, 
     shards = root / "shards"
     shutil.copytree(shards_v1, shards)
     run = root / "run"
-    assert train.main(train_argv(shards, run, 1)) == 0  # its outputs are compared, not scored
+    # Its outputs are compared, not scored: two steps make a run as one epoch does.
+    assert train.main(train_argv(shards, run, 1, "--max-steps-per-epoch", "2")) == 0
     other = root / "other"
     assert preprocess(synth_v2, other, "--shard-size", "16") == 0
     scene = root / "bands"
@@ -112,7 +113,7 @@ def test_an_old_checkpoint_without_its_data_is_refused(shards_v1, tmp_path, repo
     shards = tmp_path / "shards"
     shutil.copytree(shards_v1, shards)
     run = tmp_path / "run"
-    assert train.main(train_argv(shards, run, 1)) == 0
+    assert train.main(train_argv(shards, run, 1, "--max-steps-per-epoch", "2")) == 0
     images = np.random.default_rng(0).integers(0, 3000, (4, 120, 120, 12), dtype=np.uint16)
     want = load_model(run).predict(images)
     _as_old_checkpoint(run)
