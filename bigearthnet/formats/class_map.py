@@ -113,19 +113,19 @@ def scaled_pixels(probabilities: np.ndarray, unseen: np.ndarray) -> np.ndarray:
     rows, cols, count = probabilities.shape
     stored = np.empty((count, rows, cols), np.uint8)
     chunk = max(1, PIXEL_CHUNK // max(cols * count, 1))
-    scaled_rows = np.empty((chunk, cols, count), np.float32)
+    scaled_rows = np.empty((chunk, cols, count), np.float32)  # reused: no allocation a chunk
     for row in range(0, rows, chunk):
         part = probabilities[row : row + chunk]
-        values = scaled_rows[: len(part)]
-        np.multiply(part, np.float32(PROB_SCALE), out=values)
-        np.rint(values, out=values)
+        values = _stored(part, out=scaled_rows[: len(part)])
         stored[:, row : row + chunk] = values.transpose(2, 0, 1)
     stored[:, unseen] = NODATA
     return stored
 
 
-def _stored(probabilities: np.ndarray) -> np.ndarray:
-    return np.rint(probabilities * np.float32(PROB_SCALE))
+def _stored(probabilities: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """round(p x PROB_SCALE), as floats (into ``out`` where given)."""
+    scaled_values = np.multiply(probabilities, np.float32(PROB_SCALE), out=out)
+    return np.rint(scaled_values, out=scaled_values)
 
 
 def unscaled(stored: np.ndarray) -> np.ndarray:
