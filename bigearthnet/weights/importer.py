@@ -155,21 +155,9 @@ def check_out(src: str | Path, out: str | Path, overwrite: bool, owner: Owner) -
 
 def keras_model(converted: Converted):  # -> tf.keras.Model (TensorFlow imported here only)
     """The converted network as a Keras model with its weights set (no head without one)."""
-    from bigearthnet.models.precision import precision_policy
-    from bigearthnet.models.resnet import build_resnet
-
     record, layout = converted.record, converted.layout
-    with precision_policy("float32"):  # whatever policy the process has set
-        model = build_resnet(
-            layout.blocks,
-            layout.bottleneck,
-            input_shape=(constants.PATCH_SIZE, constants.PATCH_SIZE, len(record.bands)),
-            num_classes=max(len(record.classes), 1),
-            name=record.model,
-            stem_width=layout.stem_width,
-            widths=layout.widths,
-            head=record.has_head,
-        )
+    model = _float32_resnet(record, layout.blocks, layout.bottleneck, layout.stem_width,
+                            layout.widths)  # fmt: skip
     for name, weights in converted.layers.items():
         layer = model.get_layer(name)
         expected = [tuple(w.shape) for w in layer.get_weights()]
@@ -182,26 +170,33 @@ def keras_model(converted: Converted):  # -> tf.keras.Model (TensorFlow imported
     return model
 
 
-def load_folder(folder: str | Path, record: WeightsRecord | None = None):  # -> tf.keras.Model
-    """An imported weights folder as the network its record (``record``: already read)
-    describes, every layer loaded: InputError naming ``weights.h5`` when it is damaged or
-    holds another network."""
+def _float32_resnet(record: WeightsRecord, blocks: tuple[int, ...], bottleneck: bool,
+                    stem_width: int, widths: tuple[int, ...]):  # fmt: skip
+    """The ResNet ``record`` describes (its bands, classes, head) of this layout, built in
+    float32 whatever mixed-precision policy the process has set."""
     from bigearthnet.models.precision import precision_policy
     from bigearthnet.models.resnet import build_resnet
 
-    record = record or weights_record.read(folder)
-    blocks, bottleneck = convert.blocks_of(record.model, folder)
-    with precision_policy("float32"):  # whatever policy the process has set
-        model = build_resnet(
+    with precision_policy("float32"):
+        return build_resnet(
             blocks,
             bottleneck,
             input_shape=(constants.PATCH_SIZE, constants.PATCH_SIZE, len(record.bands)),
             num_classes=max(record.num_classes, 1),
             name=record.model,
-            stem_width=record.stem_width,
-            widths=record.widths,
+            stem_width=stem_width,
+            widths=widths,
             head=record.has_head,
         )
+
+
+def load_folder(folder: str | Path, record: WeightsRecord | None = None):  # -> tf.keras.Model
+    """An imported weights folder as the network its record (``record``: already read)
+    describes, every layer loaded: InputError naming ``weights.h5`` when it is damaged or
+    holds another network."""
+    record = record or weights_record.read(folder)
+    blocks, bottleneck = convert.blocks_of(record.model, folder)
+    model = _float32_resnet(record, blocks, bottleneck, record.stem_width, record.widths)
     path = Path(folder) / weights_record.WEIGHTS_FILE
     try:
         model.load_weights(str(path))  # by topology: every layer, every shape, or an error
